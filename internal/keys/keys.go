@@ -1,0 +1,81 @@
+// Package keys builds every Redis key name shaper writes, in one place.
+//
+// Each key family carries a {hash tag} so that all keys one Lua script
+// touches land on one Redis Cluster slot. Scripts that derive further keys
+// (a window number appended to a base key) only ever append to a key built
+// here, so the derived key keeps the same hash tag.
+package keys
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the prefix used when none is configured.
+const DefaultPrefix = "shaper"
+
+// Space builds key names under one prefix. The zero value uses DefaultPrefix.
+type Space struct {
+	Prefix string
+}
+
+// New returns a Space for prefix ("" means DefaultPrefix).
+func New(prefix string) Space { return Space{Prefix: prefix} }
+
+func (s Space) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// tag wraps parts in a hash tag. The tag always starts with a non-empty
+// family marker, so a user key that begins with '}' cannot produce an empty
+// tag (Redis hashes the whole key name when the tag is empty, which would
+// split a script's keys across slots).
+func tag(family, name, key string) string {
+	return "{" + family + ":" + name + ":" + key + "}"
+}
+
+// Limiter is the base key of admission limiter name for the admission key
+// key, for algorithm alg ("fw", "swl", "swc", "tb", "lb").
+//
+// Types: fw and swc append ":<window number>" inside the script (STRING
+// counters); swl is a ZSET; tb and lb are HASHes.
+func (s Space) Limiter(alg, name, key string) string {
+	return s.prefix() + ":lim:" + tag(alg, name, key)
+}
+
+// Bucket is the shaping bucket of downstream ds: a STRING holding next_free
+// in microseconds since the Unix epoch.
+func (s Space) Bucket(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":next_free"
+}
+
+// DownstreamState is a HASH of runtime control for downstream ds
+// (paused flag, rate override, adaptive rate). Same slot as its bucket.
+func (s Space) DownstreamState(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":state"
+}
+
+// CronLock is a STRING lock taken by the process that enqueues the tick at
+// unix second tick of cron entry name.
+func (s Space) CronLock(name string, tick int64) string {
+	return s.prefix() + ":cron:" + tag("cron", name, "") + ":" + fmt.Sprint(tick)
+}
+
+// Queue is the asynq queue name of downstream ds. asynq builds its own keys
+// as "asynq:{<queue>}:…", so the queue name itself is the hash tag there.
+func (s Space) Queue(ds string) string {
+	return s.prefix() + ":" + ds
+}
+
+// DownstreamOfQueue is the inverse of Queue: it reports the downstream name
+// of an asynq queue built by Queue, and false for any other queue.
+func (s Space) DownstreamOfQueue(q string) (string, bool) {
+	p := s.prefix() + ":"
+	if !strings.HasPrefix(q, p) || len(q) == len(p) {
+		return "", false
+	}
+	return q[len(p):], true
+}

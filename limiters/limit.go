@@ -1,0 +1,218 @@
+package limiters
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors returned by this package. Each is wrapped with %w and a message
+// that names the bad field and value; test with errors.Is.
+var (
+	// ErrInvalidLimit: a Limit or Config field is zero, negative, or too
+	// large for exact arithmetic.
+	ErrInvalidLimit = errors.New("limiters: invalid limit")
+	// ErrInvalidCost: a cost below zero.
+	ErrInvalidCost = errors.New("limiters: invalid cost")
+	// ErrCostExceedsCapacity: the cost is larger than the limiter's
+	// capacity, so no amount of waiting would let it through.
+	ErrCostExceedsCapacity = errors.New("limiters: cost exceeds capacity")
+	// ErrRedis: the Redis call failed or timed out, or its reply was not
+	// the expected shape.
+	ErrRedis = errors.New("limiters: redis")
+	// ErrFailedOpen: Redis failed and the limiter's policy is FailOpen, so
+	// the request was allowed without a decision. The Result is usable.
+	ErrFailedOpen = errors.New("limiters: failed open")
+	// ErrFailedClosed: Redis failed and the limiter's policy is FailClosed,
+	// so the request was rejected without a decision.
+	ErrFailedClosed = errors.New("limiters: failed closed")
+)
+
+// maxExact is the largest integer every step of a script's arithmetic may
+// reach: Lua numbers are doubles, exact up to 2^53.
+const maxExact = 1 << 52
+
+// Limit is a rate: Rate units per Period, with a capacity of Burst units.
+//
+// For the window algorithms the window is Period and the limit per window is
+// Rate (Burst must be 0 or equal Rate). For the buckets, Rate per Period is
+// the refill (token bucket) or leak (leaky bucket) rate and Burst is the
+// capacity; a zero Burst means Burst = Rate. Limit is a plain value, safe to
+// copy and compare.
+type Limit struct {
+	Rate   int64
+	Period time.Duration
+	Burst  int64
+}
+
+// PerSecond is rate units per second, burst rate.
+func PerSecond(rate int64) Limit { return Limit{Rate: rate, Period: time.Second, Burst: rate} }
+
+// PerMinute is rate units per minute, burst rate.
+func PerMinute(rate int64) Limit { return Limit{Rate: rate, Period: time.Minute, Burst: rate} }
+
+// PerHour is rate units per hour, burst rate.
+func PerHour(rate int64) Limit { return Limit{Rate: rate, Period: time.Hour, Burst: rate} }
+
+// WithBurst returns l with capacity burst.
+func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
+
+// Capacity is the most units the limit admits at once: Burst, or Rate when
+// Burst is zero.
+func (l Limit) Capacity() int64 {
+	if l.Burst == 0 {
+		return l.Rate
+	}
+	return l.Burst
+}
+
+// PerSec is the rate in units per second (for display and metrics).
+func (l Limit) PerSec() float64 {
+	if l.Period <= 0 {
+		return 0
+	}
+	return float64(l.Rate) / l.Period.Seconds()
+}
+
+// IsZero reports whether l is the zero Limit.
+func (l Limit) IsZero() bool { return l == Limit{} }
+
+// String reads like "10/s (burst 20)".
+func (l Limit) String() string {
+	return fmt.Sprintf("%d/%s (burst %d)", l.Rate, periodString(l.Period), l.Capacity())
+}
+
+func periodString(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "s"
+	case time.Minute:
+		return "m"
+	case time.Hour:
+		return "h"
+	case 24 * time.Hour:
+		return "d"
+	}
+	return d.String()
+}
+
+// Validate reports whether l is usable: Rate, Period and Burst positive,
+// Period at least a microsecond, and amounts small enough for the scripts'
+// exact integer arithmetic. Errors wrap ErrInvalidLimit and name the field.
+func (l Limit) Validate() error {
+	switch {
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: Rate must be positive, got %d", ErrInvalidLimit, l.Rate)
+	case l.Period < time.Microsecond:
+		return fmt.Errorf("%w: Period must be at least 1µs, got %s", ErrInvalidLimit, l.Period)
+	case l.Burst < 0:
+		return fmt.Errorf("%w: Burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	}
+	n, p := l.scaled()
+	if c := l.Capacity(); float64(c)*float64(p) > maxExact || float64(c) > maxExact {
+		return fmt.Errorf("%w: Burst %d over Period %s is too large for exact arithmetic (capacity × µs per unit must stay below 2^52)", ErrInvalidLimit, c, l.Period)
+	}
+	if float64(l.Rate)*float64(l.Period/time.Microsecond) > math.MaxInt64/2 || n <= 0 {
+		return fmt.Errorf("%w: Rate %d per %s is out of range", ErrInvalidLimit, l.Rate, l.Period)
+	}
+	return nil
+}
+
+// scaled reduces the rate to n units per p microseconds (gcd-reduced). The
+// bucket scripts count one unit as p "scaled units" and refill n scaled
+// units per µs, so every amount is an exact integer.
+func (l Limit) scaled() (n, p int64) {
+	p = int64(l.Period / time.Microsecond)
+	n = l.Rate
+	if p <= 0 || n <= 0 {
+		return 0, 0
+	}
+	g := gcd(n, p)
+	return n / g, p / g
+}
+
+// Interval is how long cost units occupy at this rate, rounded up to the
+// microsecond, so a bucket spaced by it is never faster than the rate.
+func (l Limit) Interval(cost int64) time.Duration {
+	n, p := l.scaled()
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(ceilDiv(cost*p, n)) * time.Microsecond
+}
+
+// Scaled returns the limit reduced to n units per p microseconds, in lowest
+// terms: the fixed-point units the bucket scripts use.
+func (l Limit) Scaled() (n, p int64) { return l.scaled() }
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// ParseLimit reads a rate such as "50/s", "3000/m", "2.5/s", "10/1500ms" or
+// "100/h". The burst defaults to the rate. Decimal rates become integer
+// rates over a longer period ("2.5/s" is 5 per 2s).
+func ParseLimit(s string) (Limit, error) {
+	num, per, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("%w: rate %q: want <number>/<unit>, e.g. 50/s", ErrInvalidLimit, s)
+	}
+	num, per = strings.TrimSpace(num), strings.TrimSpace(per)
+	var period time.Duration
+	switch per {
+	case "s", "sec", "second":
+		period = time.Second
+	case "m", "min", "minute":
+		period = time.Minute
+	case "h", "hour":
+		period = time.Hour
+	case "d", "day":
+		period = 24 * time.Hour
+	default:
+		d, err := time.ParseDuration(per)
+		if err != nil || d <= 0 {
+			return Limit{}, fmt.Errorf("%w: rate %q: unknown period %q (use s, m, h, d or a duration like 500ms)", ErrInvalidLimit, s, per)
+		}
+		period = d
+	}
+	rate, scale := int64(0), int64(1)
+	whole, frac, hasFrac := strings.Cut(num, ".")
+	if len(frac) > 6 {
+		return Limit{}, fmt.Errorf("%w: rate %q: at most 6 decimals", ErrInvalidLimit, s)
+	}
+	digits := whole + frac
+	for range frac {
+		scale *= 10
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || (hasFrac && frac == "") || v <= 0 {
+		return Limit{}, fmt.Errorf("%w: rate %q: count must be a positive number", ErrInvalidLimit, s)
+	}
+	rate = v
+	if scale > 1 {
+		g := gcd(rate, scale)
+		rate, scale = rate/g, scale/g
+		if float64(period)*float64(scale) > math.MaxInt64 {
+			return Limit{}, fmt.Errorf("%w: rate %q is too slow", ErrInvalidLimit, s)
+		}
+		period *= time.Duration(scale)
+	}
+	l := Limit{Rate: rate, Period: period, Burst: rate}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("rate %q: %w", s, err)
+	}
+	return l, nil
+}

@@ -1,0 +1,282 @@
+package limiters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/lua"
+)
+
+// Algorithm names an admission algorithm.
+type Algorithm string
+
+// The five admission algorithms.
+const (
+	FixedWindow    Algorithm = "fixed_window"
+	SlidingLog     Algorithm = "sliding_log"
+	SlidingCounter Algorithm = "sliding_counter"
+	TokenBucket    Algorithm = "token_bucket"
+	LeakyBucket    Algorithm = "leaky_bucket"
+)
+
+// Algorithms lists every algorithm, in a stable order.
+func Algorithms() []Algorithm {
+	return []Algorithm{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket}
+}
+
+// ParseAlgorithm accepts an algorithm's name.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms() {
+		if string(a) == s {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("%w: unknown algorithm %q (want one of fixed_window, sliding_log, sliding_counter, token_bucket, leaky_bucket)", ErrInvalidLimit, s)
+}
+
+func (a Algorithm) short() string {
+	switch a {
+	case FixedWindow:
+		return "fw"
+	case SlidingLog:
+		return "swl"
+	case SlidingCounter:
+		return "swc"
+	case TokenBucket:
+		return "tb"
+	case LeakyBucket:
+		return "lb"
+	}
+	return ""
+}
+
+func (a Algorithm) script() *redis.Script {
+	switch a {
+	case FixedWindow:
+		return lua.FixedWindow
+	case SlidingLog:
+		return lua.SlidingLog
+	case SlidingCounter:
+		return lua.SlidingCounter
+	case TokenBucket:
+		return lua.TokenBucket
+	case LeakyBucket:
+		return lua.LeakyBucket
+	}
+	return nil
+}
+
+func (a Algorithm) windowed() bool { return a == FixedWindow || a == SlidingLog || a == SlidingCounter }
+
+// Limiter decides whether cost units for key may pass. Implementations are
+// safe for concurrent use.
+type Limiter interface {
+	// Allow decides and, when allowed, charges cost units to key.
+	Allow(ctx context.Context, key string, cost int64) (Result, error)
+	// Peek decides without charging anything.
+	Peek(ctx context.Context, key string, cost int64) (Result, error)
+	// Refund gives back a charge that Allow made (res is its Result), for
+	// a request that was admitted but then not carried out.
+	Refund(ctx context.Context, key string, cost int64, res Result) error
+}
+
+// Policy is what a limiter does when Redis fails.
+type Policy int
+
+const (
+	// FailClosed rejects the request (the zero value): nothing passes
+	// without a decision.
+	FailClosed Policy = iota
+	// FailOpen allows the request and returns ErrFailedOpen beside an
+	// allowed Result, so the caller can count it.
+	FailOpen
+)
+
+func (p Policy) String() string {
+	if p == FailOpen {
+		return "fail_open"
+	}
+	return "fail_closed"
+}
+
+// Config configures a Redis limiter. Name and Limit are required.
+type Config struct {
+	// Name identifies the limiter in key names and results, e.g. "api".
+	// Letters, digits and "._-" only.
+	Name string
+	// Algorithm is one of the five; the zero value means TokenBucket.
+	Algorithm Algorithm
+	// Limit is the rate and capacity; see Limit for how each algorithm
+	// reads it.
+	Limit Limit
+	// Prefix is the key prefix; "" means "shaper".
+	Prefix string
+	// Failure is the policy when Redis fails; the zero value is FailClosed.
+	Failure Policy
+	// Timeout bounds each script call (0: only the context's deadline).
+	Timeout time.Duration
+	// Observe, when set, is called after every Redis decision with the
+	// script's latency and its error (nil on success). For metrics.
+	Observe func(alg Algorithm, name string, d time.Duration, err error)
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// Redis is a Limiter whose state lives in Redis. Safe for concurrent use.
+type Redis struct {
+	rdb   redis.Scripter
+	cfg   Config
+	space keys.Space
+	// scaled limit (buckets) or limit/window (windows) passed to the script
+	a1, a2 int64
+	p      int64
+}
+
+var _ Limiter = (*Redis)(nil)
+
+// New validates cfg and returns a limiter that runs its script on rdb (a
+// *redis.Client, *redis.ClusterClient or *redis.Ring).
+func New(rdb redis.Scripter, cfg Config) (*Redis, error) {
+	if cfg.Algorithm == "" {
+		cfg.Algorithm = TokenBucket
+	}
+	if _, err := ParseAlgorithm(string(cfg.Algorithm)); err != nil {
+		return nil, err
+	}
+	if !nameRE.MatchString(cfg.Name) {
+		return nil, fmt.Errorf("%w: Name must be 1-128 of [A-Za-z0-9._-], got %q", ErrInvalidLimit, cfg.Name)
+	}
+	if err := cfg.Limit.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Redis{rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix)}
+	if cfg.Algorithm.windowed() {
+		if cfg.Limit.Burst != 0 && cfg.Limit.Burst != cfg.Limit.Rate {
+			return nil, fmt.Errorf("%w: %s counts Rate per window; Burst must be 0 or equal Rate (%d), got %d", ErrInvalidLimit, cfg.Algorithm, cfg.Limit.Rate, cfg.Limit.Burst)
+		}
+		w := int64(cfg.Limit.Period / time.Microsecond)
+		if float64(cfg.Limit.Rate)*float64(w) > maxExact {
+			return nil, fmt.Errorf("%w: limit %d per window %s is too large for exact arithmetic", ErrInvalidLimit, cfg.Limit.Rate, cfg.Limit.Period)
+		}
+		l.a1, l.a2, l.p = cfg.Limit.Rate, w, 1
+	} else {
+		n, p := cfg.Limit.scaled()
+		l.a1, l.a2, l.p = cfg.Limit.Capacity()*p, n, p
+	}
+	return l, nil
+}
+
+// Config returns the limiter's configuration.
+func (l *Redis) Config() Config { return l.cfg }
+
+// Key is the Redis key (or, for the window counters, the base key) that
+// holds key's state.
+func (l *Redis) Key(key string) string {
+	return l.space.Limiter(l.cfg.Algorithm.short(), l.cfg.Name, key)
+}
+
+// Allow decides on cost units for key at the Redis server's time and
+// charges them when allowed.
+func (l *Redis) Allow(ctx context.Context, key string, cost int64) (Result, error) {
+	return l.run(ctx, key, cost, lua.ModeCharge, 0, 0)
+}
+
+// Peek decides without charging.
+func (l *Redis) Peek(ctx context.Context, key string, cost int64) (Result, error) {
+	return l.run(ctx, key, cost, lua.ModePeek, 0, 0)
+}
+
+// AllowAt is Allow at an explicit time instead of the Redis clock. It is for
+// tests and simulations: production callers use Allow, so that every host
+// decides on the one Redis clock.
+func (l *Redis) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
+	return l.run(ctx, key, cost, lua.ModeCharge, now.UnixMicro(), 0)
+}
+
+// PeekAt is Peek at an explicit time (tests only, as AllowAt).
+func (l *Redis) PeekAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
+	return l.run(ctx, key, cost, lua.ModePeek, now.UnixMicro(), 0)
+}
+
+// Refund gives back cost units charged by the Allow that returned res.
+func (l *Redis) Refund(ctx context.Context, key string, cost int64, res Result) error {
+	if !res.Allowed || cost <= 0 {
+		return nil
+	}
+	_, err := l.run(ctx, key, cost, lua.ModeRefund, 0, res.token)
+	return err
+}
+
+func (l *Redis) checkCost(cost int64) error {
+	if cost < 0 {
+		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, cost)
+	}
+	if c := l.cfg.Limit.Capacity(); cost > c {
+		return fmt.Errorf("%w: cost %d > capacity %d of %s %q", ErrCostExceedsCapacity, cost, c, l.cfg.Algorithm, l.cfg.Name)
+	}
+	return nil
+}
+
+func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS, token int64) (Result, error) {
+	res := Result{Limit: l.cfg.Limit, Algorithm: l.cfg.Algorithm, Name: l.cfg.Name}
+	if err := l.checkCost(cost); err != nil {
+		return res, err
+	}
+	if l.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.Timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	v, err := l.cfg.Algorithm.script().Run(ctx, l.rdb, []string{l.Key(key)},
+		l.a1, l.a2, cost*l.p, mode, nowUS, token).Int64Slice()
+	if err == nil && len(v) < 5 {
+		err = fmt.Errorf("reply has %d fields, want at least 5", len(v))
+	}
+	if l.cfg.Observe != nil {
+		l.cfg.Observe(l.cfg.Algorithm, l.cfg.Name, time.Since(start), err)
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %s %q: %w", ErrRedis, l.cfg.Algorithm, l.cfg.Name, err)
+		if mode == lua.ModeRefund {
+			return res, err
+		}
+		return l.fail(res, err)
+	}
+	res.Allowed = v[0] == 1
+	res.Remaining = v[1] / l.p
+	res.RetryAfter = time.Duration(v[2]) * time.Microsecond
+	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
+	res.token = v[4]
+	if res.Allowed {
+		res.RetryAfter = 0
+	}
+	if l.cfg.Algorithm == LeakyBucket {
+		// the script reports the level; remaining is the room left
+		res.Remaining = (l.a1 - v[1]) / l.p
+	}
+	return res, nil
+}
+
+func (l *Redis) fail(res Result, err error) (Result, error) {
+	if l.cfg.Failure == FailOpen {
+		res.Allowed = true
+		res.Remaining = l.cfg.Limit.Capacity()
+		return res, fmt.Errorf("%w: %w", ErrFailedOpen, err)
+	}
+	res.Allowed = false
+	res.RetryAfter = time.Second
+	return res, fmt.Errorf("%w: %w", ErrFailedClosed, err)
+}
+
+// Usable reports whether a Result returned beside err may be acted on: err
+// is nil, or the limiter failed open (allowed) or closed (rejected).
+func Usable(err error) bool {
+	return err == nil || errors.Is(err, ErrFailedOpen) || errors.Is(err, ErrFailedClosed)
+}

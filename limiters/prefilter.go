@@ -1,0 +1,101 @@
+package limiters
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Prefilter rejects a key in-process, without a Redis round trip, until the
+// RetryAfter of its last rejection has passed. It only ever rejects what the
+// wrapped limiter would reject (a rejection stands until RetryAfter), so it
+// saves round trips for clients that keep hammering while over their limit.
+//
+// Its memory is bounded: at most MaxKeys keys are remembered; past that,
+// expired entries are dropped and then new rejections are not cached.
+type Prefilter struct {
+	next    Limiter
+	maxKeys int
+	now     func() time.Time
+
+	mu    sync.Mutex
+	until map[string]blocked
+}
+
+type blocked struct {
+	until time.Time
+	cost  int64 // the rejected cost; a smaller one may fit sooner
+	res   Result
+}
+
+var _ Limiter = (*Prefilter)(nil)
+
+// NewPrefilter wraps next. maxKeys <= 0 means 100,000. now may be nil
+// (time.Now); tests inject a clock.
+func NewPrefilter(next Limiter, maxKeys int, now func() time.Time) *Prefilter {
+	if maxKeys <= 0 {
+		maxKeys = 100_000
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Prefilter{next: next, maxKeys: maxKeys, now: now, until: make(map[string]blocked)}
+}
+
+// Allow rejects locally while key is blocked, and otherwise asks next.
+func (p *Prefilter) Allow(ctx context.Context, key string, cost int64) (Result, error) {
+	return p.do(ctx, key, cost, p.next.Allow)
+}
+
+// Peek is Allow without a charge.
+func (p *Prefilter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
+	return p.do(ctx, key, cost, p.next.Peek)
+}
+
+// Refund passes through.
+func (p *Prefilter) Refund(ctx context.Context, key string, cost int64, res Result) error {
+	return p.next.Refund(ctx, key, cost, res)
+}
+
+// Blocked reports how many keys are blocked now (for metrics and tests).
+func (p *Prefilter) Blocked() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.until)
+}
+
+func (p *Prefilter) do(ctx context.Context, key string, cost int64, f func(context.Context, string, int64) (Result, error)) (Result, error) {
+	now := p.now()
+	p.mu.Lock()
+	b, ok := p.until[key]
+	if ok && now.Before(b.until) && cost >= b.cost {
+		p.mu.Unlock()
+		res := b.res
+		res.RetryAfter = b.until.Sub(now)
+		res.Remaining = 0
+		return res, nil
+	}
+	if ok && !now.Before(b.until) {
+		delete(p.until, key)
+	}
+	p.mu.Unlock()
+
+	res, err := f(ctx, key, cost)
+	if err == nil && !res.Allowed && res.RetryAfter > 0 {
+		p.mu.Lock()
+		if len(p.until) >= p.maxKeys {
+			for k, v := range p.until {
+				if !now.Before(v.until) {
+					delete(p.until, k)
+				}
+			}
+		}
+		if len(p.until) < p.maxKeys {
+			// Only costs at least this large are blocked: a smaller one
+			// may fit sooner, so it still asks Redis.
+			p.until[key] = blocked{until: now.Add(res.RetryAfter), cost: cost, res: res}
+		}
+		p.mu.Unlock()
+	}
+	return res, err
+}

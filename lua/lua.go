@@ -1,0 +1,60 @@
+// Package lua holds shaper's Redis Lua scripts, embedded from the .lua files
+// beside this one. Each file's header states its KEYS, ARGV and reply; the
+// scripts run with Script.Run, which tries EVALSHA and falls back to EVAL.
+//
+// Every script reads Redis TIME unless handed an explicit now (tests only),
+// sets a TTL on every key it writes, and touches only keys that share the
+// hash tag of KEYS[1].
+package lua
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed fixed_window.lua
+	fixedWindowSrc string
+	//go:embed sliding_log.lua
+	slidingLogSrc string
+	//go:embed sliding_counter.lua
+	slidingCounterSrc string
+	//go:embed token_bucket.lua
+	tokenBucketSrc string
+	//go:embed leaky_bucket.lua
+	leakyBucketSrc string
+	//go:embed shaping.lua
+	shapingSrc string
+)
+
+// Admission scripts share one ARGV layout:
+// {limit|capacity, window|rate, cost, mode, now, refund token}, and reply
+// {allowed, remaining, retry_after_us, reset_after_us, refund token, ...}.
+var (
+	// FixedWindow: KEYS[1] base of STRING counters (window number appended).
+	FixedWindow = redis.NewScript(fixedWindowSrc)
+	// SlidingLog: KEYS[1] ZSET of admitted units scored by time.
+	SlidingLog = redis.NewScript(slidingLogSrc)
+	// SlidingCounter: KEYS[1] base of two STRING counters (N, N-1).
+	SlidingCounter = redis.NewScript(slidingCounterSrc)
+	// TokenBucket: KEYS[1] HASH {t, ts}, fixed-point amounts.
+	TokenBucket = redis.NewScript(tokenBucketSrc)
+	// LeakyBucket: KEYS[1] HASH {l, ts}, policing mode, fixed-point amounts.
+	LeakyBucket = redis.NewScript(leakyBucketSrc)
+	// Shaping: KEYS[1] STRING next_free. ARGV {interval_us, burst_us,
+	// max_wait_us, mode, now}; reply {reserved, wait_us, next_free_us, now_us}.
+	Shaping = redis.NewScript(shapingSrc)
+)
+
+// Modes for ARGV[4].
+const (
+	ModeCharge = 0 // decide and, when allowed, charge
+	ModePeek   = 1 // decide, write nothing
+	ModeRefund = 2 // give back a charge (admission) / push back (shaping)
+)
+
+// All lists every script, for loading on every node of a cluster.
+func All() []*redis.Script {
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Shaping}
+}
