@@ -161,8 +161,8 @@ func TestSlidingLogSteps(t *testing.T) {
 		{at: 0, cost: 1, allowed: true, remaining: 2},
 		{at: 100 * ms, cost: 1, allowed: true, remaining: 1},
 		{at: 200 * ms, cost: 1, allowed: true, remaining: 0},
-		{at: 300 * ms, cost: 1, allowed: false, remaining: 0, retry: 700 * ms}, // oldest (t0) leaves at 1000ms
-		{at: 1000 * ms, cost: 1, allowed: true, remaining: 0},                  // entry at exactly now-window is out
+		{at: 300 * ms, cost: 1, allowed: false, remaining: 0, retry: 700 * ms},  // oldest (t0) leaves at 1000ms
+		{at: 1000 * ms, cost: 1, allowed: true, remaining: 0},                   // entry at exactly now-window is out
 		{at: 1050 * ms, cost: 2, allowed: false, remaining: 0, retry: 150 * ms}, // needs 2 out: 100ms and 200ms entries
 		{at: 1200 * ms, cost: 2, allowed: true, remaining: 0},
 		{at: 1200 * ms, cost: 0, allowed: true, remaining: 0},
@@ -175,10 +175,10 @@ func TestSlidingCounterSteps(t *testing.T) {
 		{at: 500 * ms, cost: 10, allowed: true, remaining: 0},                  // window 0 full
 		{at: 600 * ms, cost: 1, allowed: false, remaining: 0, retry: 500 * ms}, // cur=10: next window, 10*(1-e)+1 <= 10 at e >= 0.1 → 1100ms
 		// window 1 at 250ms: estimate = 10*0.75 + 0 = 7.5
-		{at: 1250 * ms, cost: 2, allowed: true, remaining: 0},                 // 7.5+2 = 9.5 <= 10; remaining floor(0.5)
+		{at: 1250 * ms, cost: 2, allowed: true, remaining: 0},                  // 7.5+2 = 9.5 <= 10; remaining floor(0.5)
 		{at: 1250 * ms, cost: 1, allowed: false, remaining: 0, retry: 50 * ms}, // 10.5 > 10; fits once prev weight <= 7 → at 300ms
-		{at: 1300 * ms, cost: 1, allowed: true, remaining: 0},                 // 10*0.7 + 2 + 1 = 10
-		{at: 2999 * ms, cost: 7, allowed: true, remaining: 2},                 // 3*0.001 + 7 = 7.003 <= 10: remaining floor(2.997)
+		{at: 1300 * ms, cost: 1, allowed: true, remaining: 0},                  // 10*0.7 + 2 + 1 = 10
+		{at: 2999 * ms, cost: 7, allowed: true, remaining: 2},                  // 3*0.001 + 7 = 7.003 <= 10: remaining floor(2.997)
 	})
 }
 
