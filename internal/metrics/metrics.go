@@ -1,0 +1,83 @@
+// Package metrics defines every Prometheus metric shaper exports, registered
+// on an explicit registry. Names follow shaper_<subsystem>_<name>_<unit>:
+// counters end in _total, durations in _seconds.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics holds shaper's collectors. A nil *Metrics is valid and records
+// nothing, so library users need not register anything.
+type Metrics struct {
+	Releases       *prometheus.CounterVec   // downstream
+	SlotWait       *prometheus.HistogramVec // downstream
+	Lateness       *prometheus.HistogramVec // downstream
+	BucketFull     *prometheus.CounterVec   // downstream
+	Pushbacks      *prometheus.CounterVec   // downstream
+	Outcomes       *prometheus.CounterVec   // downstream, outcome
+	Backlog        *prometheus.GaugeVec     // downstream, state
+	RateInForce    *prometheus.GaugeVec     // downstream
+	Paused         *prometheus.GaugeVec     // downstream
+	Held           *prometheus.GaugeVec     // downstream
+	ScriptDuration *prometheus.HistogramVec // script
+	ScriptErrors   *prometheus.CounterVec   // script
+	Decisions      *prometheus.CounterVec   // downstream, limiter, outcome
+	Deferrals      *prometheus.CounterVec   // downstream
+	FailOpen       *prometheus.CounterVec   // downstream, limiter
+	Enqueued       *prometheus.CounterVec   // downstream
+}
+
+// New registers shaper's metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	waits := []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30}
+	return &Metrics{
+		Releases: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "releases_total",
+			Help: "Tasks released to their downstream handler."}, []string{"downstream"}),
+		SlotWait: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "slot_wait_seconds",
+			Help: "Wait from reservation to the reserved slot.", Buckets: waits}, []string{"downstream"}),
+		Lateness: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "lateness_seconds",
+			Help: "Release time minus the reserved slot's time.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}}, []string{"downstream"}),
+		BucketFull: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "bucket_full_total",
+			Help: "Reservations refused because the wait would pass the bucket's capacity; the task stays held and tries again."}, []string{"downstream"}),
+		Pushbacks: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "pushbacks_total",
+			Help: "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward."}, []string{"downstream"}),
+		Outcomes: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "handler_outcomes_total",
+			Help: "Handler results: success, retry, archived, throttled, panic, malformed."}, []string{"downstream", "outcome"}),
+		Backlog: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "queue", Name: "tasks",
+			Help: "Tasks per downstream queue and state (pending, active, scheduled, retry, archived)."}, []string{"downstream", "state"}),
+		RateInForce: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "rate_per_second",
+			Help: "Release rate in force for the downstream."}, []string{"downstream"}),
+		Paused: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "paused",
+			Help: "1 while the downstream is paused."}, []string{"downstream"}),
+		Held: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "held_tasks",
+			Help: "Tasks this process holds while they wait for their slot."}, []string{"downstream"}),
+		ScriptDuration: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "redis", Name: "script_duration_seconds",
+			Help: "Latency of shaper's Lua script calls.", Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .05, .1, .5, 1}}, []string{"script"}),
+		ScriptErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "redis", Name: "script_errors_total",
+			Help: "Lua script calls that failed or timed out."}, []string{"script"}),
+		Decisions: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "decisions_total",
+			Help: "Admission decisions by limiter and outcome (allowed, rejected, deferred, error)."}, []string{"downstream", "limiter", "outcome"}),
+		Deferrals: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "deferrals_total",
+			Help: "Tasks enqueued to run at their Retry-After instead of being rejected."}, []string{"downstream"}),
+		FailOpen: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "fail_open_total",
+			Help: "Requests allowed without a decision because Redis failed and the policy is fail-open."}, []string{"downstream", "limiter"}),
+		Enqueued: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "enqueued_total",
+			Help: "Tasks enqueued."}, []string{"downstream"}),
+	}
+}
+
+// ObserveScript records one script call.
+func (m *Metrics) ObserveScript(script string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.ScriptDuration.WithLabelValues(script).Observe(d.Seconds())
+	if err != nil {
+		m.ScriptErrors.WithLabelValues(script).Inc()
+	}
+}

@@ -1,0 +1,65 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+)
+
+// Backlog counts a downstream's tasks by state.
+type Backlog struct {
+	Downstream string
+	Pending    int // waiting to be taken
+	Active     int // held by a worker (waiting for a slot or being delivered)
+	Scheduled  int // deferred or scheduled for later
+	Retry      int // waiting to be retried after a handler failure
+	Archived   int // failed for good, with their errors
+	Completed  int // kept after success (when a retention is set)
+	Processed  int // delivered today
+	Failed     int // failed attempts today
+}
+
+// Total is every task not yet done: pending, active, scheduled and retry.
+func (b Backlog) Total() int { return b.Pending + b.Active + b.Scheduled + b.Retry }
+
+// Inspector reads backlogs. Safe for concurrent use.
+type Inspector struct {
+	in    *asynq.Inspector
+	space keys.Space
+}
+
+// NewInspector returns an Inspector over rdb for keys under prefix.
+func NewInspector(rdb redis.UniversalClient, prefix string) *Inspector {
+	return &Inspector{in: asynq.NewInspectorFromRedisClient(rdb), space: keys.New(prefix)}
+}
+
+// Backlog reports a downstream's queue. A queue that does not exist yet
+// (nothing ever enqueued) is an empty backlog, not an error.
+func (i *Inspector) Backlog(downstream string) (Backlog, error) {
+	q, err := i.in.GetQueueInfo(i.space.Queue(downstream))
+	if errors.Is(err, asynq.ErrQueueNotFound) {
+		return Backlog{Downstream: downstream}, nil
+	}
+	if err != nil {
+		return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", downstream, err)
+	}
+	return Backlog{Downstream: downstream, Pending: q.Pending, Active: q.Active, Scheduled: q.Scheduled,
+		Retry: q.Retry, Archived: q.Archived, Completed: q.Completed, Processed: q.Processed, Failed: q.Failed}, nil
+}
+
+// Archived lists up to n archived tasks of a downstream with their last
+// errors (the visible end state of a task that could not be delivered).
+func (i *Inspector) Archived(downstream string, n int) ([]*asynq.TaskInfo, error) {
+	ts, err := i.in.ListArchivedTasks(i.space.Queue(downstream), asynq.PageSize(n))
+	if errors.Is(err, asynq.ErrQueueNotFound) {
+		return nil, nil
+	}
+	return ts, err
+}
+
+// Asynq exposes the underlying asynq Inspector for anything else.
+func (i *Inspector) Asynq() *asynq.Inspector { return i.in }

@@ -1,0 +1,295 @@
+// Package queue is the producer side of shaper: the task envelope, the
+// Producer that runs admission and enqueues into a downstream's asynq queue,
+// and backlog inspection.
+//
+// A downstream's queue is the asynq queue "<prefix>:<downstream>"; the
+// task's payload is the producer's bytes, untouched, and shaper's few
+// fields (cost, admission key, retry budget) travel as asynq task headers,
+// so asynq's own tools (asynqmon, the asynq CLI) show shaper's queues as
+// ordinary asynq queues.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// DefaultType is the task type used when a Task leaves Type empty.
+const DefaultType = "shaper:task"
+
+// DefaultMaxRetry is the retry budget of a task that does not set one.
+const DefaultMaxRetry = 25
+
+// Errors. Each is wrapped with %w and a message naming the bad field.
+var (
+	ErrInvalidTask       = errors.New("queue: invalid task")
+	ErrUnknownDownstream = errors.New("queue: unknown downstream")
+	ErrDuplicate         = errors.New("queue: duplicate unique key")
+	ErrEnqueue           = errors.New("queue: enqueue failed")
+)
+
+// Task is what a producer enqueues.
+type Task struct {
+	// Downstream names the destination; required.
+	Downstream string
+	// Type is the asynq task type; "" means DefaultType.
+	Type string
+	// Payload is delivered to the handler as it is.
+	Payload []byte
+	// Key is the admission key (tenant, API key, user); "" is allowed for
+	// global-only policies.
+	Key string
+	// Cost is how many units the task takes in limiters and in the
+	// downstream's bucket; 0 means 1.
+	Cost int64
+	// UniqueKey, when set, becomes the task's ID: a second task with the
+	// same key is refused with ErrDuplicate while the first one exists.
+	UniqueKey string
+	// ProcessAt, when in the future, schedules the task for then.
+	ProcessAt time.Time
+	// MaxRetry is the handler-failure retry budget; nil means
+	// DefaultMaxRetry. Throttling never consumes it.
+	MaxRetry *int
+	// Timeout bounds one delivery attempt, the wait for its slot included;
+	// zero means asynq's default (30 min).
+	Timeout time.Duration
+}
+
+// Receipt describes an enqueued task.
+type Receipt struct {
+	ID         string
+	Queue      string
+	Downstream string
+	// Deferred is true when admission rejected the task now and it was
+	// scheduled to run at ProcessAt (its Retry-After) instead.
+	Deferred  bool
+	ProcessAt time.Time
+	// Admission is the admission decision (zero when there is no policy).
+	Admission limiters.Result
+}
+
+// OnReject says what admission does with a rejected task.
+type OnReject int
+
+const (
+	// Reject refuses the task with a *RejectedError carrying Retry-After.
+	Reject OnReject = iota
+	// Defer enqueues the task now, scheduled to run at its Retry-After.
+	Defer
+)
+
+// Admission is a downstream's admission policy.
+type Admission struct {
+	// Limiter decides; use limiters.NewLayered for several limits.
+	Limiter limiters.Limiter
+	// OnReject: Reject (the zero value) or Defer.
+	OnReject OnReject
+}
+
+// RejectedError is returned when admission rejects a task. Result carries
+// the decision: RetryAfter, Remaining, Limit.
+type RejectedError struct {
+	Downstream string
+	Result     limiters.Result
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("queue: task for %q rejected by admission (%s %q): retry after %s",
+		e.Downstream, e.Result.Algorithm, e.Result.Name, e.Result.RetryAfter.Round(time.Millisecond))
+}
+
+// ProducerConfig configures a Producer. The zero value works (no admission,
+// any downstream name accepted).
+type ProducerConfig struct {
+	// Prefix is the key prefix; "" means "shaper".
+	Prefix string
+	// Downstreams, when non-empty, lists the names that may be enqueued
+	// to; others get ErrUnknownDownstream.
+	Downstreams []string
+	// Admission policies by downstream.
+	Admission map[string]Admission
+	// Metrics; nil records nothing.
+	Metrics *metrics.Metrics
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// MaxPayload bounds a payload's size in bytes; 0 means 1 MiB.
+	MaxPayload int
+}
+
+// Producer enqueues tasks after admission. Safe for concurrent use.
+type Producer struct {
+	client *asynq.Client
+	cfg    ProducerConfig
+	space  keys.Space
+	known  map[string]bool
+	mu     sync.RWMutex
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// NewProducer returns a Producer over rdb. Close it when done (rdb itself
+// stays open: it is the caller's).
+func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, space: keys.New(cfg.Prefix)}
+	if len(cfg.Downstreams) > 0 {
+		p.known = map[string]bool{}
+		for _, d := range cfg.Downstreams {
+			p.known[d] = true
+		}
+	}
+	return p
+}
+
+// Close releases the asynq client (not the Redis client).
+func (p *Producer) Close() error { return p.client.Close() }
+
+// Validate checks a task without enqueuing it.
+func (p *Producer) Validate(t Task) error {
+	switch {
+	case t.Downstream == "":
+		return fmt.Errorf("%w: downstream is required", ErrInvalidTask)
+	case !nameRE.MatchString(t.Downstream):
+		return fmt.Errorf("%w: downstream %q: want 1-64 of [A-Za-z0-9_.-]", ErrInvalidTask, t.Downstream)
+	case p.known != nil && !p.known[t.Downstream]:
+		return fmt.Errorf("%w %q", ErrUnknownDownstream, t.Downstream)
+	case t.Cost < 0:
+		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidTask, t.Cost)
+	case len(t.Payload) > p.cfg.MaxPayload:
+		return fmt.Errorf("%w: payload is %d bytes, over the limit of %d", ErrInvalidTask, len(t.Payload), p.cfg.MaxPayload)
+	case t.MaxRetry != nil && (*t.MaxRetry < 0 || *t.MaxRetry > 10000):
+		return fmt.Errorf("%w: max retry must be 0..10000, got %d", ErrInvalidTask, *t.MaxRetry)
+	case len(t.Key) > 1024:
+		return fmt.Errorf("%w: key is %d bytes, over the limit of 1024", ErrInvalidTask, len(t.Key))
+	case len(t.UniqueKey) > 1024:
+		return fmt.Errorf("%w: unique key is %d bytes, over the limit of 1024", ErrInvalidTask, len(t.UniqueKey))
+	case t.Timeout < 0:
+		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
+	}
+	return nil
+}
+
+// Enqueue runs the downstream's admission policy (if any) and enqueues the
+// task. A rejection returns *RejectedError (errors.As) and enqueues
+// nothing. If admission allowed the task but the enqueue fails, the
+// admission charge is refunded.
+func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
+	if err := p.Validate(t); err != nil {
+		return Receipt{}, err
+	}
+	if t.Cost == 0 {
+		t.Cost = 1
+	}
+	if t.Type == "" {
+		t.Type = DefaultType
+	}
+	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
+	adm, hasAdm := p.cfg.Admission[t.Downstream]
+	var admErr error
+	if hasAdm && adm.Limiter != nil {
+		res, err := adm.Limiter.Allow(ctx, t.Key, t.Cost)
+		rec.Admission = res
+		if err != nil && !limiters.Usable(err) {
+			p.decision(t.Downstream, res, "error")
+			return rec, err
+		}
+		if errors.Is(err, limiters.ErrFailedOpen) && p.cfg.Metrics != nil {
+			p.cfg.Metrics.FailOpen.WithLabelValues(t.Downstream, res.Name).Inc()
+		}
+		admErr = err
+		if !res.Allowed {
+			if adm.OnReject != Defer || errors.Is(err, limiters.ErrFailedClosed) {
+				p.decision(t.Downstream, res, "rejected")
+				return rec, errors.Join(&RejectedError{Downstream: t.Downstream, Result: res}, err)
+			}
+			p.decision(t.Downstream, res, "deferred")
+			rec.Deferred = true
+			at := time.Now().Add(res.RetryAfter)
+			if at.After(t.ProcessAt) {
+				t.ProcessAt = at
+			}
+		} else {
+			p.decision(t.Downstream, res, "allowed")
+		}
+	}
+	info, err := p.enqueue(ctx, t)
+	if err != nil {
+		if hasAdm && adm.Limiter != nil && rec.Admission.Allowed && !rec.Deferred {
+			if rerr := adm.Limiter.Refund(context.WithoutCancel(ctx), t.Key, t.Cost, rec.Admission); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("queue: refund admission: %w", rerr))
+			}
+		}
+		return rec, err
+	}
+	rec.ID = info.ID
+	rec.ProcessAt = info.NextProcessAt
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.Enqueued.WithLabelValues(t.Downstream).Inc()
+		if rec.Deferred {
+			p.cfg.Metrics.Deferrals.WithLabelValues(t.Downstream).Inc()
+		}
+	}
+	return rec, admErr
+}
+
+func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
+	}
+}
+
+// EnqueueHook, when set, replaces the asynq enqueue (tests use it to make
+// the enqueue fail after admission).
+var enqueueHook func(ctx context.Context, t Task) error
+
+func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error) {
+	if enqueueHook != nil {
+		if err := enqueueHook(ctx, t); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrEnqueue, err)
+		}
+	}
+	maxRetry := DefaultMaxRetry
+	if t.MaxRetry != nil {
+		maxRetry = *t.MaxRetry
+	}
+	meta := envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry}
+	opts := []asynq.Option{
+		asynq.Queue(p.space.Queue(t.Downstream)),
+		asynq.MaxRetry(maxRetry + envelope.CrashAllowance),
+	}
+	if t.UniqueKey != "" {
+		opts = append(opts, asynq.TaskID(t.UniqueKey))
+	}
+	if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
+		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
+	}
+	if t.Timeout > 0 {
+		opts = append(opts, asynq.Timeout(t.Timeout))
+	}
+	info, err := p.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type, t.Payload, meta.Headers()), opts...)
+	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
+		return nil, fmt.Errorf("%w %q: %w", ErrDuplicate, t.UniqueKey, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEnqueue, err)
+	}
+	return info, nil
+}

@@ -1,0 +1,589 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// Task is what a handler receives.
+type Task struct {
+	ID         string
+	Type       string
+	Payload    []byte
+	Headers    map[string]string
+	Downstream string
+	Key        string // admission key, if the producer gave one
+	Cost       int64  // units the task occupied in the bucket
+	Retried    int    // failed attempts before this one
+	// Slot is the reserved slot's time on the Redis clock; the handler runs
+	// at or just after it.
+	Slot time.Time
+}
+
+// HandlerFunc delivers a task to its downstream. A nil error completes the
+// task; a ThrottledError pushes the bucket back and retries without
+// consuming an attempt; an error wrapping ErrPermanent or asynq.SkipRetry
+// archives the task; any other error is retried with asynq's backoff. A
+// panic archives the task with the panic's message.
+type HandlerFunc func(ctx context.Context, t *Task) error
+
+// Downstream is one protected destination and how fast it may be called.
+type Downstream struct {
+	// Name: 1-64 of [A-Za-z0-9_.-]. Its queue is "<prefix>:<name>".
+	Name string
+	// Rate is the release rate (Rate per Period; Burst ignored, see Burst).
+	Rate limiters.Limit
+	// Burst lets this many releases through back to back after an idle
+	// spell; 0 or 1 spaces every release by 1/rate.
+	Burst int64
+	// MaxWait is the longest a worker holds a task for its slot; the
+	// bucket holds MaxWait × rate tasks. Zero means 1s.
+	MaxWait time.Duration
+	// Workers is this downstream's worker budget in this process. Zero
+	// means ceil(rate × (MaxWait + 1s)), at least 1.
+	Workers int
+	// Handler serves task types without a handler of their own (Handle).
+	Handler HandlerFunc
+}
+
+// Config configures a Dispatcher. The zero value works.
+type Config struct {
+	// Prefix is the key prefix of buckets and queues; "" means "shaper".
+	Prefix string
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics; nil records nothing.
+	Metrics *metrics.Metrics
+	// ShutdownTimeout bounds how long Shutdown lets releases in flight
+	// finish; zero means 10s. Tasks still waiting for their slot go back
+	// to the queue at once.
+	ShutdownTimeout time.Duration
+	// PollInterval is how often an idle worker looks for new tasks when
+	// its queue is empty; zero means 100ms. (With a backlog there is no
+	// polling: a worker takes the next task as soon as it is free.)
+	PollInterval time.Duration
+	// RedisTimeout bounds each bucket script call; zero means 2s.
+	RedisTimeout time.Duration
+}
+
+// Dispatcher releases the tasks of its downstreams at their rates.
+type Dispatcher struct {
+	rdb     redis.UniversalClient
+	cfg     Config
+	space   keys.Space
+	buckets *Buckets
+	log     *slog.Logger
+	m       *metrics.Metrics
+
+	mu       sync.Mutex
+	runners  map[string]*runner
+	order    []string
+	started  bool
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+// New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
+func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	if cfg.RedisTimeout <= 0 {
+		cfg.RedisTimeout = 2 * time.Second
+	}
+	d := &Dispatcher{
+		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger, m: cfg.Metrics,
+		runners: map[string]*runner{}, stopping: make(chan struct{}),
+	}
+	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
+		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))
+	return d
+}
+
+// Buckets is the dispatcher's bucket client (for pushbacks from outside a
+// handler, and for inspection).
+func (d *Dispatcher) Buckets() *Buckets { return d.buckets }
+
+var dsName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// Add registers a downstream. It must be called before Start.
+func (d *Dispatcher) Add(ds Downstream) error {
+	if !dsName.MatchString(ds.Name) {
+		return fmt.Errorf("shaping: downstream name must be 1-64 of [A-Za-z0-9_.-], got %q", ds.Name)
+	}
+	if err := ds.Rate.Validate(); err != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+	}
+	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 {
+		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers and Burst must not be negative", ds.Name)
+	}
+	if ds.MaxWait == 0 {
+		ds.MaxWait = time.Second
+	}
+	if ds.Workers == 0 {
+		ds.Workers = DefaultWorkers(ds.Rate, ds.MaxWait)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return fmt.Errorf("shaping: Add(%q) after Start", ds.Name)
+	}
+	if _, dup := d.runners[ds.Name]; dup {
+		return fmt.Errorf("shaping: downstream %q added twice", ds.Name)
+	}
+	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
+	lim := ds.Rate
+	r.rate.Store(&lim)
+	d.runners[ds.Name] = r
+	d.order = append(d.order, ds.Name)
+	if d.m != nil {
+		d.m.RateInForce.WithLabelValues(ds.Name).Set(ds.Rate.PerSec())
+		d.m.Paused.WithLabelValues(ds.Name).Set(0)
+	}
+	return nil
+}
+
+// DefaultWorkers is the worker budget used when a Downstream leaves
+// Workers zero: enough to hold every slot of MaxWait plus a second of
+// handler latency, capped at 1000.
+func DefaultWorkers(rate limiters.Limit, maxWait time.Duration) int {
+	w := int(rate.PerSec()*(maxWait+time.Second).Seconds() + 0.999)
+	return min(max(w, 1), 1000)
+}
+
+// Handle sets the handler of one task type on a downstream.
+func (d *Dispatcher) Handle(downstream, taskType string, h HandlerFunc) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.runners[downstream]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownDownstream, downstream)
+	}
+	if d.started {
+		return fmt.Errorf("shaping: Handle(%q, %q) after Start", downstream, taskType)
+	}
+	r.handlers[taskType] = h
+	return nil
+}
+
+// Start starts every downstream's workers and returns.
+func (d *Dispatcher) Start() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("shaping: already started")
+	}
+	if len(d.runners) == 0 {
+		return errors.New("shaping: no downstreams")
+	}
+	d.started = true
+	for _, name := range d.order {
+		r := d.runners[name]
+		r.srv = asynq.NewServerFromRedisClient(d.rdb, asynq.Config{
+			Concurrency: r.ds.Workers,
+			Queues:      map[string]int{d.space.Queue(name): 1},
+			// Held tasks return to the queue through asynq's abort path
+			// (requeue, no attempt consumed) once in-flight releases are
+			// done; see Shutdown.
+			ShutdownTimeout:          500 * time.Millisecond,
+			TaskCheckInterval:        d.cfg.PollInterval,
+			DelayedTaskCheckInterval: time.Second,
+			Logger:                   asynqLogger{d.log.With("downstream", name)},
+			LogLevel:                 asynq.WarnLevel,
+		})
+		if err := r.srv.Start(asynq.HandlerFunc(r.process)); err != nil {
+			return fmt.Errorf("shaping: start %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Shutdown stops taking tasks, lets releases in flight finish for up to
+// Config.ShutdownTimeout (or until ctx ends), and returns every task still
+// waiting for its slot to the front of its queue without consuming an
+// attempt. Slots those tasks had reserved are wasted, never replayed.
+func (d *Dispatcher) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	started := d.started
+	runners := make([]*runner, 0, len(d.order))
+	for _, n := range d.order {
+		runners = append(runners, d.runners[n])
+	}
+	d.mu.Unlock()
+	if !started {
+		return nil
+	}
+	d.stopOnce.Do(func() { close(d.stopping) })
+	for _, r := range runners {
+		r.srv.Stop()
+	}
+	deadline := time.NewTimer(d.cfg.ShutdownTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+wait:
+	for {
+		busy := int64(0)
+		for _, r := range runners {
+			busy += r.releasing.Load()
+		}
+		if busy == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			err = fmt.Errorf("shaping: %d releases still running after %s; their tasks go back to the queue", busy, d.cfg.ShutdownTimeout)
+			break wait
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		}
+	}
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.srv.Shutdown() }()
+	}
+	wg.Wait()
+	return err
+}
+
+// Run starts the dispatcher, waits for ctx to end, and shuts down.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if err := d.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return d.Shutdown(context.Background())
+}
+
+// SetRate changes a downstream's rate in this process from the next
+// reservation on. (Runtime control across processes goes through Redis;
+// see Control.)
+func (d *Dispatcher) SetRate(downstream string, l limiters.Limit) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	r, err := d.runner(downstream)
+	if err != nil {
+		return err
+	}
+	r.rate.Store(&l)
+	if d.m != nil {
+		d.m.RateInForce.WithLabelValues(downstream).Set(l.PerSec())
+	}
+	return nil
+}
+
+// Rate is the rate in force for a downstream in this process.
+func (d *Dispatcher) Rate(downstream string) (limiters.Limit, error) {
+	r, err := d.runner(downstream)
+	if err != nil {
+		return limiters.Limit{}, err
+	}
+	return *r.rate.Load(), nil
+}
+
+// SetPaused pauses or resumes a downstream in this process: paused
+// workers keep holding their tasks and release nothing.
+func (d *Dispatcher) SetPaused(downstream string, paused bool) error {
+	r, err := d.runner(downstream)
+	if err != nil {
+		return err
+	}
+	r.setPaused(paused)
+	if d.m != nil {
+		v := 0.0
+		if paused {
+			v = 1
+		}
+		d.m.Paused.WithLabelValues(downstream).Set(v)
+	}
+	return nil
+}
+
+// Downstreams lists the downstreams in the order they were added.
+func (d *Dispatcher) Downstreams() []Downstream {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]Downstream, 0, len(d.order))
+	for _, n := range d.order {
+		ds := d.runners[n].ds
+		ds.Rate = *d.runners[n].rate.Load()
+		out = append(out, ds)
+	}
+	return out
+}
+
+func (d *Dispatcher) runner(name string) (*runner, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.runners[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownDownstream, name)
+	}
+	return r, nil
+}
+
+// runner serves one downstream.
+type runner struct {
+	d        *Dispatcher
+	ds       Downstream
+	handlers map[string]HandlerFunc
+	srv      *asynq.Server
+	rate     atomic.Pointer[limiters.Limit]
+
+	pmu     sync.Mutex
+	paused  bool
+	resumed chan struct{} // closed when not paused
+
+	releasing atomic.Int64
+	held      atomic.Int64
+}
+
+func (r *runner) setPaused(p bool) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if p == r.paused {
+		return
+	}
+	r.paused = p
+	if p {
+		r.resumed = make(chan struct{})
+	} else {
+		close(r.resumed)
+	}
+}
+
+// pauseGate returns nil when not paused, else a channel closed on resume.
+func (r *runner) pauseGate() chan struct{} {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if !r.paused {
+		return nil
+	}
+	return r.resumed
+}
+
+func (r *runner) bucket() Bucket {
+	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst}
+}
+
+var errStopping = errors.New("shaping: stopping")
+
+// sleep waits d, or less if ctx ends or the dispatcher stops (false).
+func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-r.d.stopping:
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-r.d.stopping:
+		return false
+	}
+}
+
+// acquire reserves a slot and waits for it. It fails only when ctx ends or
+// the dispatcher stops; Redis errors are retried (shaping fails closed:
+// nothing is released without a reservation).
+func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
+	m := r.d.m
+	backoff := 50 * time.Millisecond
+	var lastLog time.Time
+	for {
+		if gate := r.pauseGate(); gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return Reservation{}, ctx.Err()
+			case <-r.d.stopping:
+				return Reservation{}, errStopping
+			}
+			continue
+		}
+		if !r.sleep(ctx, 0) {
+			return Reservation{}, errStopping
+		}
+		res, err := r.d.buckets.Reserve(ctx, r.bucket(), cost, r.ds.MaxWait)
+		if err != nil {
+			if time.Since(lastLog) > 10*time.Second {
+				r.d.log.Warn("shaping: cannot reserve a slot; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
+				lastLog = time.Now()
+			}
+			if !r.sleep(ctx, backoff) {
+				return Reservation{}, errStopping
+			}
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if !res.OK {
+			if m != nil {
+				m.BucketFull.WithLabelValues(r.ds.Name).Inc()
+			}
+			// Room opens once the wait falls back to MaxWait.
+			if !r.sleep(ctx, max(res.Wait-r.ds.MaxWait, time.Millisecond)) {
+				return Reservation{}, errStopping
+			}
+			continue
+		}
+		if m != nil {
+			m.SlotWait.WithLabelValues(r.ds.Name).Observe(res.Wait.Seconds())
+		}
+		if !r.sleep(ctx, res.Wait) {
+			return Reservation{}, errStopping // the slot is wasted, never replayed
+		}
+		return res, nil
+	}
+}
+
+// giveBack holds a task the dispatcher will not release until asynq, at
+// shutdown, pushes it back to its queue (requeue: no attempt consumed) and
+// cancels ctx. Returning an error instead would go through asynq's retry
+// path, which archives MaxRetry(0) tasks.
+func (r *runner) giveBack(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (r *runner) outcome(o string) {
+	if r.d.m != nil {
+		r.d.m.Outcomes.WithLabelValues(r.ds.Name, o).Inc()
+	}
+}
+
+func (r *runner) process(ctx context.Context, at *asynq.Task) error {
+	r.held.Add(1)
+	if m := r.d.m; m != nil {
+		m.Held.WithLabelValues(r.ds.Name).Set(float64(r.held.Load()))
+	}
+	defer func() {
+		r.held.Add(-1)
+		if m := r.d.m; m != nil {
+			m.Held.WithLabelValues(r.ds.Name).Set(float64(r.held.Load()))
+		}
+	}()
+
+	meta, err := envelope.Decode(at.Headers())
+	if err != nil {
+		r.outcome("malformed")
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	}
+	h := r.handlers[at.Type()]
+	if h == nil {
+		h = r.ds.Handler
+	}
+	if h == nil {
+		r.outcome("malformed")
+		return fmt.Errorf("shaping: downstream %q has no handler for task type %q: %w", r.ds.Name, at.Type(), asynq.SkipRetry)
+	}
+	id, _ := asynq.GetTaskID(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	t := &Task{ID: id, Type: at.Type(), Payload: at.Payload(), Headers: at.Headers(), Downstream: r.ds.Name,
+		Key: meta.Key, Cost: meta.Cost, Retried: retried}
+
+	for {
+		res, err := r.acquire(ctx, t.Cost)
+		if err != nil {
+			return r.giveBack(ctx)
+		}
+		t.Slot = res.Slot()
+		r.releasing.Add(1)
+		select {
+		case <-r.d.stopping: // stopped while the slot came: do not start a release
+			r.releasing.Add(-1)
+			return r.giveBack(ctx)
+		default:
+		}
+		if m := r.d.m; m != nil {
+			m.Releases.WithLabelValues(r.ds.Name).Inc()
+			// Lateness on the local clock: the wait was timed locally from
+			// the reply, so compare against when the wait ended.
+			m.Lateness.WithLabelValues(r.ds.Name).Observe(max(time.Since(t.Slot), 0).Seconds())
+		}
+		herr := call(ctx, h, t)
+		r.releasing.Add(-1)
+
+		var th *ThrottledError
+		switch {
+		case herr == nil:
+			r.outcome("success")
+			return nil
+		case errors.As(herr, &th):
+			r.outcome("throttled")
+			if r.d.m != nil {
+				r.d.m.Pushbacks.WithLabelValues(r.ds.Name).Inc()
+			}
+			if _, err := r.d.buckets.PushBack(ctx, r.bucket(), th.After); err != nil {
+				r.d.log.Warn("shaping: pushback failed", "downstream", r.ds.Name, "err", err)
+			}
+			continue // the task waits for a slot after the pause; no attempt consumed
+		case errors.Is(herr, errPanic):
+			r.outcome("panic")
+			return fmt.Errorf("%w: %w", herr, asynq.SkipRetry)
+		case errors.Is(herr, ErrPermanent), errors.Is(herr, asynq.SkipRetry):
+			r.outcome("archived")
+			return fmt.Errorf("%w: %w", herr, asynq.SkipRetry)
+		case meta.MaxRetry >= 0 && retried >= meta.MaxRetry:
+			r.outcome("archived")
+			return fmt.Errorf("%w (after %d retries): %w", herr, retried, asynq.SkipRetry)
+		default:
+			r.outcome("retry")
+			return herr
+		}
+	}
+}
+
+var errPanic = errors.New("handler panic")
+
+func call(ctx context.Context, h HandlerFunc, t *Task) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", errPanic, p)
+		}
+	}()
+	return h(ctx, t)
+}
+
+// asynqLogger adapts slog to asynq.Logger.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

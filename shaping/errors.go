@@ -1,0 +1,39 @@
+package shaping
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ThrottledError is returned by a handler when the downstream said "slow
+// down, retry after After" (HTTP 429/503 with Retry-After). The dispatcher
+// pushes the downstream's bucket forward by After, so every worker in every
+// process backs off at once, and retries the task at its next slot without
+// consuming a retry attempt.
+type ThrottledError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *ThrottledError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("shaping: downstream throttled, retry after %s", e.After)
+	}
+	return fmt.Sprintf("shaping: downstream throttled, retry after %s: %v", e.After, e.Err)
+}
+
+func (e *ThrottledError) Unwrap() error { return e.Err }
+
+// Throttled wraps err as a ThrottledError asking to retry after d.
+func Throttled(d time.Duration, err error) error { return &ThrottledError{After: d, Err: err} }
+
+// ErrPermanent marks a handler error that retrying cannot fix (a 4xx, a bad
+// payload): the task is archived at once with the error.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent wraps err so the task is archived without retries.
+func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
+
+// ErrUnknownDownstream: a name that was never added.
+var ErrUnknownDownstream = errors.New("shaping: unknown downstream")

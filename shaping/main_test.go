@@ -1,0 +1,9 @@
+package shaping_test
+
+import (
+	"testing"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
