@@ -80,6 +80,11 @@ func (l Limit) PerSec() float64 {
 // IsZero reports whether l is the zero Limit.
 func (l Limit) IsZero() bool { return l == Limit{} }
 
+// RateString reads like "10/s": the rate without the burst.
+func (l Limit) RateString() string {
+	return fmt.Sprintf("%d/%s", l.Rate, periodString(l.Period))
+}
+
 // String reads like "10/s (burst 20)".
 func (l Limit) String() string {
 	return fmt.Sprintf("%d/%s (burst %d)", l.Rate, periodString(l.Period), l.Capacity())

@@ -30,11 +30,11 @@ func TestBucketSteps(t *testing.T) {
 		{0, 1, time.Second, true, 0},
 		{0, 1, time.Second, true, 100 * ms},
 		{0, 1, time.Second, true, 200 * ms},
-		{50 * ms, 3, time.Second, true, 250 * ms},  // slot 300ms, occupies 300ms
-		{50 * ms, 1, 500 * ms, false, 550 * ms},    // slot 600ms: wait 550ms > 500ms, nothing reserved
-		{50 * ms, 1, 600 * ms, true, 550 * ms},     // same slot still free
-		{2 * time.Second, 1, 0, true, 0},           // idle: no burst allowance (burst 1), next is 100ms later
-		{2 * time.Second, 1, 0, false, 100 * ms},   // maxWait 0: only an immediate slot
+		{50 * ms, 3, time.Second, true, 250 * ms}, // slot 300ms, occupies 300ms
+		{50 * ms, 1, 500 * ms, false, 550 * ms},   // slot 600ms: wait 550ms > 500ms, nothing reserved
+		{50 * ms, 1, 600 * ms, true, 550 * ms},    // same slot still free
+		{2 * time.Second, 1, 0, true, 0},          // idle: no burst allowance (burst 1), next is 100ms later
+		{2 * time.Second, 1, 0, false, 100 * ms},  // maxWait 0: only an immediate slot
 		{2100 * ms, 1, 0, true, 0},
 	}
 	for i, s := range steps {

@@ -1,0 +1,171 @@
+// Package testsink is a recording HTTP downstream for tests and benchmarks:
+// it notes when each request arrived and which task it carried, and can be
+// told to answer 429 with a Retry-After for a while, or to answer 429 above
+// a rate (an API with a hard quota).
+package testsink
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Hit is one request the sink received.
+type Hit struct {
+	At      time.Time
+	TaskID  string
+	Payload string
+	Status  int
+}
+
+// Sink records requests. Safe for concurrent use.
+type Sink struct {
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	hits      []Hit
+	throttle  time.Time     // answer 429 until then
+	retry     time.Duration // Retry-After to send while throttling
+	quota     float64       // >0: answer 429 when the last second saw more than this many 2xx
+	recentOK  []time.Time
+	onRequest func(Hit) (status int, retryAfter time.Duration)
+}
+
+// New starts a sink on a loopback port.
+func New() *Sink {
+	s := &Sink{}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// URL of the sink.
+func (s *Sink) URL() string { return s.srv.URL }
+
+// Close stops the sink.
+func (s *Sink) Close() { s.srv.Close() }
+
+// ThrottleFor makes the sink answer 429 with Retry-After: retry for d.
+func (s *Sink) ThrottleFor(d, retry time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttle = time.Now().Add(d)
+	s.retry = retry
+}
+
+// SetQuota makes the sink answer 429 (Retry-After: 1) to requests beyond
+// perSec successful ones in the trailing second; 0 turns it off.
+func (s *Sink) SetQuota(perSec float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.quota = perSec
+}
+
+// OnRequest lets a test pick the answer per request (status 0: default).
+func (s *Sink) OnRequest(f func(Hit) (int, time.Duration)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onRequest = f
+}
+
+func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	now := time.Now()
+	h := Hit{At: now, TaskID: r.Header.Get("X-Shaper-Task-Id"), Payload: string(body), Status: http.StatusOK}
+	s.mu.Lock()
+	var retry time.Duration
+	switch {
+	case now.Before(s.throttle):
+		h.Status, retry = http.StatusTooManyRequests, s.retry
+	case s.quota > 0:
+		cut := 0
+		for cut < len(s.recentOK) && now.Sub(s.recentOK[cut]) >= time.Second {
+			cut++
+		}
+		s.recentOK = s.recentOK[cut:]
+		if float64(len(s.recentOK)) >= s.quota {
+			h.Status, retry = http.StatusTooManyRequests, time.Second
+		}
+	}
+	if s.onRequest != nil {
+		if st, ra := s.onRequest(h); st != 0 {
+			h.Status, retry = st, ra
+		}
+	}
+	if h.Status < 300 {
+		s.recentOK = append(s.recentOK, now)
+	}
+	s.hits = append(s.hits, h)
+	s.mu.Unlock()
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.FormatFloat(retry.Seconds(), 'f', -1, 64))
+	}
+	w.WriteHeader(h.Status)
+}
+
+// Hits returns a copy of every request so far, in arrival order.
+func (s *Sink) Hits() []Hit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Hit(nil), s.hits...)
+}
+
+// OK returns the successful (2xx) hits.
+func (s *Sink) OK() []Hit {
+	var out []Hit
+	for _, h := range s.Hits() {
+		if h.Status < 300 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Count is the number of successful hits.
+func (s *Sink) Count() int { return len(s.OK()) }
+
+// Times extracts arrival times.
+func Times(hs []Hit) []time.Time {
+	out := make([]time.Time, len(hs))
+	for i, h := range hs {
+		out[i] = h.At
+	}
+	return out
+}
+
+// MaxInWindow is the most events inside any window of length w.
+func MaxInWindow(ts []time.Time, w time.Duration) int {
+	s := append([]time.Time(nil), ts...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
+	best, j := 0, 0
+	for i := range s {
+		for s[i].Sub(s[j]) >= w {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// Rate is (n-1)/(last-first): the achieved rate of a run of events.
+func Rate(ts []time.Time) float64 {
+	if len(ts) < 2 {
+		return 0
+	}
+	s := append([]time.Time(nil), ts...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
+	return float64(len(s)-1) / s[len(s)-1].Sub(s[0]).Seconds()
+}
+
+// Span is last-first.
+func Span(ts []time.Time) time.Duration {
+	if len(ts) < 2 {
+		return 0
+	}
+	s := append([]time.Time(nil), ts...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
+	return s[len(s)-1].Sub(s[0])
+}
