@@ -127,6 +127,9 @@ type ProducerConfig struct {
 	Logger *slog.Logger
 	// MaxPayload bounds a payload's size in bytes; 0 means 1 MiB.
 	MaxPayload int
+	// MaxRetry is the default retry budget per downstream for tasks that
+	// set none; missing downstreams use DefaultMaxRetry.
+	MaxRetry map[string]int
 }
 
 // Producer enqueues tasks after admission. Safe for concurrent use.
@@ -267,6 +270,9 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 		}
 	}
 	maxRetry := DefaultMaxRetry
+	if r, ok := p.cfg.MaxRetry[t.Downstream]; ok {
+		maxRetry = r
+	}
 	if t.MaxRetry != nil {
 		maxRetry = *t.MaxRetry
 	}

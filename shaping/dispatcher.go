@@ -58,6 +58,12 @@ type Downstream struct {
 	Workers int
 	// Handler serves task types without a handler of their own (Handle).
 	Handler HandlerFunc
+	// LateTolerance is how far behind its slot a worker may still release;
+	// a worker woken later than that (a starved CPU, a GC pause) wastes
+	// the slot and queues again rather than bunch up with the next
+	// releases. Zero means half an interval, clamped to [5ms, 50ms];
+	// negative means never skip.
+	LateTolerance time.Duration
 }
 
 // Config configures a Dispatcher. The zero value works.
@@ -95,6 +101,7 @@ type Dispatcher struct {
 	started  bool
 	stopping chan struct{}
 	stopOnce sync.Once
+	offset   clockOffset
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
@@ -464,11 +471,36 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 		if m != nil {
 			m.SlotWait.WithLabelValues(r.ds.Name).Observe(res.Wait.Seconds())
 		}
-		if !r.sleep(ctx, res.Wait) {
+		recv := time.Now()
+		offset := r.d.offset.observe(recv.Sub(res.Now), recv)
+		deadline := res.Slot().Add(offset) // the slot on the local clock
+		if !r.sleep(ctx, time.Until(deadline)) {
 			return Reservation{}, errStopping // the slot is wasted, never replayed
+		}
+		// A worker that wakes far behind its slot (CPU starvation, a GC or
+		// a slow Redis reply) would release next to the following slots and
+		// bunch them. Its slot is wasted instead and it queues again, so
+		// every release lies within LateTolerance of its slot.
+		if late := time.Since(deadline); late > r.lateTolerance() {
+			if m != nil {
+				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
+			}
+			continue
 		}
 		return res, nil
 	}
+}
+
+// lateTolerance is how far behind its slot a release may start: the
+// configured LateTolerance, or half an interval clamped to [5ms, 50ms].
+func (r *runner) lateTolerance() time.Duration {
+	if r.ds.LateTolerance < 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	if r.ds.LateTolerance > 0 {
+		return r.ds.LateTolerance
+	}
+	return min(max(r.rate.Load().Interval(1)/2, 5*time.Millisecond), 50*time.Millisecond)
 }
 
 // giveBack holds a task the dispatcher will not release until asynq, at

@@ -53,7 +53,12 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 	}
 	client := cfg.Client
 	if client == nil {
-		client = &http.Client{Timeout: cfg.Timeout}
+		// Keep a warm connection per worker: the default of 2 idle
+		// connections per host makes most releases dial anew, which adds
+		// jitter between a slot and the request's arrival.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
+		client = &http.Client{Timeout: cfg.Timeout, Transport: tr}
 	}
 	return func(ctx context.Context, t *Task) error {
 		ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -69,6 +74,8 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 		req.Header.Set("Idempotency-Key", t.ID)
 		req.Header.Set("X-Shaper-Task-Id", t.ID)
 		req.Header.Set("X-Shaper-Downstream", t.Downstream)
+		req.Header.Set("X-Shaper-Slot", strconv.FormatInt(t.Slot.UnixMicro(), 10))
+		req.Header.Set("X-Shaper-Released", strconv.FormatInt(time.Now().UnixMicro(), 10))
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("http: %s %s: %w", method, cfg.URL, err)
@@ -136,4 +143,3 @@ func LogHandler(logf func(format string, args ...any)) HandlerFunc {
 		return nil
 	}
 }
-

@@ -3,9 +3,153 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/server"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
 )
 
-// RunConfigFile runs shaper from a config file until ctx ends.
+// Options tunes Run for embedding and tests.
+type Options struct {
+	// Logger; nil means JSON lines on stderr at info level.
+	Logger *slog.Logger
+	// Handlers serves downstreams whose handler type is "go", by name.
+	Handlers map[string]shaping.HandlerFunc
+	// OnReady, when set, is called once everything runs, with the HTTP
+	// address ("" when the HTTP server is off).
+	OnReady func(httpAddr string)
+}
+
+// RunConfigFile loads the config at path and runs shaper until ctx ends.
 func RunConfigFile(ctx context.Context, path string) error {
-	return errors.New("config: not implemented yet")
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg, Options{})
+}
+
+// Run runs the dispatcher and the HTTP surface for cfg until ctx ends, then
+// shuts down gracefully. Every config error is reported before anything
+// starts.
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	token, err := cfg.HTTP.Token()
+	if err != nil {
+		return err
+	}
+	rdb, closeRedis, err := OpenRedis(cfg.Redis)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	d := shaping.New(rdb, shaping.Config{Prefix: cfg.Redis.Prefix, Logger: log, Metrics: m,
+		ShutdownTimeout: time.Duration(cfg.ShutdownTimeout), RedisTimeout: time.Duration(cfg.Redis.Timeout)})
+	for i, dc := range cfg.Downstreams {
+		h, err := handlerFor(dc, opts.Handlers, log)
+		if err != nil {
+			return fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
+		}
+		if err := d.Add(shaping.Downstream{Name: dc.Name, Rate: dc.Limit(), Burst: dc.Burst,
+			MaxWait: dc.MaxWaitDuration(), Workers: dc.Workers, Handler: h}); err != nil {
+			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
+		}
+	}
+	producer, err := NewProducer(rdb, cfg, m)
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	inspector := queue.NewInspector(rdb, cfg.Redis.Prefix)
+
+	var srv *server.Server
+	addr := ""
+	if cfg.HTTP.Enabled() {
+		srv = server.New(server.Options{Addr: cfg.HTTP.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
+		mountAPI(srv, producer, d, inspector, int64(cfg.HTTP.MaxBody), log)
+		if addr, err = srv.Start(); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+	}
+
+	if err := Ping(rdb, 5*time.Second); err != nil {
+		log.Warn("redis is not answering yet; workers will hold off until it does", "redis", cfg.Redis.String(), "err", err)
+	}
+	if err := d.Start(); err != nil {
+		return err
+	}
+	go collectBacklog(ctx, inspector, d, m)
+	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
+	for _, ds := range d.Downstreams() {
+		log.Info("downstream", "name", ds.Name, "rate", ds.Rate.RateString(), "burst", max(ds.Burst, 1),
+			"max_wait", ds.MaxWait.String(), "workers", ds.Workers)
+	}
+	if opts.OnReady != nil {
+		opts.OnReady(addr)
+	}
+	<-ctx.Done()
+	log.Info("shutting down: no new tasks; releases in flight may finish", "timeout", time.Duration(cfg.ShutdownTimeout).String())
+	err = d.Shutdown(context.Background())
+	log.Info("stopped")
+	return err
+}
+
+func handlerFor(dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger) (shaping.HandlerFunc, error) {
+	switch dc.Handler.Type {
+	case config.HandlerHTTP:
+		return shaping.HTTPHandler(shaping.HTTPConfig{URL: dc.Handler.URL, Method: dc.Handler.Method,
+			Headers: dc.Handler.Headers, Timeout: time.Duration(dc.Handler.Timeout)}), nil
+	case config.HandlerLog:
+		return shaping.LogHandler(func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }), nil
+	case config.HandlerGo:
+		if h, ok := gos[dc.Name]; ok {
+			return h, nil
+		}
+		return nil, errors.New(`type "go" needs a Go program that registers a handler for this downstream (see examples/embedded)`)
+	}
+	return nil, fmt.Errorf("unknown type %q", dc.Handler.Type)
+}
+
+func collectBacklog(ctx context.Context, in *queue.Inspector, d *shaping.Dispatcher, m *metrics.Metrics) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		for _, ds := range d.Downstreams() {
+			b, err := in.Backlog(ds.Name)
+			if err != nil {
+				continue
+			}
+			for state, v := range map[string]int{"pending": b.Pending, "active": b.Active, "scheduled": b.Scheduled,
+				"retry": b.Retry, "archived": b.Archived} {
+				m.Backlog.WithLabelValues(ds.Name, state).Set(float64(v))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

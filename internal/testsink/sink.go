@@ -20,6 +20,8 @@ type Hit struct {
 	TaskID  string
 	Payload string
 	Status  int
+	Wake    time.Time
+	Slot    time.Time // the slot shaper reserved for it (X-Shaper-Slot), if sent
 }
 
 // Sink records requests. Safe for concurrent use.
@@ -75,6 +77,12 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	now := time.Now()
 	h := Hit{At: now, TaskID: r.Header.Get("X-Shaper-Task-Id"), Payload: string(body), Status: http.StatusOK}
+	if us, err := strconv.ParseInt(r.Header.Get("X-Shaper-Released"), 10, 64); err == nil {
+		h.Wake = time.UnixMicro(us)
+	}
+	if us, err := strconv.ParseInt(r.Header.Get("X-Shaper-Slot"), 10, 64); err == nil {
+		h.Slot = time.UnixMicro(us)
+	}
 	s.mu.Lock()
 	var retry time.Duration
 	switch {

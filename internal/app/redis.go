@@ -1,0 +1,104 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/config"
+)
+
+// OpenRedis connects as cfg says: a URL (redis:// or rediss://), a Cluster,
+// a Sentinel group, or, when none is set, an embedded in-process Redis (for
+// trying shaper out on one machine; its state dies with the process). The
+// returned close func closes the client and the embedded server.
+func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
+	password, err := cfg.Password()
+	if err != nil {
+		return nil, nil, err
+	}
+	timeout := time.Duration(cfg.Timeout)
+	var tlsCfg *tls.Config
+	if cfg.TLSCAFile != "" {
+		pem, err := os.ReadFile(cfg.TLSCAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: redis.tls_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("config: redis.tls_ca_file: no PEM certificate in %s", cfg.TLSCAFile)
+		}
+		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	switch {
+	case len(cfg.Cluster) > 0:
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, Username: cfg.Username, Password: password,
+			TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
+		return c, func() { c.Close() }, nil
+	case cfg.Sentinel != nil:
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.Sentinel.Master, SentinelAddrs: cfg.Sentinel.Addrs,
+			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
+		return c, func() { c.Close() }, nil
+	case cfg.URL != "":
+		opt, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: redis.url: %v", redactErr(err, cfg.URL))
+		}
+		if password != "" {
+			opt.Password = password
+		}
+		if cfg.Username != "" {
+			opt.Username = cfg.Username
+		}
+		if tlsCfg != nil {
+			if opt.TLSConfig == nil {
+				return nil, nil, fmt.Errorf("config: redis.tls_ca_file is set but redis.url is not rediss://")
+			}
+			opt.TLSConfig.RootCAs = tlsCfg.RootCAs
+		}
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
+		c := redis.NewClient(opt)
+		return c, func() { c.Close() }, nil
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		return nil, nil, fmt.Errorf("embedded redis: %w", err)
+	}
+	stop := make(chan struct{})
+	go func() { // miniredis keys expire only when its clock moves
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				mr.FastForward(time.Second)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return c, func() { c.Close(); close(stop); mr.Close() }, nil
+}
+
+// redactErr keeps a URL's password out of an error message.
+func redactErr(err error, url string) string {
+	if url == "" {
+		return err.Error()
+	}
+	return strings.ReplaceAll(err.Error(), url, "<redis url>")
+}
+
+// Ping checks Redis within d.
+func Ping(rdb redis.UniversalClient, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return rdb.Ping(ctx).Err()
+}
