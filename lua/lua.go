@@ -26,6 +26,10 @@ var (
 	leakyBucketSrc string
 	//go:embed shaping.lua
 	shapingSrc string
+	//go:embed control.lua
+	controlSrc string
+	//go:embed adaptive.lua
+	adaptiveSrc string
 )
 
 // Admission scripts share one ARGV layout:
@@ -45,6 +49,12 @@ var (
 	// Shaping: KEYS[1] STRING next_free. ARGV {interval_us, burst_us,
 	// max_wait_us, mode, now}; reply {reserved, wait_us, next_free_us, now_us}.
 	Shaping = redis.NewScript(shapingSrc)
+	// Control: KEYS[1] HASH of a downstream's runtime state. ARGV {ttl_ms,
+	// field, value, …}; reply: fields in the hash.
+	Control = redis.NewScript(controlSrc)
+	// Adaptive: KEYS[1] the same HASH. AIMD of the shared rate; reply: the
+	// rate in milli-units per second.
+	Adaptive = redis.NewScript(adaptiveSrc)
 )
 
 // Modes for ARGV[4].
@@ -56,5 +66,5 @@ const (
 
 // All lists every script, for loading on every node of a cluster.
 func All() []*redis.Script {
-	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Shaping}
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Shaping, Control, Adaptive}
 }

@@ -64,6 +64,12 @@ type Downstream struct {
 	// releases. Zero means half an interval, clamped to [5ms, 50ms];
 	// negative means never skip.
 	LateTolerance time.Duration
+	// Schedule, when set, changes the rate at times of day; Rate is used
+	// until one of its changes has fired.
+	Schedule RateSchedule
+	// Adaptive, when set, lets the downstream's answers move the rate
+	// between a floor and a ceiling (AIMD), shared by all processes.
+	Adaptive *Adaptive
 }
 
 // Config configures a Dispatcher. The zero value works.
@@ -84,6 +90,12 @@ type Config struct {
 	PollInterval time.Duration
 	// RedisTimeout bounds each bucket script call; zero means 2s.
 	RedisTimeout time.Duration
+	// ControlInterval is how often each downstream re-reads its runtime
+	// state (pause, rate override, adaptive rate) and schedule; zero means
+	// 250ms, so a change reaches every process within a second.
+	ControlInterval time.Duration
+	// Now is the clock schedules are read with; nil means time.Now.
+	Now func() time.Time
 }
 
 // Dispatcher releases the tasks of its downstreams at their rates.
@@ -102,6 +114,7 @@ type Dispatcher struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 	offset   clockOffset
+	control  *Control
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
@@ -118,14 +131,25 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.RedisTimeout <= 0 {
 		cfg.RedisTimeout = 2 * time.Second
 	}
+	if cfg.ControlInterval <= 0 {
+		cfg.ControlInterval = 250 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	d := &Dispatcher{
 		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger, m: cfg.Metrics,
 		runners: map[string]*runner{}, stopping: make(chan struct{}),
 	}
+	d.control = NewControl(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
 		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))
 	return d
 }
+
+// Control is the dispatcher's runtime control (pause, resume, rate
+// override), which applies to every process sharing the Redis.
+func (d *Dispatcher) Control() *Control { return d.control }
 
 // Buckets is the dispatcher's bucket client (for pushbacks from outside a
 // handler, and for inspection).
@@ -144,6 +168,17 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 {
 		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers and Burst must not be negative", ds.Name)
 	}
+	if a := ds.Adaptive; a != nil {
+		if err := a.Floor.Validate(); err != nil {
+			return fmt.Errorf("shaping: downstream %q: adaptive floor: %w", ds.Name, err)
+		}
+		if err := a.Ceiling.Validate(); err != nil {
+			return fmt.Errorf("shaping: downstream %q: adaptive ceiling: %w", ds.Name, err)
+		}
+		if a.Floor.PerSec() > a.Ceiling.PerSec() {
+			return fmt.Errorf("shaping: downstream %q: adaptive floor %s is above the ceiling %s", ds.Name, a.Floor.RateString(), a.Ceiling.RateString())
+		}
+	}
 	if ds.MaxWait == 0 {
 		ds.MaxWait = time.Second
 	}
@@ -161,6 +196,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
 	lim := ds.Rate
 	r.rate.Store(&lim)
+	r.base.Store(&lim)
 	d.runners[ds.Name] = r
 	d.order = append(d.order, ds.Name)
 	if d.m != nil {
@@ -218,9 +254,11 @@ func (d *Dispatcher) Start() error {
 			Logger:                   asynqLogger{d.log.With("downstream", name)},
 			LogLevel:                 asynq.WarnLevel,
 		})
+		r.refresh(context.Background())
 		if err := r.srv.Start(asynq.HandlerFunc(r.process)); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
+		go r.controlLoop()
 	}
 	return nil
 }
@@ -286,24 +324,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return d.Shutdown(context.Background())
 }
 
-// SetRate changes a downstream's rate in this process from the next
-// reservation on. (Runtime control across processes goes through Redis;
-// see Control.)
-func (d *Dispatcher) SetRate(downstream string, l limiters.Limit) error {
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	r, err := d.runner(downstream)
-	if err != nil {
-		return err
-	}
-	r.rate.Store(&l)
-	if d.m != nil {
-		d.m.RateInForce.WithLabelValues(downstream).Set(l.PerSec())
-	}
-	return nil
-}
-
 // Rate is the rate in force for a downstream in this process.
 func (d *Dispatcher) Rate(downstream string) (limiters.Limit, error) {
 	r, err := d.runner(downstream)
@@ -313,22 +333,13 @@ func (d *Dispatcher) Rate(downstream string) (limiters.Limit, error) {
 	return *r.rate.Load(), nil
 }
 
-// SetPaused pauses or resumes a downstream in this process: paused
-// workers keep holding their tasks and release nothing.
-func (d *Dispatcher) SetPaused(downstream string, paused bool) error {
+// Paused reports whether a downstream is paused in this process.
+func (d *Dispatcher) Paused(downstream string) (bool, error) {
 	r, err := d.runner(downstream)
 	if err != nil {
-		return err
+		return false, err
 	}
-	r.setPaused(paused)
-	if d.m != nil {
-		v := 0.0
-		if paused {
-			v = 1
-		}
-		d.m.Paused.WithLabelValues(downstream).Set(v)
-	}
-	return nil
+	return r.pauseGate() != nil, nil
 }
 
 // Downstreams lists the downstreams in the order they were added.
@@ -368,6 +379,8 @@ type runner struct {
 
 	releasing atomic.Int64
 	held      atomic.Int64
+	base      atomic.Pointer[limiters.Limit] // rate before the adaptive cap
+	lastInc   atomic.Int64                   // unix ns of the last "inc" sent
 }
 
 func (r *runner) setPaused(p bool) {
@@ -574,14 +587,25 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		switch {
 		case herr == nil:
 			r.outcome("success")
+			r.adapt("inc")
 			return nil
 		case errors.As(herr, &th):
 			r.outcome("throttled")
-			if r.d.m != nil {
-				r.d.m.Pushbacks.WithLabelValues(r.ds.Name).Inc()
+			r.adapt("dec")
+			// An explicit Retry-After is the downstream's wish: every worker
+			// waits it out. A bare 429/503 pauses a second, unless the
+			// adaptive rate is on, which answers it by slowing down instead.
+			pause := th.After
+			if pause <= 0 && r.ds.Adaptive == nil {
+				pause = time.Second
 			}
-			if _, err := r.d.buckets.PushBack(ctx, r.bucket(), th.After); err != nil {
-				r.d.log.Warn("shaping: pushback failed", "downstream", r.ds.Name, "err", err)
+			if pause > 0 {
+				if r.d.m != nil {
+					r.d.m.Pushbacks.WithLabelValues(r.ds.Name).Inc()
+				}
+				if _, err := r.d.buckets.PushBack(ctx, r.bucket(), pause); err != nil {
+					r.d.log.Warn("shaping: pushback failed", "downstream", r.ds.Name, "err", err)
+				}
 			}
 			continue // the task waits for a slot after the pause; no attempt consumed
 		case errors.Is(herr, errPanic):
@@ -590,6 +614,10 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		case errors.Is(herr, ErrPermanent), errors.Is(herr, asynq.SkipRetry):
 			r.outcome("archived")
 			return fmt.Errorf("%w: %w", herr, asynq.SkipRetry)
+		case isTimeout(herr) && r.ds.Adaptive != nil && (meta.MaxRetry < 0 || retried < meta.MaxRetry):
+			r.adapt("dec")
+			r.outcome("retry")
+			return herr
 		case meta.MaxRetry >= 0 && retried >= meta.MaxRetry:
 			r.outcome("archived")
 			return fmt.Errorf("%w (after %d retries): %w", herr, retried, asynq.SkipRetry)

@@ -10,7 +10,9 @@ import (
 // down, retry after After" (HTTP 429/503 with Retry-After). The dispatcher
 // pushes the downstream's bucket forward by After, so every worker in every
 // process backs off at once, and retries the task at its next slot without
-// consuming a retry attempt.
+// consuming a retry attempt. After 0 means the downstream gave no
+// Retry-After: the dispatcher pauses 1s, or, with an adaptive rate, only
+// slows the rate down.
 type ThrottledError struct {
 	After time.Duration
 	Err   error

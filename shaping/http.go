@@ -24,16 +24,14 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// Client; nil means a client with Timeout.
 	Client *http.Client
-	// DefaultRetryAfter is the pause used when a 429/503 carries no
-	// readable Retry-After; zero means 1s.
-	DefaultRetryAfter time.Duration
 }
 
 // HTTPHandler forwards each task's payload to a URL:
 //   - 2xx: done;
 //   - 429 or 503: the downstream is throttling; its Retry-After (seconds or
-//     an HTTP date) pushes the bucket back for every worker, and the task
-//     is retried without consuming an attempt;
+//     an HTTP date) pushes the bucket back for every worker (a bare 429
+//     pauses 1s, or slows the adaptive rate), and the task is retried
+//     without consuming an attempt;
 //   - other 5xx, timeouts, connection errors: retried with backoff;
 //   - other 4xx: archived at once, with the status and the start of the
 //     response body in the error.
@@ -47,9 +45,6 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.DefaultRetryAfter <= 0 {
-		cfg.DefaultRetryAfter = time.Second
 	}
 	client := cfg.Client
 	if client == nil {
@@ -87,10 +82,9 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 		case c >= 200 && c < 300:
 			return nil
 		case c == http.StatusTooManyRequests || c == http.StatusServiceUnavailable:
-			d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-			if !ok {
-				d = cfg.DefaultRetryAfter
-			}
+			// Without a readable Retry-After, After stays 0 and the
+			// dispatcher picks the pause (see ThrottledError).
+			d, _ := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 			return Throttled(d, fmt.Errorf("http: %s", resp.Status))
 		case c >= 500:
 			return fmt.Errorf("http: %s: %s", resp.Status, snippet(body))

@@ -13,23 +13,24 @@ import (
 // Metrics holds shaper's collectors. A nil *Metrics is valid and records
 // nothing, so library users need not register anything.
 type Metrics struct {
-	Releases       *prometheus.CounterVec   // downstream
-	SlotWait       *prometheus.HistogramVec // downstream
-	Lateness       *prometheus.HistogramVec // downstream
-	BucketFull     *prometheus.CounterVec   // downstream
-	LateSkips      *prometheus.CounterVec   // downstream
-	Pushbacks      *prometheus.CounterVec   // downstream
-	Outcomes       *prometheus.CounterVec   // downstream, outcome
-	Backlog        *prometheus.GaugeVec     // downstream, state
-	RateInForce    *prometheus.GaugeVec     // downstream
-	Paused         *prometheus.GaugeVec     // downstream
-	Held           *prometheus.GaugeVec     // downstream
-	ScriptDuration *prometheus.HistogramVec // script
-	ScriptErrors   *prometheus.CounterVec   // script
-	Decisions      *prometheus.CounterVec   // downstream, limiter, outcome
-	Deferrals      *prometheus.CounterVec   // downstream
-	FailOpen       *prometheus.CounterVec   // downstream, limiter
-	Enqueued       *prometheus.CounterVec   // downstream
+	Releases          *prometheus.CounterVec   // downstream
+	SlotWait          *prometheus.HistogramVec // downstream
+	Lateness          *prometheus.HistogramVec // downstream
+	BucketFull        *prometheus.CounterVec   // downstream
+	LateSkips         *prometheus.CounterVec   // downstream
+	Pushbacks         *prometheus.CounterVec   // downstream
+	AdaptiveDecreases *prometheus.CounterVec   // downstream
+	Outcomes          *prometheus.CounterVec   // downstream, outcome
+	Backlog           *prometheus.GaugeVec     // downstream, state
+	RateInForce       *prometheus.GaugeVec     // downstream
+	Paused            *prometheus.GaugeVec     // downstream
+	Held              *prometheus.GaugeVec     // downstream
+	ScriptDuration    *prometheus.HistogramVec // script
+	ScriptErrors      *prometheus.CounterVec   // script
+	Decisions         *prometheus.CounterVec   // downstream, limiter, outcome
+	Deferrals         *prometheus.CounterVec   // downstream
+	FailOpen          *prometheus.CounterVec   // downstream, limiter
+	Enqueued          *prometheus.CounterVec   // downstream
 }
 
 // New registers shaper's metrics on reg.
@@ -49,6 +50,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases)."}, []string{"downstream"}),
 		Pushbacks: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "pushbacks_total",
 			Help: "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward."}, []string{"downstream"}),
+		AdaptiveDecreases: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "adaptive_decreases_total",
+			Help: "429/503/timeout answers reported to the adaptive (AIMD) rate."}, []string{"downstream"}),
 		Outcomes: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "handler_outcomes_total",
 			Help: "Handler results: success, retry, archived, throttled, panic, malformed."}, []string{"downstream", "outcome"}),
 		Backlog: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "queue", Name: "tasks",

@@ -58,7 +58,7 @@ func (s *Sink) ThrottleFor(d, retry time.Duration) {
 	s.retry = retry
 }
 
-// SetQuota makes the sink answer 429 (Retry-After: 1) to requests beyond
+// SetQuota makes the sink answer a bare 429 (no Retry-After) to requests beyond
 // perSec successful ones in the trailing second; 0 turns it off.
 func (s *Sink) SetQuota(perSec float64) {
 	s.mu.Lock()
@@ -95,7 +95,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		s.recentOK = s.recentOK[cut:]
 		if float64(len(s.recentOK)) >= s.quota {
-			h.Status, retry = http.StatusTooManyRequests, time.Second
+			h.Status = http.StatusTooManyRequests // bare 429: no Retry-After
 		}
 	}
 	if s.onRequest != nil {

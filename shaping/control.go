@@ -1,0 +1,157 @@
+package shaping
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/lua"
+)
+
+// StateTTL is how long a downstream's runtime state (pause, rate override,
+// adaptive rate) outlives its last change.
+const StateTTL = 30 * 24 * time.Hour
+
+// State is a downstream's runtime state as stored in Redis, shared by every
+// process.
+type State struct {
+	Paused bool
+	// Override replaces the configured (or scheduled) rate; zero: none.
+	Override limiters.Limit
+	// Adaptive is the AIMD rate in units per second; 0 when not in use.
+	Adaptive float64
+}
+
+// Control changes downstreams at runtime, for every process at once: each
+// dispatcher reads the state at least every ControlInterval. Safe for
+// concurrent use; needs no Dispatcher.
+type Control struct {
+	rdb   redis.Scripter
+	space keys.Space
+}
+
+// NewControl returns a Control for keys under prefix.
+func NewControl(rdb redis.Scripter, prefix string) *Control {
+	return &Control{rdb: rdb, space: keys.New(prefix)}
+}
+
+func (c *Control) set(ctx context.Context, ds string, kv ...string) error {
+	if !dsName.MatchString(ds) {
+		return fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
+	}
+	args := []any{StateTTL.Milliseconds()}
+	for _, s := range kv {
+		args = append(args, s)
+	}
+	if err := lua.Control.Run(ctx, c.rdb, []string{c.space.DownstreamState(ds)}, args...).Err(); err != nil {
+		return fmt.Errorf("shaping: control %q: %w", ds, err)
+	}
+	return nil
+}
+
+// Pause stops releases of ds in every process; held tasks stay held and
+// queued ones stay queued. Nothing is dropped.
+func (c *Control) Pause(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "1") }
+
+// Resume undoes Pause.
+func (c *Control) Resume(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "") }
+
+// SetRate overrides ds's rate in every process; the zero Limit removes the
+// override (back to the configured or scheduled rate).
+func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) error {
+	if l.IsZero() {
+		return c.set(ctx, ds, "override_rate", "", "override_period_us", "")
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	return c.set(ctx, ds, "override_rate", strconv.FormatInt(l.Rate, 10),
+		"override_period_us", strconv.FormatInt(int64(l.Period/time.Microsecond), 10))
+}
+
+// State reads ds's runtime state.
+func (c *Control) State(ctx context.Context, ds string) (State, error) {
+	v, err := c.rdbCmd().HMGet(ctx, c.space.DownstreamState(ds), "paused", "override_rate", "override_period_us", "ar").Result()
+	if err != nil {
+		return State{}, fmt.Errorf("shaping: state of %q: %w", ds, err)
+	}
+	var st State
+	st.Paused = v[0] == "1"
+	if r, p := toInt(v[1]), toInt(v[2]); r > 0 && p > 0 {
+		st.Override = limiters.Limit{Rate: r, Period: time.Duration(p) * time.Microsecond, Burst: r}
+	}
+	st.Adaptive = float64(toInt(v[3])) / 1000
+	return st, nil
+}
+
+func (c *Control) rdbCmd() redis.Cmdable {
+	if cmd, ok := c.rdb.(redis.Cmdable); ok {
+		return cmd
+	}
+	panic("shaping: Control needs a redis.Cmdable client")
+}
+
+func toInt(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// Adaptive makes a downstream's rate follow its answers: additive increase
+// while it succeeds, multiplicative decrease on 429/503/timeouts, between
+// Floor and Ceiling, shared by every process through Redis.
+type Adaptive struct {
+	// Floor and Ceiling bound the rate; the ceiling is never exceeded.
+	Floor, Ceiling limiters.Limit
+	// Decrease multiplies the rate on a throttling answer; zero means 0.75.
+	Decrease float64
+	// Step is added per Interval of successes; zero means Ceiling/20.
+	Step limiters.Limit
+	// Interval spaces changes: one decrease per interval however many
+	// workers saw the 429, and increases only after a calm interval. Zero
+	// means 1s.
+	Interval time.Duration
+}
+
+func milli(l limiters.Limit) int64 { return int64(l.PerSec()*1000 + 0.5) }
+
+// fromMilli builds a Limit of m milli-units per second.
+func fromMilli(m int64) limiters.Limit {
+	m = max(m, 1)
+	return limiters.Limit{Rate: m, Period: 1000 * time.Second, Burst: 1}
+}
+
+func (a *Adaptive) args(start limiters.Limit) []any {
+	dec := a.Decrease
+	if dec <= 0 || dec >= 1 {
+		dec = 0.75
+	}
+	step := milli(a.Step)
+	if step <= 0 {
+		step = max(milli(a.Ceiling)/20, 1)
+	}
+	iv := a.Interval
+	if iv <= 0 {
+		iv = time.Second
+	}
+	return []any{milli(start), milli(a.Floor), milli(a.Ceiling), int64(dec * 1000), step, int64(iv / time.Microsecond), StateTTL.Milliseconds()}
+}
+
+// adaptiveEvent runs adaptive.lua and returns the shared rate.
+func (c *Control) adaptiveEvent(ctx context.Context, ds string, a *Adaptive, start limiters.Limit, event string, now int64) (limiters.Limit, error) {
+	args := append([]any{event}, a.args(start)...)
+	args = append(args, now)
+	m, err := lua.Adaptive.Run(ctx, c.rdb, []string{c.space.DownstreamState(ds)}, args...).Int64()
+	if err != nil {
+		return limiters.Limit{}, fmt.Errorf("shaping: adaptive %q: %w", ds, err)
+	}
+	return fromMilli(m), nil
+}

@@ -1,0 +1,177 @@
+package shaping_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testsink"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+func countBetween(ts []time.Time, from, to time.Time) int {
+	n := 0
+	for _, t := range ts {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := newRecorder()
+	must(t, e.d.Add(shaping.Downstream{Name: "ds", Rate: limiters.PerSecond(50), Workers: 10, Handler: rec.handle}))
+	ctx := context.Background()
+	must(t, e.d.Control().Pause(ctx, "ds"))
+	e.enqueue("ds", 100, nil)
+	must(t, e.d.Start())
+	waitFor(t, 5*time.Second, "workers holding tasks while paused", func() bool {
+		b, _ := e.in.Backlog("ds")
+		return b.Active == 10
+	})
+	// Paused for a while: the held tasks stay held, nothing is released.
+	pausedUntil := time.Now().Add(time.Second)
+	waitFor(t, 3*time.Second, "a second of pause", func() bool { return time.Now().After(pausedUntil) })
+	if n := rec.count(); n != 0 {
+		t.Fatalf("%d releases while paused, want 0", n)
+	}
+	st, err := e.d.Control().State(ctx, "ds")
+	must(t, err)
+	if !st.Paused {
+		t.Fatal("state not paused")
+	}
+	if ttl := e.rdb.PTTL(ctx, e.prefix+":ds:{ds:ds:}:state").Val(); ttl <= 0 {
+		t.Errorf("state key has no TTL (%v)", ttl)
+	}
+	must(t, e.d.Control().Resume(ctx, "ds"))
+	waitFor(t, 10*time.Second, "backlog drained", func() bool { return rec.count() >= 100 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if m := maxInWindow(rec.times, time.Second); m > 51 {
+		t.Errorf("after resume, %d releases in a 1s window, want <= 51", m)
+	}
+	for i := 0; i < 100; i++ {
+		if rec.seen[itoa(i)] != 1 {
+			t.Errorf("task %d delivered %d times after pause/resume, want 1", i, rec.seen[itoa(i)])
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestRateOverrideReachesEveryProcess(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var ds []*shaping.Dispatcher
+	for i := 0; i < 3; i++ {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10), Handler: newRecorder().handle}))
+		must(t, d.Start())
+		defer d.Shutdown(context.Background())
+		ds = append(ds, d)
+	}
+	must(t, shaping.NewControl(rdb, prefix).SetRate(context.Background(), "api", limiters.PerSecond(42)))
+	set := time.Now()
+	for i, d := range ds {
+		waitFor(t, 2*time.Second, "override applied", func() bool {
+			l, _ := d.Rate("api")
+			return l.PerSec() == 42
+		})
+		if since := time.Since(set); since > time.Second {
+			t.Errorf("dispatcher %d took %v to apply the override, want within 1s", i, since)
+		}
+	}
+	must(t, shaping.NewControl(rdb, prefix).SetRate(context.Background(), "api", limiters.Limit{}))
+	waitFor(t, 2*time.Second, "override removed", func() bool {
+		l, _ := ds[0].Rate("api")
+		return l.PerSec() == 10
+	})
+}
+
+// A schedule switching at a boundary: before it, the old rate; after it,
+// the new one, in every dispatcher. The clock is shifted so the boundary
+// (20:00, from 10/s to 40/s) comes 3s into the test.
+func TestScheduleSwitchesAtBoundary(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	day, err := shaping.ParseRateChange("0 8 * * *", "10/s", time.UTC)
+	must(t, err)
+	night, err := shaping.ParseRateChange("0 20 * * *", "40/s", time.UTC)
+	must(t, err)
+	start := time.Now()
+	boundary := start.Add(3 * time.Second)
+	fake := time.Date(2026, 11, 30, 19, 59, 57, 0, time.UTC)
+	now := func() time.Time { return fake.Add(time.Since(start)) }
+	rec := newRecorder()
+	for i := 0; i < 2; i++ {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Now: now})
+		must(t, d.Add(shaping.Downstream{Name: "db", Rate: limiters.PerSecond(1), Schedule: shaping.RateSchedule{day, night},
+			Workers: 20, MaxWait: 500 * time.Millisecond, Handler: rec.handle}))
+		defer d.Shutdown(context.Background())
+		must(t, d.Start())
+	}
+	e := &env{t: t, rdb: rdb, prefix: prefix, p: queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})}
+	e.enqueue("db", 400, nil)
+	waitFor(t, 15*time.Second, "6.5s of releases", func() bool { return time.Since(start) > 6500*time.Millisecond })
+	rec.mu.Lock()
+	ts := append([]time.Time(nil), rec.times...)
+	rec.mu.Unlock()
+	before := countBetween(ts, start.Add(time.Second), boundary)                   // 2s at 10/s
+	after := countBetween(ts, boundary.Add(time.Second), start.Add(6*time.Second)) // 2s at 40/s
+	if before < 17 || before > 21 {
+		t.Errorf("before the boundary: %d releases in 2s, want about 20 (10/s)", before)
+	}
+	if after < 72 || after > 81 {
+		t.Errorf("after the boundary: %d releases in 2s, want about 80 (40/s)", after)
+	}
+}
+
+// AIMD against a sink that answers 429 above 20/s: the rate settles into
+// [15, 21]/s, never exceeds the ceiling, and climbs back once the sink is
+// healthy.
+func TestAdaptiveConvergesAndRecovers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sink := testsink.New()
+	defer sink.Close()
+	sink.SetQuota(20)
+	ceiling := limiters.PerSecond(50)
+	must(t, e.d.Add(shaping.Downstream{Name: "api", Rate: ceiling, Workers: 60, MaxWait: 200 * time.Millisecond,
+		Adaptive: &shaping.Adaptive{Floor: limiters.PerSecond(5), Ceiling: ceiling},
+		Handler:  shaping.HTTPHandler(shaping.HTTPConfig{URL: sink.URL()})}))
+	e.enqueue("api", 2000, nil)
+	start := time.Now()
+	must(t, e.d.Start())
+	waitFor(t, 40*time.Second, "20s of adaptive running", func() bool { return time.Since(start) > 20*time.Second })
+	ok := testsink.Times(sink.OK())
+	settled := countBetween(ok, start.Add(10*time.Second), start.Add(20*time.Second))
+	rate := float64(settled) / 10
+	t.Logf("adaptive: %.1f/s delivered in seconds 10-20 (quota 20/s)", rate)
+	if rate < 15 || rate > 21 {
+		t.Errorf("settled rate %.1f/s, want within [15, 21]", rate)
+	}
+	if m := testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second); m > 51 {
+		t.Errorf("%d requests in a 1s window, above the ceiling of 50/s", m)
+	}
+	sink.SetQuota(0)
+	waitFor(t, 30*time.Second, "the rate climbing back to >= 45/s", func() bool {
+		l, _ := e.d.Rate("api")
+		return l.PerSec() >= 45
+	})
+	if l, _ := e.d.Rate("api"); l.PerSec() > 50 {
+		t.Errorf("rate %v above the ceiling", l)
+	}
+}

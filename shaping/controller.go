@@ -1,0 +1,141 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// controlLoop re-reads the runtime state and schedule every
+// ControlInterval until the dispatcher stops.
+func (r *runner) controlLoop() {
+	t := time.NewTicker(r.d.cfg.ControlInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.d.stopping:
+			return
+		case <-t.C:
+			r.refresh(context.Background())
+		}
+	}
+}
+
+// refresh computes the rate in force: the schedule's (or the configured)
+// rate, replaced by a runtime override, capped by the adaptive rate.
+func (r *runner) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.d.cfg.RedisTimeout)
+	defer cancel()
+	base := r.ds.Rate
+	if len(r.ds.Schedule) > 0 {
+		if l, _, ok := r.ds.Schedule.At(r.d.cfg.Now()); ok {
+			base = l
+		}
+	}
+	st, err := r.d.control.State(ctx, r.ds.Name)
+	if err != nil {
+		// Keep the last known state: Redis is away, and reservations fail
+		// closed anyway.
+		return
+	}
+	if !st.Override.IsZero() {
+		base = st.Override
+	}
+	r.base.Store(&base)
+	eff := base
+	if a := r.ds.Adaptive; a != nil {
+		ar := r.clampAdaptive(base)
+		if st.Adaptive > 0 {
+			ar = fromMilli(int64(st.Adaptive*1000 + 0.5))
+		}
+		eff = slower(eff, ar)
+	}
+	r.setRate(eff)
+	r.setPaused(st.Paused)
+	if m := r.d.m; m != nil {
+		v := 0.0
+		if st.Paused {
+			v = 1
+		}
+		m.Paused.WithLabelValues(r.ds.Name).Set(v)
+	}
+}
+
+func (r *runner) setRate(l limiters.Limit) {
+	if cur := r.rate.Load(); cur != nil && *cur == l {
+		return
+	}
+	r.rate.Store(&l)
+	if m := r.d.m; m != nil {
+		m.RateInForce.WithLabelValues(r.ds.Name).Set(l.PerSec())
+	}
+}
+
+// clampAdaptive is where the adaptive rate starts: the base rate within
+// [floor, ceiling].
+func (r *runner) clampAdaptive(base limiters.Limit) limiters.Limit {
+	a := r.ds.Adaptive
+	switch {
+	case base.PerSec() > a.Ceiling.PerSec():
+		return a.Ceiling
+	case base.PerSec() < a.Floor.PerSec():
+		return a.Floor
+	}
+	return base
+}
+
+func slower(a, b limiters.Limit) limiters.Limit {
+	if b.PerSec() < a.PerSec() {
+		return b
+	}
+	return a
+}
+
+// adapt reports a downstream answer to the shared AIMD rate. Increases are
+// sent at most twice per interval per process; the script applies at most
+// one change per interval across all processes.
+func (r *runner) adapt(event string) {
+	a := r.ds.Adaptive
+	if a == nil {
+		return
+	}
+	iv := a.Interval
+	if iv <= 0 {
+		iv = time.Second
+	}
+	now := time.Now().UnixNano()
+	if event == "inc" {
+		last := r.lastInc.Load()
+		if now-last < int64(iv/2) || !r.lastInc.CompareAndSwap(last, now) {
+			return
+		}
+	}
+	base := r.ds.Rate
+	if b := r.base.Load(); b != nil {
+		base = *b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	defer cancel()
+	ar, err := r.d.control.adaptiveEvent(ctx, r.ds.Name, a, r.clampAdaptive(base), event, 0)
+	if err != nil {
+		r.d.log.Warn("shaping: adaptive rate update failed", "downstream", r.ds.Name, "err", err)
+		return
+	}
+	r.setRate(slower(base, ar))
+	if m := r.d.m; m != nil && event == "dec" {
+		m.AdaptiveDecreases.WithLabelValues(r.ds.Name).Inc()
+	}
+}
+
+// isTimeout reports a handler error caused by the downstream not answering
+// in time (a signal for the adaptive rate to back off).
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
