@@ -12,11 +12,22 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // schedules name time zones; work on hosts without tzdata
 
 	"github.com/shaper-io/shaper/internal/app"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "ctl" {
+		if err := app.Ctl(context.Background(), os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "shaper ctl:", err)
+			if errors.Is(err, app.ErrUsage) {
+				os.Exit(2)
+			}
+			os.Exit(1)
+		}
+		return
+	}
 	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
 	configPath := fs.String("config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
 	listen := fs.String("listen", "", "HTTP listen address for the quick start (default 127.0.0.1:8080)")

@@ -67,8 +67,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		if err != nil {
 			return fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
 		}
+		sched, err := dc.RateSchedule()
+		if err != nil {
+			return fmt.Errorf("config: downstreams[%d].schedule: %w", i, err)
+		}
 		if err := d.Add(shaping.Downstream{Name: dc.Name, Rate: dc.Limit(), Burst: dc.Burst,
-			MaxWait: dc.MaxWaitDuration(), Workers: dc.Workers, Handler: h}); err != nil {
+			MaxWait: dc.MaxWaitDuration(), Workers: dc.Workers, Handler: h,
+			Schedule: sched, Adaptive: dc.AdaptiveRate()}); err != nil {
 			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
 		}
 	}
@@ -78,12 +83,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	defer producer.Close()
 	inspector := queue.NewInspector(rdb, cfg.Redis.Prefix)
+	jobs, err := CronJobs(cfg)
+	if err != nil {
+		return err
+	}
 
 	var srv *server.Server
 	addr := ""
 	if cfg.HTTP.Enabled() {
 		srv = server.New(server.Options{Addr: cfg.HTTP.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
 		mountAPI(srv, producer, d, inspector, int64(cfg.HTTP.MaxBody), log)
+		mountControl(srv, d, inspector, cfg)
 		if addr, err = srv.Start(); err != nil {
 			return err
 		}
@@ -101,6 +111,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	go collectBacklog(ctx, inspector, d, m)
+	if len(jobs) > 0 {
+		go queue.NewCron(rdb, producer, cfg.Redis.Prefix, jobs, log, m).Run(ctx)
+	}
 	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
 	for _, ds := range d.Downstreams() {
 		log.Info("downstream", "name", ds.Name, "rate", ds.Rate.RateString(), "burst", max(ds.Burst, 1),

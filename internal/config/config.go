@@ -81,6 +81,8 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// Downstreams are the systems shaper protects; at least one.
 	Downstreams []Downstream `yaml:"downstreams"`
+	// Cron lists periodic producers: tasks enqueued on a schedule.
+	Cron []CronJob `yaml:"cron,omitempty"`
 }
 
 // Redis says how to reach Redis. At most one of URL, Cluster and Sentinel
@@ -153,6 +155,14 @@ type Downstream struct {
 	Handler Handler `yaml:"handler"`
 	// Admission, when set, limits what may be enqueued.
 	Admission *Admission `yaml:"admission,omitempty"`
+	// Schedule changes the rate at times of day (see RateChange); Rate
+	// holds until a change has fired.
+	Schedule []RateChange `yaml:"schedule,omitempty"`
+	// Timezone the schedule's cron expressions are read in (IANA name,
+	// e.g. Europe/Berlin); default UTC.
+	Timezone string `yaml:"timezone,omitempty"`
+	// Adaptive lets the downstream's answers move the rate (AIMD).
+	Adaptive *Adaptive `yaml:"adaptive,omitempty"`
 }
 
 // HandlerType says how a released task is delivered.
@@ -594,6 +604,14 @@ func syntaxError(err error) *Error {
 // file's text shows (a field written with a zero value where the default
 // would hide it).
 func (c *Config) fill(set func(path string) bool) *Error {
+	for i := range c.Cron {
+		j := &c.Cron[i]
+		p := fmt.Sprintf("cron[%d]", i)
+		if !set(p + ".cost") {
+			j.Cost = 1
+		}
+		j.Type = cmp.Or(j.Type, "shaper:cron")
+	}
 	r := &c.Redis
 	r.Prefix = cmp.Or(r.Prefix, keys.DefaultPrefix)
 	if !set("redis.timeout") {
@@ -685,6 +703,13 @@ var (
 var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 func (c *Config) validate() *Error {
+	if e := c.validateDownstreams(); e != nil {
+		return e
+	}
+	return c.validateCron() // needs every downstream's name
+}
+
+func (c *Config) validateDownstreams() *Error {
 	if e := c.Redis.validate(); e != nil {
 		return e
 	}
@@ -709,6 +734,9 @@ func (c *Config) validate() *Error {
 			return errf(p+".name", "duplicate name %s (first at %s)", q(d.Name), first)
 		}
 		names[d.Name] = p
+		if e := d.validateSchedule(p); e != nil {
+			return e
+		}
 		if d.Admission == nil {
 			continue
 		}

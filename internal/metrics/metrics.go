@@ -31,6 +31,7 @@ type Metrics struct {
 	Deferrals         *prometheus.CounterVec   // downstream
 	FailOpen          *prometheus.CounterVec   // downstream, limiter
 	Enqueued          *prometheus.CounterVec   // downstream
+	CronTicks         *prometheus.CounterVec   // job, outcome
 }
 
 // New registers shaper's metrics on reg.
@@ -72,6 +73,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Tasks enqueued to run at their Retry-After instead of being rejected."}, []string{"downstream"}),
 		FailOpen: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "fail_open_total",
 			Help: "Requests allowed without a decision because Redis failed and the policy is fail-open."}, []string{"downstream", "limiter"}),
+		CronTicks: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "cron", Name: "ticks_total",
+			Help: "Cron ticks by outcome: enqueued, deferred, taken (by another process), rejected, error."}, []string{"job", "outcome"}),
 		Enqueued: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "enqueued_total",
 			Help: "Tasks enqueued."}, []string{"downstream"}),
 	}

@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/server"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// DownstreamStatus is one downstream as GET /v1/downstreams shows it.
+type DownstreamStatus struct {
+	Name string `json:"name"`
+	// Configured is the rate in the config file; InForce the rate this
+	// process releases at now (schedule, override and adaptive applied).
+	Configured string         `json:"configured_rate"`
+	InForce    float64        `json:"rate_per_second"`
+	Override   string         `json:"override_rate,omitempty"`
+	Adaptive   float64        `json:"adaptive_rate_per_second,omitempty"`
+	Paused     bool           `json:"paused"`
+	Workers    int            `json:"workers"`
+	MaxWait    string         `json:"max_wait"`
+	Backlog    *queue.Backlog `json:"backlog,omitempty"`
+}
+
+// Status reads every downstream's status.
+func Status(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config) ([]DownstreamStatus, error) {
+	var out []DownstreamStatus
+	for _, ds := range d.Downstreams() {
+		st, err := d.Control().State(ctx, ds.Name)
+		if err != nil {
+			return nil, err
+		}
+		dc, _ := cfg.Downstream(ds.Name)
+		s := DownstreamStatus{Name: ds.Name, Configured: dc.Rate, InForce: ds.Rate.PerSec(), Paused: st.Paused,
+			Adaptive: st.Adaptive, Workers: ds.Workers, MaxWait: ds.MaxWait.String()}
+		if !st.Override.IsZero() {
+			s.Override = st.Override.RateString()
+		}
+		if b, err := in.Backlog(ds.Name); err == nil {
+			s.Backlog = &b
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// mountControl mounts runtime control: list, pause, resume, rate override.
+// Every route needs the bearer token when one is configured.
+func mountControl(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config) {
+	known := func(w http.ResponseWriter, r *http.Request) (string, bool) {
+		name := r.PathValue("name")
+		if _, ok := cfg.Downstream(name); !ok {
+			server.WriteError(w, http.StatusNotFound, "unknown downstream "+quote(name))
+			return "", false
+		}
+		return name, true
+	}
+	srv.Protected("GET /v1/downstreams", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := Status(r.Context(), d, in, cfg)
+		if err != nil {
+			server.WriteError(w, http.StatusServiceUnavailable, "redis unreachable")
+			return
+		}
+		server.WriteJSON(w, http.StatusOK, map[string]any{"downstreams": st})
+	}))
+	srv.Protected("POST /v1/downstreams/{name}/pause", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := known(w, r); ok {
+			respond(w, d.Control().Pause(r.Context(), name), map[string]any{"downstream": name, "paused": true})
+		}
+	}))
+	srv.Protected("POST /v1/downstreams/{name}/resume", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := known(w, r); ok {
+			respond(w, d.Control().Resume(r.Context(), name), map[string]any{"downstream": name, "paused": false})
+		}
+	}))
+	srv.Protected("PUT /v1/downstreams/{name}/rate", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := known(w, r)
+		if !ok {
+			return
+		}
+		var body struct {
+			Rate *string `json:"rate"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Rate == nil {
+			server.WriteError(w, http.StatusBadRequest, `body must be {"rate": "20/s"} (or {"rate": ""} to remove the override)`)
+			return
+		}
+		var l limiters.Limit
+		if *body.Rate != "" {
+			var err error
+			if l, err = limiters.ParseLimit(*body.Rate); err != nil {
+				server.WriteError(w, http.StatusBadRequest, "rate: "+err.Error())
+				return
+			}
+		}
+		respond(w, d.Control().SetRate(r.Context(), name, l), map[string]any{"downstream": name, "override_rate": *body.Rate})
+	}))
+}
+
+func respond(w http.ResponseWriter, err error, ok any) {
+	if err != nil {
+		server.WriteError(w, http.StatusServiceUnavailable, "redis unreachable")
+		return
+	}
+	server.WriteJSON(w, http.StatusOK, ok)
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

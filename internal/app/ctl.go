@@ -1,0 +1,129 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// ErrUsage marks a command-line mistake (exit code 2).
+var ErrUsage = errors.New("usage")
+
+const ctlUsage = `usage: shaper ctl -config FILE COMMAND
+commands:
+  status                 every downstream: rates, pause, backlog (JSON)
+  pause NAME             stop releases of NAME in every process (tasks are held, never dropped)
+  resume NAME            undo pause
+  rate NAME RATE         override NAME's rate in every process, e.g. 20/s
+  rate NAME clear        remove the override (back to the configured or scheduled rate)`
+
+// Ctl runs "shaper ctl": runtime control straight through Redis, for an
+// operator on a machine that can reach it.
+func Ctl(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("shaper ctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	path := fs.String("config", "", "path to the YAML config file (required)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, ctlUsage)
+	}
+	rest := fs.Args()
+	if *path == "" || len(rest) == 0 {
+		return fmt.Errorf("%w: -config and a command are required\n%s", ErrUsage, ctlUsage)
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	if cfg.Redis.Embedded() {
+		return fmt.Errorf("%w: ctl needs redis.url, cluster or sentinel in the config (the embedded Redis lives inside one shaper process)", ErrUsage)
+	}
+	rdb, closeRedis, err := OpenRedis(cfg.Redis)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ctl := shaping.NewControl(rdb, cfg.Redis.Prefix)
+	need := func(n int) error {
+		if len(rest) != n {
+			return fmt.Errorf("%w: %q takes %d argument(s)\n%s", ErrUsage, rest[0], n-1, ctlUsage)
+		}
+		if _, ok := cfg.Downstream(rest[1]); !ok {
+			return fmt.Errorf("%w: unknown downstream %q", ErrUsage, rest[1])
+		}
+		return nil
+	}
+	switch rest[0] {
+	case "status":
+		in := queue.NewInspector(rdb, cfg.Redis.Prefix)
+		var all []map[string]any
+		for _, dc := range cfg.Downstreams {
+			st, err := ctl.State(ctx, dc.Name)
+			if err != nil {
+				return err
+			}
+			b, err := in.Backlog(dc.Name)
+			if err != nil {
+				return err
+			}
+			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate, "paused": st.Paused, "backlog": b}
+			if !st.Override.IsZero() {
+				row["override_rate"] = st.Override.RateString()
+			}
+			if st.Adaptive > 0 {
+				row["adaptive_rate_per_second"] = st.Adaptive
+			}
+			all = append(all, row)
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"downstreams": all})
+	case "pause":
+		if err := need(2); err != nil {
+			return err
+		}
+		if err := ctl.Pause(ctx, rest[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "paused %s\n", rest[1])
+	case "resume":
+		if err := need(2); err != nil {
+			return err
+		}
+		if err := ctl.Resume(ctx, rest[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "resumed %s\n", rest[1])
+	case "rate":
+		if err := need(3); err != nil {
+			return err
+		}
+		var l limiters.Limit
+		if rest[2] != "clear" {
+			if l, err = limiters.ParseLimit(rest[2]); err != nil {
+				return fmt.Errorf("%w: %v", ErrUsage, err)
+			}
+		}
+		if err := ctl.SetRate(ctx, rest[1], l); err != nil {
+			return err
+		}
+		if l.IsZero() {
+			fmt.Fprintf(out, "%s: override removed\n", rest[1])
+		} else {
+			fmt.Fprintf(out, "%s: rate overridden to %s in every process\n", rest[1], l.RateString())
+		}
+	default:
+		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
+	}
+	return nil
+}

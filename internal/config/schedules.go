@@ -1,0 +1,214 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// RateChange sets the downstream's rate each time Cron fires: the rate in
+// force is that of the change that fired last. Business hours at 50/s and
+// nights at 500/s are two changes: {cron: "0 8 * * 1-5", rate: 50/s} and
+// {cron: "0 20 * * 1-5", rate: 500/s}.
+type RateChange struct {
+	// Cron is a cron expression: five fields, or six with seconds first;
+	// or a descriptor such as @daily.
+	Cron string `yaml:"cron"`
+	Rate string `yaml:"rate"`
+}
+
+// Adaptive is the AIMD rate: it decreases by Decrease on 429/503/timeouts
+// and increases by Step per calm Interval, between Floor and Ceiling.
+type Adaptive struct {
+	// Floor is required. Ceiling defaults to the downstream's rate and is
+	// never exceeded.
+	Floor   string `yaml:"floor"`
+	Ceiling string `yaml:"ceiling,omitempty"`
+	// Decrease multiplies the rate on a throttling answer; default 0.75.
+	Decrease float64 `yaml:"decrease,omitempty"`
+	// Step is added per Interval of successes; default ceiling/20.
+	Step string `yaml:"step,omitempty"`
+	// Interval spaces changes; default 1s.
+	Interval Duration `yaml:"interval,omitempty"`
+}
+
+// CronJob enqueues a task on a schedule, through the downstream's
+// admission policy; exactly one process enqueues each tick however many
+// run the same config.
+type CronJob struct {
+	// Name is unique, 1-64 of A-Z a-z 0-9 _ . -
+	Name string `yaml:"name"`
+	// Schedule: a cron expression (seconds optional) or a descriptor such
+	// as "@every 10s" or "@daily".
+	Schedule string `yaml:"schedule"`
+	// Timezone (IANA name) the schedule is read in; default UTC.
+	Timezone   string `yaml:"timezone,omitempty"`
+	Downstream string `yaml:"downstream"`
+	// Type is the task type; default "shaper:cron".
+	Type string `yaml:"type,omitempty"`
+	// Payload is any YAML value, sent as JSON.
+	Payload any    `yaml:"payload,omitempty"`
+	Key     string `yaml:"key,omitempty"`
+	Cost    int64  `yaml:"cost,omitempty"`
+}
+
+// PayloadJSON is the payload as JSON ("null" when none).
+func (j CronJob) PayloadJSON() ([]byte, error) { return json.Marshal(j.Payload) }
+
+// Location is the job's time zone (UTC by default).
+func (j CronJob) Location() (*time.Location, error) { return loadLocation(j.Timezone) }
+
+// Location is the time zone of the downstream's schedule.
+func (d Downstream) Location() (*time.Location, error) { return loadLocation(d.Timezone) }
+
+func loadLocation(name string) (*time.Location, error) {
+	if name == "" {
+		return time.UTC, nil
+	}
+	return time.LoadLocation(name)
+}
+
+// RateSchedule parses the downstream's schedule.
+func (d Downstream) RateSchedule() (shaping.RateSchedule, error) {
+	loc, err := d.Location()
+	if err != nil {
+		return nil, err
+	}
+	var rs shaping.RateSchedule
+	for _, c := range d.Schedule {
+		rc, err := shaping.ParseRateChange(c.Cron, c.Rate, loc)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, rc)
+	}
+	return rs, nil
+}
+
+// AdaptiveRate parses the adaptive settings (nil when off).
+func (d Downstream) AdaptiveRate() *shaping.Adaptive {
+	a := d.Adaptive
+	if a == nil {
+		return nil
+	}
+	floor, _ := limiters.ParseLimit(a.Floor)
+	ceiling := d.Limit()
+	if a.Ceiling != "" {
+		ceiling, _ = limiters.ParseLimit(a.Ceiling)
+	}
+	var step limiters.Limit
+	if a.Step != "" {
+		step, _ = limiters.ParseLimit(a.Step)
+	}
+	return &shaping.Adaptive{Floor: floor, Ceiling: ceiling, Decrease: a.Decrease, Step: step, Interval: time.Duration(a.Interval)}
+}
+
+func (d *Downstream) validateSchedule(p string) *Error {
+	if d.Timezone != "" {
+		if _, err := time.LoadLocation(d.Timezone); err != nil {
+			return errf(p+".timezone", "unknown time zone %s", q(d.Timezone))
+		}
+	}
+	loc, _ := d.Location()
+	var rs shaping.RateSchedule
+	for i, c := range d.Schedule {
+		cp := fmt.Sprintf("%s.schedule[%d]", p, i)
+		if c.Cron == "" {
+			return errf(cp+".cron", "required (e.g. \"0 8 * * 1-5\")")
+		}
+		if _, err := shaping.CronParser.Parse(c.Cron); err != nil {
+			return errf(cp+".cron", "invalid cron expression %s: %v", q(c.Cron), err)
+		}
+		if c.Rate == "" {
+			return errf(cp+".rate", "required (e.g. 50/s)")
+		}
+		if e := checkRate(cp+".rate", c.Rate); e != nil {
+			return e
+		}
+		rc, err := shaping.ParseRateChange(c.Cron, c.Rate, loc)
+		if err != nil {
+			return errf(cp, "%v", err)
+		}
+		rs = append(rs, rc)
+	}
+	if i, j, at, found := rs.Overlap(time.Now()); found {
+		return errf(fmt.Sprintf("%s.schedule[%d].cron", p, j), "%s fires at the same time as schedule[%d] (%s), at %s: the rate would be ambiguous",
+			q(d.Schedule[j].Cron), i, q(d.Schedule[i].Cron), at.UTC().Format(time.RFC3339))
+	}
+	if a := d.Adaptive; a != nil {
+		ap := p + ".adaptive"
+		if a.Floor == "" {
+			return errf(ap+".floor", "required (e.g. 5/s)")
+		}
+		if e := checkRate(ap+".floor", a.Floor); e != nil {
+			return e
+		}
+		ceiling := d.Limit()
+		if a.Ceiling != "" {
+			if e := checkRate(ap+".ceiling", a.Ceiling); e != nil {
+				return e
+			}
+			ceiling, _ = limiters.ParseLimit(a.Ceiling)
+		}
+		floor, _ := limiters.ParseLimit(a.Floor)
+		if floor.PerSec() > ceiling.PerSec() {
+			return errf(ap+".floor", "%s is above the ceiling %s", q(a.Floor), ceiling.RateString())
+		}
+		if a.Decrease < 0 || a.Decrease >= 1 {
+			return errf(ap+".decrease", "must be between 0 and 1 (exclusive), got %v", a.Decrease)
+		}
+		if a.Step != "" {
+			if e := checkRate(ap+".step", a.Step); e != nil {
+				return e
+			}
+		}
+		if a.Interval < 0 {
+			return errf(ap+".interval", "must be positive, got %s", a.Interval)
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateCron() *Error {
+	names := map[string]string{}
+	for i, j := range c.Cron {
+		p := fmt.Sprintf("cron[%d]", i)
+		switch {
+		case j.Name == "":
+			return errf(p+".name", "required")
+		case !reName.MatchString(j.Name):
+			return errf(p+".name", "invalid name %s (want 1-64 of A-Z a-z 0-9 _ . -)", q(j.Name))
+		}
+		if first, dup := names[j.Name]; dup {
+			return errf(p+".name", "duplicate name %s (first at %s)", q(j.Name), first)
+		}
+		names[j.Name] = p
+		if j.Schedule == "" {
+			return errf(p+".schedule", "required (e.g. \"0 2 * * *\" or \"@every 10s\")")
+		}
+		if _, err := shaping.CronParser.Parse(j.Schedule); err != nil {
+			return errf(p+".schedule", "invalid cron expression %s: %v", q(j.Schedule), err)
+		}
+		if j.Timezone != "" {
+			if _, err := time.LoadLocation(j.Timezone); err != nil {
+				return errf(p+".timezone", "unknown time zone %s", q(j.Timezone))
+			}
+		}
+		if j.Downstream == "" {
+			return errf(p+".downstream", "required")
+		}
+		if _, ok := c.Downstream(j.Downstream); !ok {
+			return errf(p+".downstream", "unknown downstream %s", q(j.Downstream))
+		}
+		if j.Cost < 1 {
+			return errf(p+".cost", "must be at least 1, got %d", j.Cost)
+		}
+		if _, err := j.PayloadJSON(); err != nil {
+			return errf(p+".payload", "cannot be sent as JSON: %v", err)
+		}
+	}
+	return nil
+}
