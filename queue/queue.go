@@ -162,6 +162,9 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	return p
 }
 
+// Queue is the asynq queue that downstream's tasks go to.
+func (p *Producer) Queue(downstream string) string { return p.space.Queue(downstream) }
+
 // Close releases the asynq client (not the Redis client).
 func (p *Producer) Close() error { return p.client.Close() }
 

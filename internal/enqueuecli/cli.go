@@ -1,0 +1,334 @@
+// Package enqueuecli is the enqueue command: it puts tasks into shaper's
+// downstream queues through the same admission limiters as the HTTP API
+// and Go producers, one task from flags or many from JSON Lines.
+// docs/enqueue.md is the user's reference; cmd/enqueue is a thin main.
+package enqueuecli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/taskspec"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// Exit codes. When several apply, the first in this order wins:
+// ExitInterrupted, ExitRedis, ExitBadInput, ExitFailed, ExitRejected.
+const (
+	// ExitOK: every task was enqueued, to run now or (deferred by
+	// admission, or by at/in) later.
+	ExitOK = 0
+	// ExitRejected: admission rejected at least one task; the others were
+	// enqueued. The summary's first_retry_after says when to try again.
+	ExitRejected = 1
+	// ExitBadInput: a usage or config error (nothing was read), or at least
+	// one bad task (each reported on one line of stderr; nothing was
+	// enqueued for it; the other tasks went ahead).
+	ExitBadInput = 2
+	// ExitRedis: Redis was unreachable, at the start (nothing was read) or
+	// during the run (the run stopped at the summary's stopped_at_line),
+	// including admission failing closed.
+	ExitRedis = 3
+	// ExitFailed: a task could not be enqueued for another reason: its
+	// unique key is taken (unless --skip-duplicates), or the enqueue
+	// failed while Redis answered.
+	ExitFailed = 4
+	// ExitInterrupted: SIGINT or SIGTERM; the summary is still printed.
+	ExitInterrupted = 130
+)
+
+// IO is the command's environment.
+type IO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// StdinTTY and StderrTTY report terminals: a progress bar is drawn
+	// only on a terminal.
+	StdinTTY, StderrTTY bool
+}
+
+// Stdio is the process's standard streams.
+func Stdio() IO {
+	return IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		StdinTTY: isTerminal(os.Stdin), StderrTTY: isTerminal(os.Stderr)}
+}
+
+// isTerminal reports whether f is a character device (a terminal; also
+// /dev/null, where a progress bar is harmless).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
+}
+
+// options are the parsed flags.
+type options struct {
+	configPath   string
+	redisURL     string
+	prefix       string
+	redisTimeout time.Duration
+
+	file        string
+	payload     string
+	payloadSet  bool
+	payloadFile string
+	unique      string
+	defaults    taskspec.Spec
+
+	rate           limiters.Limit
+	concurrency    int
+	json           bool
+	progress       string
+	rejects        string
+	dryRun         bool
+	verbose, quiet bool
+	skipDuplicates bool
+}
+
+func (o *options) single() bool { return o.payloadSet || o.payloadFile != "" }
+
+const usageText = `Usage:
+  enqueue --config shaper.yaml --downstream NAME --payload JSON [flags]   one task
+  enqueue --config shaper.yaml [--downstream NAME] < tasks.jsonl          many tasks
+  enqueue --redis redis://host:6379 --downstream NAME --file tasks.jsonl  without a config
+
+enqueue puts tasks into shaper's downstream queues through the downstream's
+admission limiters. One task comes from --payload or --payload-file; without
+them, tasks come as JSON Lines from --file or stdin, one object a line:
+
+  {"downstream":"api","payload":{"id":1},"key":"tenant-7","cost":1,"unique":"job-1",
+   "at":"2026-01-02T15:04:05Z" | "in":"30s","type":"charge","max_retry":3,"timeout":"10s"}
+
+Flags set defaults for the fields a line leaves out (not --unique).
+
+Exit codes: 0 all enqueued (accepted or deferred), 1 some rejected by
+admission, 2 bad input (usage, config, or bad tasks: each named on one line
+of stderr, nothing enqueued for it), 3 Redis unreachable (the run stops),
+4 other enqueue failures (e.g. a duplicate --unique key), 130 interrupted.
+
+Flags:
+`
+
+// parseFlags reads args. A usage error is returned as one line.
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.configPath, "config", "", "the shaper config file (redis, downstreams, admission)")
+	fs.StringVar(&o.redisURL, "redis", "", "redis:// or rediss:// URL; overrides the config's redis (without --config: no admission)")
+	fs.StringVar(&o.prefix, "prefix", "", "key prefix; overrides the config's redis.prefix (default shaper)")
+	fs.DurationVar(&o.redisTimeout, "redis-timeout", 0, "bound on each Redis call (default: the config's redis.timeout, or 2s)")
+	fs.StringVar(&o.file, "file", "", "read JSON Lines tasks from this file (- or no flag: stdin)")
+	fs.StringVar(&o.payload, "payload", "", "enqueue one task with this payload (its bytes as given)")
+	fs.StringVar(&o.payloadFile, "payload-file", "", "enqueue one task with this file's bytes as payload (- for stdin)")
+	fs.StringVar(&o.unique, "unique", "", "unique key for the one task: a second task with it is refused while the first exists")
+	downstream := fs.String("downstream", "", "the downstream; for JSON Lines, the default for lines without one")
+	key := fs.String("key", "", "admission key (tenant, user, API key)")
+	cost := fs.Int64("cost", 0, "units the task takes in limiters and in the downstream's bucket (default 1)")
+	at := fs.String("at", "", "run no earlier than this time (RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)")
+	in := fs.String("in", "", "run no earlier than this long from now (e.g. 30s, 5m)")
+	typ := fs.String("type", "", "asynq task type (default shaper:task)")
+	maxRetry := fs.Int("max-retry", 0, "handler-failure retry budget (default: the downstream's max_retry)")
+	taskTimeout := fs.Duration("task-timeout", 0, "bound on one delivery attempt (default asynq's 30m)")
+	rate := fs.String("rate", "", "pace enqueues to this rate, e.g. 100/s, 5000/m, or a number per second")
+	fs.IntVar(&o.concurrency, "concurrency", 1, "enqueues in flight at once (1 keeps the input's order)")
+	fs.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
+	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always, never")
+	fs.StringVar(&o.rejects, "rejects", "", "write the lines admission rejected to this file, to retry them later")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "check the input and config; enqueue nothing, contact no Redis")
+	fs.BoolVar(&o.verbose, "v", false, "one line on stderr per task")
+	fs.BoolVar(&o.quiet, "q", false, "no summary line on stderr (errors still go there)")
+	fs.BoolVar(&o.skipDuplicates, "skip-duplicates", false, "a task whose unique key is taken counts as done, not as a failure")
+	fs.Usage = func() {} // a usage error is one line; -h prints the help below
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			io.WriteString(stdout, usageText)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, errors.New(oneLine(err.Error()) + " (see enqueue -h)")
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (flags only; see enqueue -h)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.payloadSet = set["payload"]
+
+	d := &o.defaults
+	if set["downstream"] {
+		d.Downstream = downstream
+	}
+	if set["key"] {
+		d.Key = key
+	}
+	if set["type"] {
+		d.Type = typ
+	}
+	if set["cost"] {
+		if *cost < 0 {
+			return nil, fmt.Errorf("--cost must not be negative, got %d", *cost)
+		}
+		d.Cost = cost
+	}
+	if set["max-retry"] {
+		if *maxRetry < 0 || *maxRetry > 10000 {
+			return nil, fmt.Errorf("--max-retry must be 0..10000, got %d", *maxRetry)
+		}
+		d.MaxRetry = maxRetry
+	}
+	if set["task-timeout"] {
+		if *taskTimeout <= 0 {
+			return nil, fmt.Errorf("--task-timeout must be positive, got %s", *taskTimeout)
+		}
+		d.Timeout = taskTimeout
+	}
+	if set["at"] && set["in"] {
+		return nil, errors.New("set --at or --in, not both")
+	}
+	if set["at"] {
+		t, err := taskspec.ParseAt(*at)
+		if err != nil {
+			return nil, fmt.Errorf("--at: %v", err)
+		}
+		d.At = &t
+	}
+	if set["in"] {
+		v, err := taskspec.ParseDuration(*in)
+		if err != nil {
+			return nil, fmt.Errorf("--in: %v", err)
+		}
+		if v < 0 {
+			return nil, fmt.Errorf("--in must not be negative, got %s", v)
+		}
+		d.In = &v
+	}
+	if set["rate"] {
+		l, err := parseRate(*rate)
+		if err != nil {
+			return nil, fmt.Errorf("--rate: %v", err)
+		}
+		o.rate = l
+	}
+	switch {
+	case o.payloadSet && o.payloadFile != "":
+		return nil, errors.New("set --payload or --payload-file, not both")
+	case o.single() && o.file != "":
+		return nil, errors.New("--file reads many tasks; --payload and --payload-file give one: use one way")
+	case !o.single() && set["unique"]:
+		return nil, errors.New("--unique is for one task (--payload or --payload-file); in JSON Lines, set \"unique\" per line")
+	case set["unique"] && o.unique == "":
+		return nil, errors.New("--unique must not be empty")
+	case o.single() && o.rejects != "":
+		return nil, errors.New("--rejects is for JSON Lines input")
+	case o.concurrency < 1 || o.concurrency > 256:
+		return nil, fmt.Errorf("--concurrency must be 1..256, got %d", o.concurrency)
+	case o.progress != "auto" && o.progress != "always" && o.progress != "never":
+		return nil, fmt.Errorf("--progress must be auto, always or never, got %q", o.progress)
+	case o.verbose && o.quiet:
+		return nil, errors.New("set -v or -q, not both")
+	case o.configPath == "" && o.redisURL == "" && !o.dryRun:
+		return nil, errors.New("set --config (the shaper config file) or --redis (a redis:// URL)")
+	case set["redis-timeout"] && o.redisTimeout <= 0:
+		return nil, fmt.Errorf("--redis-timeout must be positive, got %s", o.redisTimeout)
+	}
+	return o, nil
+}
+
+// parseRate reads "100/s", "5000/m", "10/500ms" or a bare number per second.
+func parseRate(s string) (limiters.Limit, error) {
+	if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+		if f <= 0 {
+			return limiters.Limit{}, fmt.Errorf("rate must be positive, got %q", s)
+		}
+		s += "/s"
+	}
+	l, err := limiters.ParseLimit(s)
+	if err != nil {
+		return l, errors.New(strings.TrimPrefix(err.Error(), limiters.ErrInvalidLimit.Error()+": "))
+	}
+	return l, nil
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func oneLine(s string) string { return taskspec.OneLine(s) }
+
+// Main runs the command with args (without the program name) and returns
+// the exit code.
+func Main(ctx context.Context, args []string, std IO) int {
+	con := newConsole(std.Stderr)
+	// go-redis logs failed dials on its own; the errors reach the user
+	// through this command's one-line messages instead.
+	redis.SetLogger(quietLogger{})
+	o, err := parseFlags(args, std.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		con.line("enqueue: %s", err)
+		return ExitBadInput
+	}
+	r, code := setup(o, std, con)
+	if r == nil {
+		return code
+	}
+	defer r.close()
+	return r.run(ctx)
+}
+
+// loadConfig reads the config file, or makes one from --redis, with the
+// flags' overrides applied.
+func loadConfig(o *options) (*config.Config, error) {
+	cfg := &config.Config{Redis: config.Redis{Prefix: "shaper", Timeout: config.Duration(config.DefaultRedisTimeout)}}
+	if o.configPath != "" {
+		c, err := config.Load(o.configPath)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	if o.redisURL != "" {
+		if !strings.HasPrefix(o.redisURL, "redis://") && !strings.HasPrefix(o.redisURL, "rediss://") && !strings.HasPrefix(o.redisURL, "unix://") {
+			return nil, fmt.Errorf("--redis: want a redis://, rediss:// or unix:// URL, got %q", redact(o.redisURL))
+		}
+		cfg.Redis.URL, cfg.Redis.Cluster, cfg.Redis.Sentinel = o.redisURL, nil, nil
+	}
+	if o.prefix != "" {
+		cfg.Redis.Prefix = o.prefix
+	}
+	if o.redisTimeout > 0 {
+		cfg.Redis.Timeout = config.Duration(o.redisTimeout)
+	}
+	if cfg.Redis.Timeout <= 0 {
+		cfg.Redis.Timeout = config.Duration(config.DefaultRedisTimeout)
+	}
+	return cfg, nil
+}
+
+// redact hides a URL's password: redis://user:secret@host → redis://user:xxxxx@host.
+func redact(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return u
+	}
+	if user, _, hasPw := strings.Cut(userinfo, ":"); hasPw {
+		return scheme + "://" + user + ":xxxxx@" + host
+	}
+	return u
+}

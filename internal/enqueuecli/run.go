@@ -1,0 +1,664 @@
+package enqueuecli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/app"
+	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/taskspec"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+)
+
+// Summary is what --json prints on stdout when the run ends.
+type Summary struct {
+	// Tasks counts the tasks handled: every non-blank line, or the one
+	// task of --payload. Lines after a stop are not counted.
+	Tasks int `json:"tasks"`
+	// Accepted were enqueued to run now (or at their own at/in).
+	Accepted int `json:"accepted"`
+	// Deferred were rejected by admission for now and enqueued to run at
+	// their Retry-After (policies with on_reject: defer).
+	Deferred int `json:"deferred"`
+	// Enqueued is Accepted + Deferred.
+	Enqueued int `json:"enqueued"`
+	// Rejected were refused by admission and not enqueued.
+	Rejected int `json:"rejected"`
+	// Invalid were bad input, each reported on stderr; not enqueued.
+	Invalid int `json:"invalid"`
+	// Duplicates had a unique key that an existing task holds.
+	Duplicates int `json:"duplicates"`
+	// Failed could not be enqueued for another reason (Redis errors).
+	Failed int `json:"failed"`
+	// FailedOpen were enqueued without an admission decision: the
+	// limiters' Redis calls failed and the policy is fail_open.
+	FailedOpen int `json:"failed_open"`
+	// FirstRetryAfter is the Retry-After, in seconds, of the first
+	// rejection; null when nothing was rejected. FirstRetryAt is that
+	// rejection's time plus it.
+	FirstRetryAfter *float64   `json:"first_retry_after"`
+	FirstRetryAt    *time.Time `json:"first_retry_at,omitempty"`
+	// MaxRetryAfter is the latest retry time of any rejection, in seconds
+	// from the end of the run: waiting that long, every rejected task
+	// would have been admitted on its own.
+	MaxRetryAfter *float64 `json:"max_retry_after,omitempty"`
+	// StoppedAtLine is the first line that was not enqueued because the
+	// run stopped (Redis unreachable); with --concurrency 1, every line
+	// before it was handled and none after it. 0 when the run finished.
+	StoppedAtLine int    `json:"stopped_at_line,omitempty"`
+	Error         string `json:"error,omitempty"`
+	Interrupted   bool   `json:"interrupted,omitempty"`
+	DryRun        bool   `json:"dry_run,omitempty"`
+	// ID and ProcessAt describe the one task of --payload/--payload-file
+	// when it was enqueued.
+	ID             string     `json:"id,omitempty"`
+	ProcessAt      *time.Time `json:"process_at,omitempty"`
+	ElapsedSeconds float64    `json:"elapsed_seconds"`
+	ExitCode       int        `json:"exit_code"`
+}
+
+// runner is one invocation.
+type runner struct {
+	o        *options
+	std      IO
+	con      *console
+	cfg      *config.Config
+	rdb      redis.UniversalClient
+	closeRDB func()
+	p        *queue.Producer
+	maxLine  int
+	source   string // "stdin" or the file name, for messages
+	rejects  io.WriteCloser
+
+	mu        sync.Mutex
+	sum       Summary
+	firstRej  time.Time
+	lastRetry time.Time
+	redisDown bool
+	read      int64
+	total     int64
+}
+
+// setup loads the config, connects and builds the producer. On failure it
+// reports one line and returns the exit code.
+func setup(o *options, std IO, con *console) (*runner, int) {
+	cfg, err := loadConfig(o)
+	if err != nil {
+		con.line("enqueue: %s", oneLine(err.Error()))
+		return nil, ExitBadInput
+	}
+	r := &runner{o: o, std: std, con: con, cfg: cfg, source: "stdin"}
+	if o.dryRun {
+		// Nothing below talks to Redis: limiters and the producer only
+		// connect on first use.
+		c := redis.NewClient(&redis.Options{Addr: "dry-run.invalid:0"})
+		r.rdb, r.closeRDB = c, func() { c.Close() }
+	} else {
+		if cfg.Redis.Embedded() {
+			con.line("enqueue: the config names no Redis (redis.url, redis.cluster or redis.sentinel); shaper's embedded Redis lives inside one shaper process, so enqueue cannot reach it: set one, or pass --redis")
+			return nil, ExitBadInput
+		}
+		rdb, closeRDB, err := app.OpenRedis(cfg.Redis)
+		if err != nil {
+			con.line("enqueue: %s", oneLine(err.Error()))
+			return nil, ExitBadInput
+		}
+		r.rdb, r.closeRDB = rdb, closeRDB
+		if err := r.ping(); err != nil {
+			con.line("enqueue: redis unreachable (%s): %s", cfg.Redis.String(), oneLine(err.Error()))
+			r.close()
+			return nil, ExitRedis
+		}
+	}
+	p, err := app.NewProducer(r.rdb, cfg, nil)
+	if err != nil {
+		con.line("enqueue: %s", oneLine(err.Error()))
+		r.close()
+		return nil, ExitBadInput
+	}
+	r.p = p
+	maxPayload := int(cfg.HTTP.MaxBody)
+	if maxPayload <= 0 {
+		maxPayload = int(config.DefaultMaxBody)
+	}
+	r.maxLine = 2*maxPayload + 64<<10
+	if o.rejects != "" && !o.dryRun {
+		f, err := os.Create(o.rejects)
+		if err != nil {
+			con.line("enqueue: --rejects: %s", oneLine(err.Error()))
+			r.close()
+			return nil, ExitBadInput
+		}
+		r.rejects = f
+	}
+	return r, ExitOK
+}
+
+func (r *runner) close() {
+	if r.p != nil {
+		r.p.Close()
+	}
+	if r.rejects != nil {
+		r.rejects.Close()
+	}
+	if r.closeRDB != nil {
+		r.closeRDB()
+	}
+}
+
+func (r *runner) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.cfg.Redis.Timeout))
+	defer cancel()
+	return r.rdb.Ping(ctx).Err()
+}
+
+func (r *runner) run(ctx context.Context) int {
+	start := time.Now()
+	if r.o.single() {
+		r.runSingle(ctx)
+	} else {
+		r.runLines(ctx)
+	}
+	r.mu.Lock()
+	s := r.sum
+	r.mu.Unlock()
+	s.Enqueued = s.Accepted + s.Deferred
+	s.DryRun = r.o.dryRun
+	s.ElapsedSeconds = time.Since(start).Seconds()
+	if !r.lastRetry.IsZero() {
+		v := max(time.Until(r.lastRetry), 0).Seconds()
+		s.MaxRetryAfter = &v
+	}
+	s.ExitCode = r.exitCode(s)
+	if r.o.json {
+		enc := json.NewEncoder(r.std.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(s)
+	} else if !r.o.quiet && !r.o.single() {
+		r.con.line("enqueue: %s", humanSummary(s))
+	}
+	return s.ExitCode
+}
+
+func (r *runner) exitCode(s Summary) int {
+	switch {
+	case s.Interrupted:
+		return ExitInterrupted
+	case r.redisDown:
+		return ExitRedis
+	case s.Invalid > 0:
+		return ExitBadInput
+	case s.Failed > 0, s.Duplicates > 0 && !r.o.skipDuplicates:
+		return ExitFailed
+	case s.Rejected > 0:
+		return ExitRejected
+	}
+	return ExitOK
+}
+
+func humanSummary(s Summary) string {
+	var b strings.Builder
+	verb := "tasks"
+	if s.DryRun {
+		verb = "tasks checked (dry run, nothing enqueued)"
+	}
+	fmt.Fprintf(&b, "%d %s in %s: %d accepted, %d deferred, %d rejected", s.Tasks, verb,
+		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(time.Millisecond), s.Accepted, s.Deferred, s.Rejected)
+	if s.FirstRetryAfter != nil {
+		fmt.Fprintf(&b, " (first Retry-After %s)", secs(*s.FirstRetryAfter))
+	}
+	for _, c := range []struct {
+		n    int
+		what string
+	}{{s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.FailedOpen, "admitted without a decision (fail_open)"}} {
+		if c.n > 0 {
+			fmt.Fprintf(&b, ", %d %s", c.n, c.what)
+		}
+	}
+	if s.StoppedAtLine > 0 {
+		fmt.Fprintf(&b, "; stopped at line %d: %s", s.StoppedAtLine, s.Error)
+	} else if s.Error != "" {
+		fmt.Fprintf(&b, "; %s", s.Error)
+	}
+	if s.Interrupted {
+		b.WriteString("; interrupted")
+	}
+	return b.String()
+}
+
+func secs(v float64) string {
+	return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// ---- one task ----
+
+func (r *runner) runSingle(ctx context.Context) {
+	r.count(func(s *Summary) { s.Tasks++ })
+	spec := r.o.defaults
+	if r.o.payloadSet {
+		spec.Payload = []byte(r.o.payload)
+	} else {
+		var b []byte
+		var err error
+		if r.o.payloadFile == "-" {
+			b, err = io.ReadAll(io.LimitReader(r.std.Stdin, int64(r.maxLine)))
+		} else {
+			b, err = os.ReadFile(r.o.payloadFile)
+		}
+		if err != nil {
+			r.invalid("", 0, "--payload-file: "+oneLine(err.Error()))
+			return
+		}
+		spec.Payload = b
+	}
+	if spec.Payload == nil {
+		spec.Payload = []byte{}
+	}
+	if r.o.unique != "" {
+		u := r.o.unique
+		spec.Unique = &u
+	}
+	task, err := r.check(spec, true)
+	if err != nil {
+		r.invalid("", 0, err.Error())
+		return
+	}
+	if r.o.dryRun {
+		return
+	}
+	r.enqueue(ctx, job{spec: spec, task: task})
+}
+
+// ---- JSON Lines ----
+
+type job struct {
+	line int
+	raw  []byte
+	spec taskspec.Spec
+	task queue.Task
+}
+
+func (r *runner) runLines(ctx context.Context) {
+	in := r.std.Stdin
+	if r.o.file != "" && r.o.file != "-" {
+		f, err := os.Open(r.o.file)
+		if err != nil {
+			r.invalid("", 0, "--file: "+oneLine(err.Error()))
+			return
+		}
+		defer f.Close()
+		in = f
+		r.source = r.o.file
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			r.total = fi.Size()
+		}
+	} else if r.std.StdinTTY && !r.o.quiet {
+		r.con.line("enqueue: reading JSON Lines tasks from the terminal; end with Ctrl-D")
+	}
+	if r.o.progress == "always" || r.o.progress == "auto" && r.std.StderrTTY {
+		r.con.startProgress(r.progressStats, 100*time.Millisecond)
+		defer r.con.stopProgress()
+	}
+
+	// The reader runs apart so that an interrupt does not wait for input.
+	type lineMsg struct {
+		no      int
+		data    []byte
+		tooLong bool
+		off     int64
+		err     error
+	}
+	lines := make(chan lineMsg, 64)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(lines)
+		lr := newLineReader(in, r.maxLine)
+		for {
+			data, no, tooLong, err := lr.next()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			select {
+			case lines <- lineMsg{no: no, data: data, tooLong: tooLong, off: lr.off, err: err}:
+			case <-readerDone:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer close(readerDone)
+
+	jobs := make(chan job)
+	stopped := make(chan struct{})
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(stopped) }) }
+	var wg sync.WaitGroup
+	for range r.o.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if !r.enqueue(context.WithoutCancel(ctx), j) {
+					stop()
+				}
+			}
+		}()
+	}
+	pace := newPacer(r.o.rate)
+loop:
+	for {
+		var m lineMsg
+		var ok bool
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-stopped:
+			break loop
+		case m, ok = <-lines:
+		}
+		if !ok {
+			break
+		}
+		if m.err != nil {
+			r.mu.Lock()
+			r.sum.Error = "reading " + r.source + ": " + oneLine(m.err.Error())
+			r.sum.Invalid++
+			r.mu.Unlock()
+			r.con.line("enqueue: %s: %s", r.source, oneLine(m.err.Error()))
+			break
+		}
+		r.mu.Lock()
+		r.read = m.off
+		r.mu.Unlock()
+		if m.tooLong {
+			r.count(func(s *Summary) { s.Tasks++ })
+			r.invalid(r.source, m.no, fmt.Sprintf("the line is longer than %d bytes", r.maxLine))
+			continue
+		}
+		if len(strings.TrimSpace(string(m.data))) == 0 {
+			continue
+		}
+		r.count(func(s *Summary) { s.Tasks++ })
+		spec, err := taskspec.Parse(m.data)
+		if err == nil {
+			spec = spec.Merge(r.o.defaults)
+			_, err = r.check(spec, false)
+		}
+		if err != nil {
+			r.invalid(r.source, m.no, taskspec.Reason(err))
+			continue
+		}
+		if r.o.dryRun {
+			continue
+		}
+		if err := pace.wait(ctx, stopped); err != nil {
+			r.count(func(s *Summary) { s.Tasks-- })
+			break
+		}
+		// "in" counts from the enqueue, not from the read.
+		task, err := r.check(spec, false)
+		if err != nil {
+			r.invalid(r.source, m.no, taskspec.Reason(err))
+			continue
+		}
+		select {
+		case jobs <- job{line: m.no, raw: m.data, spec: spec, task: task}:
+		case <-stopped:
+			r.count(func(s *Summary) { s.Tasks-- })
+			break loop
+		case <-ctx.Done():
+			r.count(func(s *Summary) { s.Tasks-- })
+			break loop
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if ctx.Err() != nil {
+		r.count(func(s *Summary) { s.Interrupted = true })
+	}
+}
+
+func (r *runner) count(f func(*Summary)) {
+	r.mu.Lock()
+	f(&r.sum)
+	r.mu.Unlock()
+}
+
+func (r *runner) progressStats() progressStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sum
+	return progressStats{tasks: s.Tasks, accepted: s.Accepted, deferred: s.Deferred, rejected: s.Rejected,
+		invalid: s.Invalid, failed: s.Failed + s.Duplicates, read: r.read, total: r.total}
+}
+
+// check builds and validates a task without Redis: the fields, the
+// downstream, the payload size, and a cost no limiter could ever admit.
+func (r *runner) check(spec taskspec.Spec, single bool) (queue.Task, error) {
+	if spec.Downstream == nil || *spec.Downstream == "" {
+		if single {
+			return queue.Task{}, errors.New("--downstream is required")
+		}
+		return queue.Task{}, errors.New("downstream: required (set \"downstream\" in the line, or --downstream)")
+	}
+	task, err := spec.Task(time.Now())
+	if err != nil {
+		return task, err
+	}
+	if err := r.p.Validate(task); err != nil {
+		msg := taskspec.Reason(err)
+		if errors.Is(err, queue.ErrUnknownDownstream) && len(r.cfg.Downstreams) > 0 {
+			names := make([]string, 0, len(r.cfg.Downstreams))
+			for _, d := range r.cfg.Downstreams {
+				names = append(names, d.Name)
+			}
+			msg += " (the config has " + strings.Join(names, ", ") + ")"
+		}
+		return task, errors.New(msg)
+	}
+	if ds, ok := r.cfg.Downstream(task.Downstream); ok && ds.Admission != nil {
+		cost := max(task.Cost, 1)
+		for i, l := range ds.Admission.Limiters {
+			if c := l.Limit().Capacity(); cost > c {
+				name := l.Name
+				if name == "" {
+					name = fmt.Sprintf("%s-%d", ds.Name, i)
+				}
+				return task, fmt.Errorf("cost: %d exceeds the capacity %d of %s %q, so it could never be admitted", cost, c, l.Algorithm, name)
+			}
+		}
+	}
+	return task, nil
+}
+
+func (r *runner) where(line int) string {
+	if line == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d: ", r.source, line)
+}
+
+func (r *runner) invalid(source string, line int, msg string) {
+	r.count(func(s *Summary) { s.Invalid++ })
+	if source != "" && line > 0 {
+		r.con.line("enqueue: %s:%d: %s", source, line, oneLine(msg))
+	} else {
+		r.con.line("enqueue: %s", oneLine(msg))
+	}
+}
+
+// enqueue runs one task and records its outcome. It returns false when
+// the run must stop (Redis unreachable).
+func (r *runner) enqueue(ctx context.Context, j job) bool {
+	now := time.Now()
+	rec, err := r.p.Enqueue(ctx, j.task)
+	at := r.where(j.line)
+	if err == nil || (errors.Is(err, limiters.ErrFailedOpen) && rec.ID != "") {
+		failedOpen := err != nil
+		r.count(func(s *Summary) {
+			if rec.Deferred {
+				s.Deferred++
+			} else {
+				s.Accepted++
+			}
+			if failedOpen {
+				s.FailedOpen++
+			}
+			if r.o.single() {
+				s.ID = rec.ID
+				pa := rec.ProcessAt
+				s.ProcessAt = &pa
+			}
+		})
+		if r.o.single() && !r.o.json {
+			fmt.Fprintln(r.std.Stdout, rec.ID)
+		}
+		switch {
+		case rec.Deferred && (r.o.verbose || r.o.single() && !r.o.quiet):
+			r.con.line("enqueue: %sdeferred %s: rejected for now by %s %q, runs at %s (Retry-After %s)", at, rec.ID,
+				rec.Admission.Algorithm, rec.Admission.Name, rec.ProcessAt.Format(time.RFC3339Nano), rec.Admission.RetryAfter.Round(time.Millisecond))
+		case r.o.verbose:
+			r.con.line("enqueue: %saccepted %s", at, rec.ID)
+		}
+		if failedOpen && (r.o.verbose || r.o.single()) {
+			r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(err.Error()))
+		}
+		return true
+	}
+	var rej *queue.RejectedError
+	switch {
+	case errors.Is(err, limiters.ErrFailedClosed):
+		r.stop(j, "redis unreachable (admission failed closed: "+rejName(err)+" could not decide)", err)
+		return false
+	case errors.As(err, &rej):
+		retry := rej.Result.RetryAfter
+		r.count(func(s *Summary) {
+			s.Rejected++
+			if s.FirstRetryAfter == nil {
+				v := retry.Seconds()
+				s.FirstRetryAfter = &v
+				t := now.Add(retry)
+				s.FirstRetryAt = &t
+			}
+			if t := now.Add(retry); t.After(r.lastRetry) {
+				r.lastRetry = t
+			}
+			if r.rejects != nil {
+				r.rejects.Write(append(slices.Clone(j.raw), '\n'))
+			}
+		})
+		if r.o.verbose || r.o.single() {
+			r.con.line("enqueue: %srejected by %s %q: Retry-After %s", at, rej.Result.Algorithm, rej.Result.Name, retry.Round(time.Millisecond))
+		}
+		return true
+	case errors.Is(err, queue.ErrUnknownDownstream), errors.Is(err, queue.ErrInvalidTask),
+		errors.Is(err, limiters.ErrCostExceedsCapacity), errors.Is(err, limiters.ErrInvalidCost):
+		r.invalid(r.source, j.line, taskspec.Reason(err))
+		return true
+	case ctx.Err() != nil:
+		r.count(func(s *Summary) { s.Interrupted = true })
+		return false
+	case errors.Is(err, queue.ErrDuplicate):
+		r.count(func(s *Summary) { s.Duplicates++ })
+		if !r.o.skipDuplicates || r.o.verbose {
+			r.con.line("enqueue: %sduplicate: a task with unique key %q exists", at, j.task.UniqueKey)
+		}
+		return true
+	}
+	if r.ping() != nil {
+		r.stop(j, "redis unreachable", err)
+		return false
+	}
+	r.count(func(s *Summary) {
+		s.Failed++
+		if s.Error == "" {
+			s.Error = oneLine(err.Error())
+		}
+	})
+	r.con.line("enqueue: %snot enqueued: %s", at, oneLine(err.Error()))
+	return true
+}
+
+func rejName(err error) string {
+	var rej *queue.RejectedError
+	if errors.As(err, &rej) {
+		return fmt.Sprintf("%s %q", rej.Result.Algorithm, rej.Result.Name)
+	}
+	return "the limiter"
+}
+
+// stop records that Redis is unreachable at job j; the first call reports
+// it on stderr.
+func (r *runner) stop(j job, why string, err error) {
+	first := false
+	r.count(func(s *Summary) {
+		s.Failed++
+		switch {
+		case !r.redisDown:
+			first, r.redisDown = true, true
+			s.StoppedAtLine, s.Error = j.line, why
+		case j.line > 0 && j.line < s.StoppedAtLine:
+			s.StoppedAtLine = j.line
+		}
+	})
+	if first {
+		msg := why + ": " + oneLine(err.Error())
+		if j.line > 0 {
+			msg += fmt.Sprintf("; stopping: line %d and later were not enqueued", j.line)
+		}
+		r.con.line("enqueue: %s%s", r.where(j.line), msg)
+	}
+}
+
+// pacer spaces enqueues at a rate. It never bursts to catch up after a
+// slow call: the next slot is one interval after the later of the last
+// slot and now.
+type pacer struct {
+	interval time.Duration
+	next     time.Time
+}
+
+func newPacer(l limiters.Limit) *pacer {
+	if l.IsZero() {
+		return &pacer{}
+	}
+	return &pacer{interval: l.Interval(1)}
+}
+
+func (p *pacer) wait(ctx context.Context, stopped <-chan struct{}) error {
+	if p.interval <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if p.next.Before(now) {
+		p.next = now
+	}
+	d := p.next.Sub(now)
+	p.next = p.next.Add(p.interval)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stopped:
+		return errors.New("stopped")
+	}
+}

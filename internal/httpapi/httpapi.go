@@ -1,0 +1,402 @@
+// Package httpapi is shaper's HTTP enqueue API: POST a task to a
+// downstream, get 202 with its id when admission accepts (or defers) it,
+// 429 with Retry-After and RateLimit headers when admission rejects it.
+// docs/http-api.md is the reference for callers; this comment is for
+// maintainers.
+//
+// Routes (all behind the server's bearer token when one is configured):
+//
+//	POST /v1/downstreams/{downstream}/tasks   a task object; the path names the downstream
+//	POST /v1/tasks                            a task object that names its downstream
+//	GET  /v1/downstreams/{downstream}/tasks/{id}   the task's state
+//
+// The task object is the one the enqueue CLI reads from JSON Lines
+// (package taskspec), so a line of such a file can be POSTed as it is.
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/server"
+	"github.com/shaper-io/shaper/internal/taskspec"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+)
+
+// DefaultMaxBody is the body limit when Config.MaxBody is zero.
+const DefaultMaxBody = 1 << 20
+
+// Config configures the API.
+type Config struct {
+	// Producer enqueues, running each downstream's admission; required.
+	Producer *queue.Producer
+	// Inspector serves GET on a task; nil leaves that route out.
+	Inspector *queue.Inspector
+	// MaxBody is the largest request body in bytes; 0 means
+	// DefaultMaxBody. A larger body gets 413.
+	MaxBody int64
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for "in" and for response times; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// API serves the enqueue routes. Safe for concurrent use.
+type API struct {
+	cfg Config
+}
+
+// New returns the API for cfg.
+func New(cfg Config) *API {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &API{cfg: cfg}
+}
+
+// Mounter is where the routes go: *server.Server, whose Protected checks
+// the bearer token.
+type Mounter interface {
+	Protected(pattern string, h http.Handler)
+}
+
+var _ Mounter = (*server.Server)(nil)
+
+// Mount adds the API's routes to m.
+func (a *API) Mount(m Mounter) {
+	m.Protected("POST /v1/downstreams/{downstream}/tasks", http.HandlerFunc(a.enqueuePath))
+	m.Protected("POST /v1/tasks", http.HandlerFunc(a.enqueueBody))
+	if a.cfg.Inspector != nil {
+		m.Protected("GET /v1/downstreams/{downstream}/tasks/{id}", http.HandlerFunc(a.getTask))
+	}
+}
+
+// TaskPath is the URL path of a task's resource (the Location of a 202).
+func TaskPath(downstream, id string) string {
+	return "/v1/downstreams/" + url.PathEscape(downstream) + "/tasks/" + url.PathEscape(id)
+}
+
+// Accepted is the body of a 202.
+type Accepted struct {
+	ID         string `json:"id"`
+	Downstream string `json:"downstream"`
+	Queue      string `json:"queue"`
+	// State is "pending" (runs as soon as its downstream's rate allows) or
+	// "scheduled" (runs at ProcessAt: deferred, or "at"/"in" was set).
+	State     string    `json:"state"`
+	Deferred  bool      `json:"deferred"`
+	ProcessAt time.Time `json:"process_at"`
+	// RetryAfter is, for a deferred task, the admission's Retry-After in
+	// seconds (the task runs no earlier than that).
+	RetryAfter float64    `json:"retry_after,omitempty"`
+	Location   string     `json:"location"`
+	Admission  *Admission `json:"admission,omitempty"`
+}
+
+// Admission describes the admission decision in a response body.
+type Admission struct {
+	Limiter   string `json:"limiter"`
+	Algorithm string `json:"algorithm"`
+	Limit     string `json:"limit"`
+	Remaining int64  `json:"remaining"`
+	// FailedOpen: Redis failed and the policy let the task in without a
+	// decision.
+	FailedOpen bool `json:"failed_open,omitempty"`
+}
+
+// Rejected is the body of a 429.
+type Rejected struct {
+	Error      string `json:"error"`
+	Downstream string `json:"downstream"`
+	Limiter    string `json:"limiter"`
+	Algorithm  string `json:"algorithm"`
+	Limit      string `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	// RetryAfter is the exact Retry-After in seconds (the header rounds up
+	// to whole seconds).
+	RetryAfter float64 `json:"retry_after"`
+}
+
+func (a *API) enqueuePath(w http.ResponseWriter, r *http.Request) {
+	a.enqueue(w, r, r.PathValue("downstream"))
+}
+
+func (a *API) enqueueBody(w http.ResponseWriter, r *http.Request) {
+	a.enqueue(w, r, "")
+}
+
+func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	spec, err := taskspec.Parse(body)
+	if err != nil {
+		server.WriteError(w, http.StatusBadRequest, taskspec.Reason(err))
+		return
+	}
+	if pathDS != "" {
+		if spec.Downstream != nil && *spec.Downstream != pathDS {
+			server.WriteError(w, http.StatusBadRequest, fmt.Sprintf("downstream: the body says %q but the path says %q (leave it out of the body)", *spec.Downstream, pathDS))
+			return
+		}
+		spec.Downstream = &pathDS
+	}
+	task, err := spec.Task(a.cfg.Now())
+	if err != nil {
+		server.WriteError(w, http.StatusBadRequest, taskspec.Reason(err))
+		return
+	}
+	rec, err := a.cfg.Producer.Enqueue(r.Context(), task)
+	if err == nil || (errors.Is(err, limiters.ErrFailedOpen) && rec.ID != "") {
+		a.accepted(w, rec, err != nil)
+		return
+	}
+	var rej *queue.RejectedError
+	switch {
+	case errors.As(err, &rej) && !errors.Is(err, limiters.ErrFailedClosed):
+		SetRateLimitHeaders(w.Header(), rej.Result)
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(rej.Result.RetryAfter), 10))
+		server.WriteJSON(w, http.StatusTooManyRequests, Rejected{
+			Error:      fmt.Sprintf("rejected by admission (%s %q): retry after %s", rej.Result.Algorithm, rej.Result.Name, rej.Result.RetryAfter.Round(time.Millisecond)),
+			Downstream: task.Downstream, Limiter: rej.Result.Name, Algorithm: string(rej.Result.Algorithm),
+			Limit: rej.Result.Limit.String(), Remaining: max(rej.Result.Remaining, 0),
+			RetryAfter: rej.Result.RetryAfter.Seconds(),
+		})
+	case errors.Is(err, queue.ErrUnknownDownstream):
+		status := http.StatusBadRequest
+		if pathDS != "" {
+			status = http.StatusNotFound
+		}
+		server.WriteError(w, status, fmt.Sprintf("unknown downstream %q", task.Downstream))
+	case errors.Is(err, queue.ErrInvalidTask), errors.Is(err, limiters.ErrInvalidCost):
+		server.WriteError(w, http.StatusBadRequest, taskspec.Reason(err))
+	case errors.Is(err, limiters.ErrCostExceedsCapacity):
+		server.WriteError(w, http.StatusBadRequest, "cost: "+costReason(err))
+	case errors.Is(err, queue.ErrDuplicate):
+		server.WriteJSON(w, http.StatusConflict, map[string]string{
+			"error": fmt.Sprintf("a task with unique key %q already exists", task.UniqueKey),
+			"id":    task.UniqueKey, "location": TaskPath(task.Downstream, task.UniqueKey)})
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads this. A charge the admission
+		// made has been refunded by the Producer.
+		server.WriteError(w, http.StatusServiceUnavailable, "request cancelled")
+	default:
+		// Redis is down or slow: admission failed closed, or the enqueue
+		// itself failed. The task is not in the queue; trying again later
+		// is right.
+		a.cfg.Logger.Warn("enqueue failed", "downstream", task.Downstream, "err", err)
+		msg := "queue unavailable: the task was not enqueued (redis error)"
+		if errors.Is(err, limiters.ErrFailedClosed) {
+			msg = "admission unavailable: redis failed and the policy is fail_closed; the task was not enqueued"
+		}
+		w.Header().Set("Retry-After", "1")
+		server.WriteError(w, http.StatusServiceUnavailable, msg)
+	}
+}
+
+func costReason(err error) string {
+	return taskspec.OneLine(err.Error()) + " (no Retry-After would let it through)"
+}
+
+// readBody reads at most MaxBody bytes; past that it answers 413.
+func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > a.cfg.MaxBody {
+		a.tooLarge(w, r.ContentLength)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		a.tooLarge(w, -1)
+		return nil, false
+	case err != nil:
+		server.WriteError(w, http.StatusBadRequest, "reading the body: "+taskspec.OneLine(err.Error()))
+		return nil, false
+	}
+	return body, true
+}
+
+func (a *API) tooLarge(w http.ResponseWriter, n int64) {
+	// The rest of an oversized body is not read; close the connection
+	// rather than drain it.
+	w.Header().Set("Connection", "close")
+	msg := fmt.Sprintf("the body is larger than the limit of %d bytes (http.max_body)", a.cfg.MaxBody)
+	if n > 0 {
+		msg = fmt.Sprintf("the body is %d bytes, larger than the limit of %d bytes (http.max_body)", n, a.cfg.MaxBody)
+	}
+	server.WriteError(w, http.StatusRequestEntityTooLarge, msg)
+}
+
+func (a *API) accepted(w http.ResponseWriter, rec queue.Receipt, failedOpen bool) {
+	now := a.cfg.Now()
+	body := Accepted{ID: rec.ID, Downstream: rec.Downstream, Queue: rec.Queue, State: "pending",
+		Deferred: rec.Deferred, ProcessAt: rec.ProcessAt, Location: TaskPath(rec.Downstream, rec.ID)}
+	if rec.ProcessAt.After(now) {
+		body.State = "scheduled"
+	}
+	if rec.Deferred {
+		body.RetryAfter = rec.Admission.RetryAfter.Seconds()
+	}
+	if res := rec.Admission; res.Name != "" {
+		body.Admission = &Admission{Limiter: res.Name, Algorithm: string(res.Algorithm), Limit: res.Limit.String(),
+			Remaining: max(res.Remaining, 0), FailedOpen: failedOpen}
+		if !failedOpen {
+			SetRateLimitHeaders(w.Header(), res)
+		}
+	}
+	w.Header().Set("Location", body.Location)
+	server.WriteJSON(w, http.StatusAccepted, body)
+}
+
+// Policy is the quota a limiter advertises in RateLimit-Policy: Quota
+// units per Window seconds.
+//
+// For the window algorithms that is the limit per window. For the token
+// and leaky buckets it is the capacity and the time the bucket takes to
+// refill (or drain) completely at its rate, so Quota/Window is the
+// sustained rate and Quota the burst.
+func Policy(l limiters.Limit, alg limiters.Algorithm) (quota, window int64) {
+	switch alg {
+	case limiters.FixedWindow, limiters.SlidingLog, limiters.SlidingCounter:
+		quota = l.Rate
+		window = ceilSeconds(l.Period)
+	default:
+		quota = l.Capacity()
+		window = ceilSeconds(l.Interval(quota))
+	}
+	return quota, max(window, 1)
+}
+
+// SetRateLimitHeaders sets the RateLimit header fields for res, the
+// decision of one limiter (the one that rejected, or the one with the
+// least room left):
+//
+//	RateLimit-Policy: "<name>";q=<quota>;w=<window>   (IETF draft-ietf-httpapi-ratelimit-headers)
+//	RateLimit: "<name>";r=<remaining>;t=<seconds>
+//	X-RateLimit-Limit: <quota>
+//	X-RateLimit-Remaining: <remaining>
+//	X-RateLimit-Reset: <seconds>
+//
+// t (and X-RateLimit-Reset) is, for a rejection, the Retry-After; for an
+// admitted task, the time until the limiter is back to idle (window over,
+// bucket full). All are whole seconds, rounded up.
+func SetRateLimitHeaders(h http.Header, res limiters.Result) {
+	if res.Name == "" || res.Limit.IsZero() {
+		return
+	}
+	q, win := Policy(res.Limit, res.Algorithm)
+	remaining := max(res.Remaining, 0)
+	var t int64
+	if res.Allowed {
+		t = ceilSeconds(res.ResetAfter)
+	} else {
+		t = max(ceilSeconds(res.RetryAfter), 1)
+	}
+	name := sfString(res.Name)
+	h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", name, q, win))
+	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, remaining, t))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(q, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(t, 10))
+}
+
+// sfString writes s as a Structured Field String (RFC 8941): printable
+// ASCII in quotes, with " and \ escaped; anything else becomes '?'.
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(append(b, '"'))
+}
+
+// ceilSeconds is d in whole seconds, rounded up: a client that waits that
+// long is never early.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// TaskState is the body of GET on a task.
+type TaskState struct {
+	ID         string `json:"id"`
+	Downstream string `json:"downstream"`
+	Queue      string `json:"queue"`
+	Type       string `json:"type"`
+	// State is asynq's: pending, active, scheduled, retry, archived,
+	// completed (or aggregating).
+	State         string     `json:"state"`
+	NextProcessAt *time.Time `json:"next_process_at,omitempty"`
+	Cost          int64      `json:"cost"`
+	Key           string     `json:"key,omitempty"`
+	Retried       int        `json:"retried"`
+	MaxRetry      int        `json:"max_retry"`
+	LastError     string     `json:"last_error,omitempty"`
+	LastFailedAt  *time.Time `json:"last_failed_at,omitempty"`
+	CompletedAt   *time.Time `json:"completed_at,omitempty"`
+	PayloadBytes  int        `json:"payload_bytes"`
+}
+
+func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
+	ds, id := r.PathValue("downstream"), r.PathValue("id")
+	info, err := a.cfg.Inspector.Asynq().GetTaskInfo(a.cfg.Producer.Queue(ds), id)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		server.WriteError(w, http.StatusNotFound, fmt.Sprintf("no task %q in downstream %q", id, ds))
+		return
+	case err != nil:
+		a.cfg.Logger.Warn("task lookup failed", "downstream", ds, "id", id, "err", err)
+		w.Header().Set("Retry-After", "1")
+		server.WriteError(w, http.StatusServiceUnavailable, "queue unavailable (redis error)")
+		return
+	}
+	meta, _ := envelope.Decode(info.Headers)
+	st := TaskState{ID: info.ID, Downstream: ds, Queue: info.Queue, Type: info.Type, State: info.State.String(),
+		Cost: meta.Cost, Key: meta.Key, Retried: info.Retried, MaxRetry: meta.MaxRetry,
+		LastError: info.LastErr, PayloadBytes: len(info.Payload)}
+	if meta.MaxRetry < 0 {
+		st.MaxRetry = info.MaxRetry
+	}
+	st.NextProcessAt = timePtr(info.NextProcessAt)
+	st.LastFailedAt = timePtr(info.LastFailedAt)
+	st.CompletedAt = timePtr(info.CompletedAt)
+	server.WriteJSON(w, http.StatusOK, st)
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

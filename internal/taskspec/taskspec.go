@@ -1,0 +1,453 @@
+// Package taskspec is the JSON form of a task, shared by the enqueue CLI's
+// JSON Lines input and the HTTP enqueue API, so that a line of a JSON Lines
+// file can be POSTed as it is and both reject the same inputs with the same
+// words.
+//
+// A task is one JSON object:
+//
+//	{"downstream": "billing-api", "payload": {"invoice": 42}, "key": "tenant-7",
+//	 "cost": 1, "unique": "invoice-42", "in": "30s", "type": "charge", "max_retry": 3}
+//
+// Decoding is strict: an unknown field, a value of the wrong type, a second
+// JSON value after the object, or a field out of range is an *Error that
+// names the field and the bad value in one line.
+package taskspec
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shaper-io/shaper/queue"
+)
+
+// ErrInvalid is wrapped by every error of this package.
+var ErrInvalid = errors.New("taskspec: invalid task")
+
+// Fields lists the fields a task object may have, in documentation order.
+var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "at", "in", "type", "max_retry", "timeout"}
+
+// Error is a bad task: Field names the field ("" for the object as a
+// whole) and Msg says what is wrong with it, on one line.
+type Error struct {
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+func errf(field, format string, args ...any) *Error {
+	return &Error{Field: field, Msg: OneLine(fmt.Sprintf(format, args...))}
+}
+
+// Spec is a decoded task. A nil pointer (or nil Payload) is a field left
+// out (or written as null), so that Merge can fill it from defaults.
+type Spec struct {
+	Downstream *string
+	Type       *string
+	// Payload is the payload's bytes: the JSON text of "payload" as it was
+	// written, or the decoded bytes of "payload_base64".
+	Payload  []byte
+	Key      *string
+	Cost     *int64
+	Unique   *string
+	At       *time.Time
+	In       *time.Duration
+	MaxRetry *int
+	Timeout  *time.Duration
+}
+
+// Parse decodes one task object. data must hold exactly one JSON object
+// (surrounding white space allowed).
+func Parse(data []byte) (Spec, error) {
+	var s Spec
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return s, errf("", "empty input, want a JSON object")
+	}
+	if !utf8.Valid(data) {
+		return s, errf("", "input is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
+		return s, jsonError(err, data)
+	}
+	if fields == nil {
+		return s, errf("", "got null, want a JSON object")
+	}
+	if dec.More() || dec.InputOffset() < int64(len(data)) {
+		return s, errf("", "unexpected data after the JSON object at byte %d (one task per object)", dec.InputOffset()+1)
+	}
+	for name := range fields {
+		if !known(name) {
+			return s, errf("", "unknown field %q (want one of %s)", clip(name, 40), strings.Join(Fields, ", "))
+		}
+	}
+	get := func(name string) (json.RawMessage, bool) {
+		v, ok := fields[name]
+		if !ok || string(v) == "null" {
+			return nil, false
+		}
+		return v, true
+	}
+	var err *Error
+	str := func(name string) *string {
+		v, ok := get(name)
+		if !ok || err != nil {
+			return nil
+		}
+		var out string
+		if json.Unmarshal(v, &out) != nil {
+			err = errf(name, "got %s, want a string", describe(v))
+			return nil
+		}
+		return &out
+	}
+	s.Downstream = str("downstream")
+	s.Type = str("type")
+	s.Key = str("key")
+	s.Unique = str("unique")
+	if err != nil {
+		return Spec{}, err
+	}
+	if v, ok := get("payload"); ok {
+		s.Payload = append([]byte(nil), v...)
+	}
+	if v, ok := get("payload_base64"); ok {
+		if s.Payload != nil {
+			return Spec{}, errf("payload_base64", "set both payload and payload_base64; use one")
+		}
+		var enc string
+		if json.Unmarshal(v, &enc) != nil {
+			return Spec{}, errf("payload_base64", "got %s, want a base64 string", describe(v))
+		}
+		b, derr := base64.StdEncoding.DecodeString(enc)
+		if derr != nil {
+			return Spec{}, errf("payload_base64", "invalid base64 (%v)", derr)
+		}
+		s.Payload = b
+	}
+	if v, ok := get("cost"); ok {
+		n, e := integer("cost", v)
+		if e != nil {
+			return Spec{}, e
+		}
+		if n < 0 {
+			return Spec{}, errf("cost", "must not be negative, got %d", n)
+		}
+		s.Cost = &n
+	}
+	if v, ok := get("max_retry"); ok {
+		n, e := integer("max_retry", v)
+		if e != nil {
+			return Spec{}, e
+		}
+		if n < 0 || n > 10000 {
+			return Spec{}, errf("max_retry", "must be 0..10000, got %d", n)
+		}
+		r := int(n)
+		s.MaxRetry = &r
+	}
+	if v, ok := get("at"); ok {
+		t, e := parseAtJSON(v)
+		if e != nil {
+			return Spec{}, e
+		}
+		s.At = &t
+	}
+	if v, ok := get("in"); ok {
+		d, e := durationJSON("in", v)
+		if e != nil {
+			return Spec{}, e
+		}
+		s.In = &d
+	}
+	if v, ok := get("timeout"); ok {
+		d, e := durationJSON("timeout", v)
+		if e != nil {
+			return Spec{}, e
+		}
+		if d == 0 {
+			return Spec{}, errf("timeout", "must be positive, got 0 (leave it out for the default)")
+		}
+		s.Timeout = &d
+	}
+	if s.At != nil && s.In != nil {
+		return Spec{}, errf("in", "set both at and in; use one")
+	}
+	return s, nil
+}
+
+func known(name string) bool {
+	for _, f := range Fields {
+		if f == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Merge returns s with every field it leaves out taken from d. The start
+// time is taken as a whole: when s sets at or in, d's at and in are ignored.
+// Unique is never taken from d (one unique key fits one task).
+func (s Spec) Merge(d Spec) Spec {
+	if s.Downstream == nil {
+		s.Downstream = d.Downstream
+	}
+	if s.Type == nil {
+		s.Type = d.Type
+	}
+	if s.Payload == nil {
+		s.Payload = d.Payload
+	}
+	if s.Key == nil {
+		s.Key = d.Key
+	}
+	if s.Cost == nil {
+		s.Cost = d.Cost
+	}
+	if s.At == nil && s.In == nil {
+		s.At, s.In = d.At, d.In
+	}
+	if s.MaxRetry == nil {
+		s.MaxRetry = d.MaxRetry
+	}
+	if s.Timeout == nil {
+		s.Timeout = d.Timeout
+	}
+	return s
+}
+
+// Task builds the queue.Task, with "in" counted from now. It checks what
+// Parse cannot: a downstream is present. The Producer validates the rest
+// (known downstream, payload size, key length) when it enqueues, or
+// earlier through Producer.Validate.
+func (s Spec) Task(now time.Time) (queue.Task, error) {
+	var t queue.Task
+	if s.Downstream == nil || *s.Downstream == "" {
+		return t, errf("downstream", "required")
+	}
+	t.Downstream = *s.Downstream
+	if s.Type != nil {
+		t.Type = *s.Type
+	}
+	t.Payload = s.Payload
+	if s.Key != nil {
+		t.Key = *s.Key
+	}
+	if s.Cost != nil {
+		if *s.Cost < 0 {
+			return t, errf("cost", "must not be negative, got %d", *s.Cost)
+		}
+		t.Cost = *s.Cost
+	}
+	if s.Unique != nil {
+		if *s.Unique == "" {
+			return t, errf("unique", "must not be empty (leave it out for a task without a unique key)")
+		}
+		t.UniqueKey = *s.Unique
+	}
+	switch {
+	case s.At != nil && s.In != nil:
+		return t, errf("in", "set both at and in; use one")
+	case s.At != nil:
+		t.ProcessAt = *s.At
+	case s.In != nil:
+		if *s.In < 0 {
+			return t, errf("in", "must not be negative, got %s", *s.In)
+		}
+		if *s.In > 0 {
+			t.ProcessAt = now.Add(*s.In)
+		}
+	}
+	if s.MaxRetry != nil {
+		r := *s.MaxRetry
+		t.MaxRetry = &r
+	}
+	if s.Timeout != nil {
+		if *s.Timeout <= 0 {
+			return t, errf("timeout", "must be positive, got %s", *s.Timeout)
+		}
+		t.Timeout = *s.Timeout
+	}
+	return t, nil
+}
+
+// Reason is err's message for a person, without package prefixes, on one
+// line: "cost: must not be negative, got -1".
+func Reason(err error) string {
+	msg := err.Error()
+	for _, p := range []string{queue.ErrInvalidTask.Error() + ": ", "queue: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return OneLine(msg)
+}
+
+// OneLine replaces line breaks and other control characters with spaces,
+// so a message (which may quote user input) stays on one line.
+func OneLine(s string) string {
+	if !strings.ContainsFunc(s, isCtl) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isCtl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func isCtl(r rune) bool { return r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 }
+
+// ParseAt reads a start time: RFC 3339 ("2026-01-02T15:04:05Z", fractional
+// seconds allowed) or Unix seconds ("1767366245", "1767366245.5").
+func ParseAt(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e11 && !math.IsInf(f, 0) {
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(frac*1e9)), nil
+	}
+	return time.Time{}, fmt.Errorf("invalid time %q (want RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)", clip(s, 60))
+}
+
+// ParseDuration reads a delay: a Go duration with a unit ("30s", "5m",
+// "1h30m") or, for the JSON number form, seconds.
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (want a number with a unit, e.g. 30s, 5m or 1h30m)", clip(s, 60))
+	}
+	return d, nil
+}
+
+func parseAtJSON(v json.RawMessage) (time.Time, *Error) {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		t, err := ParseAt(s)
+		if err != nil {
+			return time.Time{}, errf("at", "%v", err)
+		}
+		return t, nil
+	}
+	var n json.Number
+	if json.Unmarshal(v, &n) == nil {
+		t, err := ParseAt(n.String())
+		if err != nil {
+			return time.Time{}, errf("at", "%v", err)
+		}
+		return t, nil
+	}
+	return time.Time{}, errf("at", "got %s, want an RFC 3339 string or Unix seconds", describe(v))
+}
+
+func durationJSON(field string, v json.RawMessage) (time.Duration, *Error) {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		d, err := ParseDuration(s)
+		if err != nil {
+			return 0, errf(field, "%v", err)
+		}
+		if d < 0 {
+			return 0, errf(field, "must not be negative, got %s", d)
+		}
+		return d, nil
+	}
+	var n json.Number
+	if json.Unmarshal(v, &n) == nil {
+		f, err := n.Float64()
+		if err != nil || f < 0 || f > 1e9 {
+			return 0, errf(field, "got %s, want seconds between 0 and 1e9", clip(n.String(), 40))
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return 0, errf(field, "got %s, want a duration string such as \"30s\" or a number of seconds", describe(v))
+}
+
+func integer(field string, v json.RawMessage) (int64, *Error) {
+	var n json.Number
+	if json.Unmarshal(v, &n) != nil {
+		return 0, errf(field, "got %s, want an integer", describe(v))
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return 0, errf(field, "got %s, want an integer", clip(n.String(), 40))
+	}
+	return i, nil
+}
+
+// describe names a JSON value's kind for an error message, quoting short
+// scalars: `the string "x"`, `the number 1.5`, `an object`.
+func describe(v json.RawMessage) string {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "the string " + clip(string(v), 40)
+	case 't', 'f':
+		return string(v)
+	}
+	return "the number " + clip(string(v), 40)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// jsonError turns a decoding error into one line with the column.
+func jsonError(err error, data []byte) *Error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return errf("", "malformed JSON at column %d: %s", column(data, se.Offset), strings.TrimPrefix(se.Error(), "json: "))
+	case errors.As(err, &te):
+		return errf("", "got a JSON %s, want an object", te.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return errf("", "malformed JSON: the object is cut short")
+	}
+	return errf("", "malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// column is the 1-based character column of a byte offset.
+func column(data []byte, off int64) int {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	if off < 1 {
+		return 1
+	}
+	return utf8.RuneCount(data[:off-1]) + 1
+}
