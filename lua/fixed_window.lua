@@ -19,6 +19,10 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
+-- Lua 5.1 turns a number into a string with "%.14g", which rounds away the
+-- digits past the 14th (the window numbers of windows under ~20µs have 15),
+-- so two windows would share a counter. Key names format integers exactly.
+local function int(x) return string.format('%.0f', x) end
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -39,7 +43,7 @@ if mode == 2 then
 end
 
 local n = math.floor(now / window)
-local key = KEYS[1] .. ':' .. n
+local key = KEYS[1] .. ':' .. int(n)
 local count = tonumber(redis.call('GET', key) or '0')
 local reset = (n + 1) * window - now
 

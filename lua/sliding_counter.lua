@@ -20,6 +20,10 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
+-- Lua 5.1 turns a number into a string with "%.14g", which rounds away the
+-- digits past the 14th (the window numbers of windows under ~20µs have 15),
+-- so two windows would share a counter. Key names format integers exactly.
+local function int(x) return string.format('%.0f', x) end
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -39,8 +43,8 @@ end
 
 local n = math.floor(now / window)
 local elapsed = now - n * window
-local cur = tonumber(redis.call('GET', KEYS[1] .. ':' .. n) or '0')
-local prev = tonumber(redis.call('GET', KEYS[1] .. ':' .. (n - 1)) or '0')
+local cur = tonumber(redis.call('GET', KEYS[1] .. ':' .. int(n)) or '0')
+local prev = tonumber(redis.call('GET', KEYS[1] .. ':' .. int(n - 1)) or '0')
 local weighted = prev * (window - elapsed)
 
 local function reset_after(c)
@@ -72,7 +76,7 @@ if mode == 1 or cost == 0 then
   return {1, math.max(rem, 0), 0, reset_after(cur), n}
 end
 
-local key = KEYS[1] .. ':' .. n
+local key = KEYS[1] .. ':' .. int(n)
 local c = redis.call('INCRBY', key, cost)
 if c == cost or redis.call('PTTL', key) == -1 then
   redis.call('PEXPIRE', key, math.ceil(2 * window / 1000) + MARGIN_MS)

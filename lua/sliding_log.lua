@@ -19,6 +19,10 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
+-- Lua 5.1 turns a number into a string with "%.14g", which rounds a 16-digit
+-- µs time to 100µs: a '(' score bound built by concatenation would count
+-- entries up to 50µs past the window's edge. Format integers exactly.
+local function int(x) return string.format('%.0f', x) end
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -41,7 +45,7 @@ end
 
 local count
 if mode == 1 then
-  count = redis.call('ZCOUNT', key, '(' .. (now - window), '+inf')
+  count = redis.call('ZCOUNT', key, '(' .. int(now - window), '+inf')
 else
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   count = redis.call('ZCARD', key)
@@ -58,7 +62,7 @@ end
 
 if count + cost > limit then
   local need = count + cost - limit -- oldest entries that must leave first
-  local e = redis.call('ZRANGEBYSCORE', key, '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
+  local e = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - window), '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
   local retry = window
   if #e > 0 then retry = tonumber(e[2]) + window - now end
   if retry < 1 then retry = 1 end
