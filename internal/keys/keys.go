@@ -16,6 +16,9 @@ const DefaultPrefix = "shaper"
 
 // Space builds key names under one prefix. The zero value uses DefaultPrefix.
 type Space struct {
+	// Prefix must match [A-Za-z0-9._-]+ (internal/config enforces it): the
+	// queue name starts with it and asynq uses the queue name as its hash
+	// tag, so a brace here would move or empty asynq's tag on a cluster.
 	Prefix string
 }
 

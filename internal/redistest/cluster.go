@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -107,9 +108,9 @@ func (c *LocalCluster) create(ctx context.Context) error {
 		}
 		ids[s] = id
 	}
-	n := len(c.Masters)
+	ranges := slotRanges(len(c.Masters))
 	for i, m := range c.Masters {
-		lo, hi := i*16384/n, (i+1)*16384/n-1
+		lo, hi := ranges[i][0], ranges[i][1]
 		cl := nodeClient(m)
 		err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
 		cl.Close()
@@ -230,16 +231,37 @@ func (c *LocalCluster) MasterFor(key string) int {
 	return SlotRange(Slot(key), len(c.Masters))
 }
 
-// SlotRange is the index of the equal slot range, of n, that holds slot: the
-// master serving it in a cluster made by StartCluster or by
+// SlotRange is the index of the slot range, of n equal ones, that holds
+// slot: the master serving it in a cluster made by StartCluster or by
 // `redis-cli --cluster create` with n masters.
 func SlotRange(slot uint16, n int) int {
-	for i := n - 1; i > 0; i-- {
-		if int(slot) >= i*16384/n {
+	for i, r := range slotRanges(n) {
+		if int(slot) <= r[1] {
 			return i
 		}
 	}
-	return 0
+	return n - 1
+}
+
+// slotRanges splits the 16384 slots among n masters as redis-cli does
+// (3 masters: 0-5460, 5461-10922, 10923-16383).
+func slotRanges(n int) [][2]int {
+	per := 16384 / float64(n)
+	var out [][2]int
+	first, cursor := 0, 0.0
+	for i := 0; i < n; i++ {
+		last := int(math.Round(cursor + per - 1))
+		if last > 16383 || i == n-1 {
+			last = 16383
+		}
+		if last < first {
+			last = first
+		}
+		out = append(out, [2]int{first, last})
+		first = last + 1
+		cursor += per
+	}
+	return out
 }
 
 // Stop kills every node and removes every directory.
