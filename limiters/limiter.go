@@ -120,6 +120,9 @@ type Config struct {
 	// Failure is the policy when Redis fails; the zero value is FailClosed.
 	Failure Policy
 	// Timeout bounds each script call (0: only the context's deadline).
+	// go-redis applies a context deadline to the socket only when the
+	// client has ContextTimeoutEnabled; otherwise its ReadTimeout bounds
+	// a call to a Redis that stopped answering.
 	Timeout time.Duration
 	// Observe, when set, is called after every Redis decision with the
 	// script's latency and its error (nil on success). For metrics.

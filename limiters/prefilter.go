@@ -52,8 +52,12 @@ func (p *Prefilter) Peek(ctx context.Context, key string, cost int64) (Result, e
 	return p.do(ctx, key, cost, p.next.Peek)
 }
 
-// Refund passes through.
+// Refund passes through, and forgets any local block of key: the refund
+// may have made room the block does not know about.
 func (p *Prefilter) Refund(ctx context.Context, key string, cost int64, res Result) error {
+	p.mu.Lock()
+	delete(p.until, key)
+	p.mu.Unlock()
 	return p.next.Refund(ctx, key, cost, res)
 }
 

@@ -40,11 +40,12 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 	switch {
 	case len(cfg.Cluster) > 0:
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, Username: cfg.Username, Password: password,
-			TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
+			TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true})
 		return c, func() { c.Close() }, nil
 	case cfg.Sentinel != nil:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.Sentinel.Master, SentinelAddrs: cfg.Sentinel.Addrs,
-			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
+			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			ContextTimeoutEnabled: true})
 		return c, func() { c.Close() }, nil
 	case cfg.URL != "":
 		opt, err := redis.ParseURL(cfg.URL)
@@ -64,6 +65,10 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 			opt.TLSConfig.RootCAs = tlsCfg.RootCAs
 		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
+		// Honour each call's context deadline on the socket too, so a script
+		// timeout (Config.Timeout, shaping's RedisTimeout) really bounds a
+		// call to a Redis that stopped answering.
+		opt.ContextTimeoutEnabled = true
 		c := redis.NewClient(opt)
 		return c, func() { c.Close() }, nil
 	}

@@ -87,18 +87,30 @@ func Client(tb testing.TB) redis.UniversalClient {
 	}
 	var c redis.UniversalClient
 	if len(cluster) > 0 {
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster})
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster, ContextTimeoutEnabled: true})
 	} else {
-		c = redis.NewClient(&redis.Options{Addr: addr})
+		c = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
-// URL is the redis:// URL of the shared test server (single-node mode).
+// URL is the redis:// URL of the shared test server (single-node mode). A
+// test that asks for it talks to one server, so on a cluster
+// (REDIS_CLUSTER_ADDRS set) it is skipped rather than pointed at one node.
 func URL(tb testing.TB) string {
 	tb.Helper()
+	if Cluster() {
+		tb.Skip("redistest: single-server test (redis:// URL); REDIS_CLUSTER_ADDRS is set")
+	}
 	return "redis://" + Addr(tb)
+}
+
+// Addrs are the seed addresses of the test cluster (nil in single-node
+// mode).
+func Addrs() []string {
+	once.Do(setup)
+	return append([]string(nil), cluster...)
 }
 
 var unsafe = regexp.MustCompile(`[^A-Za-z0-9]+`)
