@@ -228,7 +228,12 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 			}
 			p.decision(t.Downstream, res, "deferred")
 			rec.Deferred = true
+			// asynq keeps a scheduled time in whole seconds, truncated;
+			// round up so that the task never runs before its Retry-After.
 			at := time.Now().Add(res.RetryAfter)
+			if s := at.Truncate(time.Second); !s.Equal(at) {
+				at = s.Add(time.Second)
+			}
 			if at.After(t.ProcessAt) {
 				t.ProcessAt = at
 			}
