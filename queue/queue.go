@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"sync"
+	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // DefaultType is the task type used when a Task leaves Type empty.
@@ -130,6 +133,12 @@ type ProducerConfig struct {
 	// MaxRetry is the default retry budget per downstream for tasks that
 	// set none; missing downstreams use DefaultMaxRetry.
 	MaxRetry map[string]int
+	// Batched names the downstreams whose tasks are aggregated into
+	// batches (shaping.Downstream.Batch), with how many aggregation groups
+	// to spread them over (shaping.BatchGroups): asynq closes at most one
+	// batch per group per check, so one group caps a downstream at
+	// MaxRows per second. Their tasks carry their ID into the batch.
+	Batched map[string]int
 }
 
 // Producer enqueues tasks after admission. Safe for concurrent use.
@@ -138,7 +147,7 @@ type Producer struct {
 	cfg    ProducerConfig
 	space  keys.Space
 	known  map[string]bool
-	mu     sync.RWMutex
+	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -289,8 +298,18 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 		asynq.Queue(p.space.Queue(t.Downstream)),
 		asynq.MaxRetry(maxRetry + envelope.CrashAllowance),
 	}
-	if t.UniqueKey != "" {
-		opts = append(opts, asynq.TaskID(t.UniqueKey))
+	headers := meta.Headers()
+	id := t.UniqueKey
+	if groups := p.cfg.Batched[t.Downstream]; groups > 0 {
+		n := p.seq.Add(1)
+		opts = append(opts, asynq.Group(t.Downstream+"#"+strconv.FormatUint(n%uint64(groups), 10)))
+		if id == "" {
+			id = uuid.NewString()
+		}
+		headers[shaping.HeaderRowID] = id
+	}
+	if id != "" {
+		opts = append(opts, asynq.TaskID(id))
 	}
 	if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
 		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
@@ -298,7 +317,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if t.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(t.Timeout))
 	}
-	info, err := p.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type, t.Payload, meta.Headers()), opts...)
+	info, err := p.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type, t.Payload, headers), opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
 		return nil, fmt.Errorf("%w %q: %w", ErrDuplicate, t.UniqueKey, err)
 	}

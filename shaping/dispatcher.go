@@ -70,6 +70,11 @@ type Downstream struct {
 	// Adaptive, when set, lets the downstream's answers move the rate
 	// between a floor and a ceiling (AIMD), shared by all processes.
 	Adaptive *Adaptive
+	// Batch, when set, aggregates the downstream's tasks into batches
+	// before shaping (the producer must enqueue them with Batched: see
+	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks
+	// whose payload DecodeBatch reads.
+	Batch *Batch
 }
 
 // Config configures a Dispatcher. The zero value works.
@@ -179,6 +184,9 @@ func (d *Dispatcher) Add(ds Downstream) error {
 			return fmt.Errorf("shaping: downstream %q: adaptive floor %s is above the ceiling %s", ds.Name, a.Floor.RateString(), a.Ceiling.RateString())
 		}
 	}
+	if b := ds.Batch; b != nil && (b.MaxRows < 1 || b.MaxDelay < 0 || b.Grace < 0) {
+		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
+	}
 	if ds.MaxWait == 0 {
 		ds.MaxWait = time.Second
 	}
@@ -242,7 +250,7 @@ func (d *Dispatcher) Start() error {
 	d.started = true
 	for _, name := range d.order {
 		r := d.runners[name]
-		r.srv = asynq.NewServerFromRedisClient(d.rdb, asynq.Config{
+		acfg := asynq.Config{
 			Concurrency: r.ds.Workers,
 			Queues:      map[string]int{d.space.Queue(name): 1},
 			// Held tasks return to the queue through asynq's abort path
@@ -253,7 +261,14 @@ func (d *Dispatcher) Start() error {
 			DelayedTaskCheckInterval: time.Second,
 			Logger:                   asynqLogger{d.log.With("downstream", name)},
 			LogLevel:                 asynq.WarnLevel,
-		})
+		}
+		if b := r.ds.Batch; b != nil {
+			acfg.GroupAggregator = asynq.GroupAggregatorFunc(aggregate)
+			acfg.GroupMaxSize = b.MaxRows
+			acfg.GroupMaxDelay = cmpOr(b.MaxDelay, 2*time.Second)
+			acfg.GroupGracePeriod = max(b.Grace, time.Second)
+		}
+		r.srv = asynq.NewServerFromRedisClient(d.rdb, acfg)
 		r.refresh(context.Background())
 		if err := r.srv.Start(asynq.HandlerFunc(r.process)); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
@@ -629,6 +644,13 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 }
 
 var errPanic = errors.New("handler panic")
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
 
 func call(ctx context.Context, h HandlerFunc, t *Task) (err error) {
 	defer func() {
