@@ -15,6 +15,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ import (
 // DefaultMaxBody is the body limit when Config.MaxBody is zero.
 const DefaultMaxBody = 1 << 20
 
+// DefaultTimeout bounds one enqueue when Config.Timeout is zero.
+const DefaultTimeout = 10 * time.Second
+
 // Config configures the API.
 type Config struct {
 	// Producer enqueues, running each downstream's admission; required.
@@ -46,6 +50,10 @@ type Config struct {
 	// MaxBody is the largest request body in bytes; 0 means
 	// DefaultMaxBody. A larger body gets 413.
 	MaxBody int64
+	// Timeout bounds the admission and enqueue of one request (Redis
+	// calls included, with their retries); past it the answer is 503.
+	// 0 means DefaultTimeout.
+	Timeout time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for "in" and for response times; nil means
@@ -65,6 +73,9 @@ func New(cfg Config) *API {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -165,7 +176,9 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 		server.WriteError(w, http.StatusBadRequest, taskspec.Reason(err))
 		return
 	}
-	rec, err := a.cfg.Producer.Enqueue(r.Context(), task)
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Timeout)
+	defer cancel()
+	rec, err := a.cfg.Producer.Enqueue(ctx, task)
 	if err == nil || (errors.Is(err, limiters.ErrFailedOpen) && rec.ID != "") {
 		a.accepted(w, rec, err != nil)
 		return

@@ -386,7 +386,7 @@ func durationJSON(field string, v json.RawMessage) (time.Duration, *Error) {
 
 func integer(field string, v json.RawMessage) (int64, *Error) {
 	var n json.Number
-	if json.Unmarshal(v, &n) != nil {
+	if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
 		return 0, errf(field, "got %s, want an integer", describe(v))
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)
