@@ -280,9 +280,13 @@ func Main(ctx context.Context, args []string, std IO) int {
 		con.line("enqueue: %s", err)
 		return ExitBadInput
 	}
-	r, code := setup(o, std, con)
-	if r == nil {
-		return code
+	r, serr := setup(o, std, con)
+	if serr != nil {
+		con.line("enqueue: %s", serr.msg)
+		if o.json {
+			writeJSON(std.Stdout, Summary{Error: serr.msg, ExitCode: serr.code, DryRun: o.dryRun})
+		}
+		return serr.code
 	}
 	defer r.close()
 	return r.run(ctx)

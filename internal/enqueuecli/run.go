@@ -78,7 +78,9 @@ type runner struct {
 	closeRDB func()
 	p        *queue.Producer
 	maxLine  int
-	source   string // "stdin" or the file name, for messages
+	source   string    // "stdin" or the file name, for messages
+	in       io.Reader // JSON Lines input
+	inFile   *os.File
 	rejects  io.WriteCloser
 
 	mu        sync.Mutex
@@ -90,15 +92,27 @@ type runner struct {
 	total     int64
 }
 
-// setup loads the config, connects and builds the producer. On failure it
-// reports one line and returns the exit code.
-func setup(o *options, std IO, con *console) (*runner, int) {
+// setupError is a failure before any task is read: one line, one code.
+type setupError struct {
+	code int
+	msg  string
+}
+
+// setup loads the config, connects, builds the producer and opens the
+// input and output files.
+func setup(o *options, std IO, con *console) (*runner, *setupError) {
+	bad := func(format string, args ...any) *setupError {
+		return &setupError{ExitBadInput, oneLine(fmt.Sprintf(format, args...))}
+	}
 	cfg, err := loadConfig(o)
 	if err != nil {
-		con.line("enqueue: %s", oneLine(err.Error()))
-		return nil, ExitBadInput
+		return nil, bad("%s", err)
 	}
-	r := &runner{o: o, std: std, con: con, cfg: cfg, source: "stdin"}
+	r := &runner{o: o, std: std, con: con, cfg: cfg, source: "stdin", in: std.Stdin}
+	fail := func(e *setupError) (*runner, *setupError) {
+		r.close()
+		return nil, e
+	}
 	if o.dryRun {
 		// Nothing below talks to Redis: limiters and the producer only
 		// connect on first use.
@@ -106,26 +120,17 @@ func setup(o *options, std IO, con *console) (*runner, int) {
 		r.rdb, r.closeRDB = c, func() { c.Close() }
 	} else {
 		if cfg.Redis.Embedded() {
-			con.line("enqueue: the config names no Redis (redis.url, redis.cluster or redis.sentinel); shaper's embedded Redis lives inside one shaper process, so enqueue cannot reach it: set one, or pass --redis")
-			return nil, ExitBadInput
+			return fail(bad("the config names no Redis (redis.url, redis.cluster or redis.sentinel); shaper's embedded Redis lives inside one shaper process, so enqueue cannot reach it: set one, or pass --redis"))
 		}
 		rdb, closeRDB, err := app.OpenRedis(cfg.Redis)
 		if err != nil {
-			con.line("enqueue: %s", oneLine(err.Error()))
-			return nil, ExitBadInput
+			return fail(bad("%s", err))
 		}
 		r.rdb, r.closeRDB = rdb, closeRDB
-		if err := r.ping(); err != nil {
-			con.line("enqueue: redis unreachable (%s): %s", cfg.Redis.String(), oneLine(err.Error()))
-			r.close()
-			return nil, ExitRedis
-		}
 	}
 	p, err := app.NewProducer(r.rdb, cfg, nil)
 	if err != nil {
-		con.line("enqueue: %s", oneLine(err.Error()))
-		r.close()
-		return nil, ExitBadInput
+		return fail(bad("%s", err))
 	}
 	r.p = p
 	maxPayload := int(cfg.HTTP.MaxBody)
@@ -133,19 +138,35 @@ func setup(o *options, std IO, con *console) (*runner, int) {
 		maxPayload = int(config.DefaultMaxBody)
 	}
 	r.maxLine = 2*maxPayload + 64<<10
+	if !o.single() && o.file != "" && o.file != "-" {
+		f, err := os.Open(o.file)
+		if err != nil {
+			return fail(bad("--file: %s", err))
+		}
+		r.in, r.inFile, r.source = f, f, o.file
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			r.total = fi.Size()
+		}
+	}
+	if !o.dryRun {
+		if err := r.ping(); err != nil {
+			return fail(&setupError{ExitRedis, oneLine(fmt.Sprintf("redis unreachable (%s): %s", cfg.Redis.String(), err))})
+		}
+	}
 	if o.rejects != "" && !o.dryRun {
 		f, err := os.Create(o.rejects)
 		if err != nil {
-			con.line("enqueue: --rejects: %s", oneLine(err.Error()))
-			r.close()
-			return nil, ExitBadInput
+			return fail(bad("--rejects: %s", err))
 		}
 		r.rejects = f
 	}
-	return r, ExitOK
+	return r, nil
 }
 
 func (r *runner) close() {
+	if r.inFile != nil {
+		r.inFile.Close()
+	}
 	if r.p != nil {
 		r.p.Close()
 	}
@@ -157,8 +178,10 @@ func (r *runner) close() {
 	}
 }
 
+// ping checks Redis. It allows at least 3s: the client retries a refused
+// connection a few times, and the last error says more than a deadline.
 func (r *runner) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.cfg.Redis.Timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(r.cfg.Redis.Timeout), 3*time.Second))
 	defer cancel()
 	return r.rdb.Ping(ctx).Err()
 }
@@ -182,13 +205,17 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	s.ExitCode = r.exitCode(s)
 	if r.o.json {
-		enc := json.NewEncoder(r.std.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(s)
+		writeJSON(r.std.Stdout, s)
 	} else if !r.o.quiet && !r.o.single() {
 		r.con.line("enqueue: %s", humanSummary(s))
 	}
 	return s.ExitCode
+}
+
+func writeJSON(w io.Writer, s Summary) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(s)
 }
 
 func (r *runner) exitCode(s Summary) int {
@@ -290,20 +317,8 @@ type job struct {
 }
 
 func (r *runner) runLines(ctx context.Context) {
-	in := r.std.Stdin
-	if r.o.file != "" && r.o.file != "-" {
-		f, err := os.Open(r.o.file)
-		if err != nil {
-			r.invalid("", 0, "--file: "+oneLine(err.Error()))
-			return
-		}
-		defer f.Close()
-		in = f
-		r.source = r.o.file
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-			r.total = fi.Size()
-		}
-	} else if r.std.StdinTTY && !r.o.quiet {
+	in := r.in
+	if r.inFile == nil && r.std.StdinTTY && !r.o.quiet {
 		r.con.line("enqueue: reading JSON Lines tasks from the terminal; end with Ctrl-D")
 	}
 	if r.o.progress == "always" || r.o.progress == "auto" && r.std.StderrTTY {
