@@ -1,14 +1,28 @@
 package app
 
 import (
+	"context"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/server"
+	"github.com/shaper-io/shaper/internal/statuspage"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
 
-// mountStatus mounts the live status page.
+// mountStatus mounts the live status page (package statuspage): GET / and
+// GET /status (HTML), GET /status.json. They are open, read-only, and show
+// names, rates and counts only. The backlog on the page is the
+// shaper_queue_tasks gauge that Run keeps fresh from the Inspector, so a
+// page view never reaches Redis.
+//
+// The page's sampler (one Gather of reg a second, and one read of each
+// downstream's runtime state) runs for the life of the process: Run gives
+// mountStatus no context to end it with.
 func mountStatus(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config, reg *prometheus.Registry) {
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
+	page.Mount(srv)
+	go page.Run(context.Background())
 }
