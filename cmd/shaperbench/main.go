@@ -1,0 +1,81 @@
+// Command shaperbench measures shaper against what users would pick
+// instead (asynq's rate-limit recipe, redis_rate gating asynq, raw asynq)
+// on its own throwaway redis-server, prints Markdown tables and writes the
+// results as JSON. See internal/bench and docs/benchmarks.md.
+//
+//	go run ./cmd/shaperbench -quick      # about a minute
+//	go run ./cmd/shaperbench             # the full run, a few minutes
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/shaper-io/shaper/internal/bench"
+)
+
+func main() {
+	fs := flag.NewFlagSet("shaperbench", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "smaller backlogs, key counts and timings (about a minute)")
+	jsonPath := fs.String("json", filepath.Join(os.TempDir(), "shaperbench.json"), "write the results as JSON here (\"\" to skip)")
+	scenarios := fs.String("scenarios", strings.Join(bench.AllScenarios(), ","), "comma-separated scenarios to run")
+	contenders := fs.String("contenders", strings.Join(bench.AllContenders(), ","), "comma-separated contenders of the fidelity scenario")
+	mode := fs.String("shaper", bench.ModeProcesses, "how shaper runs in the fidelity scenario: processes (real `shaper` OS processes) or dispatchers (separate Dispatchers in this process)")
+	bin := fs.String("shaper-bin", "", "prebuilt shaper binary (default: go build ./cmd/shaper)")
+	rate := fs.Int("rate", 0, "fidelity rate per second (default 50)")
+	backlog := fs.Int("backlog", 0, "fidelity backlog (default 1500, -quick 300)")
+	procs := fs.String("procs", "1,3", "process counts of the fidelity scenario")
+	quiet := fs.Bool("q", false, "no progress lines on stderr")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	opts := bench.Options{Quick: *quick, Scenarios: split(*scenarios), Contenders: split(*contenders),
+		ShaperMode: *mode, ShaperBin: *bin, Rate: *rate, Backlog: *backlog,
+		Command: "go run ./cmd/shaperbench " + strings.Join(os.Args[1:], " ")}
+	for _, p := range split(*procs) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "shaperbench: -procs: %q is not a process count\n", p)
+			os.Exit(2)
+		}
+		opts.Procs = append(opts.Procs, n)
+	}
+	if !*quiet {
+		opts.Progress = os.Stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, opts)
+	if rep != nil {
+		fmt.Print(rep.Markdown())
+		if *jsonPath != "" {
+			if werr := rep.WriteJSON(*jsonPath); werr != nil {
+				err = errors.Join(err, werr)
+			} else {
+				fmt.Fprintf(os.Stderr, "shaperbench: results written to %s\n", *jsonPath)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shaperbench:", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

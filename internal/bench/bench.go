@@ -1,0 +1,335 @@
+// Package bench measures shaper against what users would pick instead, in
+// one run on one throwaway Redis: asynq's rate-limit recipe (a per-process
+// golang.org/x/time/rate limiter in the handler and a RateLimitError that
+// IsFailure does not count), go-redis/redis_rate (GCRA) gating asynq
+// (reject, return an error, asynq retries), and raw asynq with no limit.
+//
+// Scenarios (see docs/benchmarks.md, "Contenders", for how to read them):
+//
+//  1. fidelity: each contender drains a backlog at rate R with P processes
+//     into a recording HTTP sink: achieved rate, most releases in any 1 s,
+//     inter-release interval p50/p99;
+//  2. deferral: on the same runs, how late the last task lands against
+//     backlog/R and whether FIFO order holds;
+//  3. decisions: decisions/s of every admission script and of redis_rate
+//     at 1, 16 and 64 goroutines, and redis-benchmark's EVALSHA rate for
+//     the same script and arguments (the ceiling on this machine);
+//  4. overhead: shaper with an unthrottled downstream vs raw asynq
+//     processing, and admission+enqueue vs asynq.Client.Enqueue;
+//  5. memory: bytes per key of each algorithm's state;
+//  6. growth: decision latency and memory as keys grow, and sliding logs
+//     filled to 10, 100 and 1000 entries.
+//
+// cmd/shaperbench is the command; Run is the whole benchmark.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenario names, as the -scenarios flag takes them.
+const (
+	ScenarioFidelity  = "fidelity" // 1 and 2 (deferral is read off the same runs)
+	ScenarioDecisions = "decisions"
+	ScenarioOverhead  = "overhead"
+	ScenarioMemory    = "memory"
+	ScenarioGrowth    = "growth"
+)
+
+// AllScenarios lists the scenarios in run order.
+func AllScenarios() []string {
+	return []string{ScenarioFidelity, ScenarioDecisions, ScenarioOverhead, ScenarioMemory, ScenarioGrowth}
+}
+
+// Shaper hosting modes for the fidelity scenario.
+const (
+	// ModeProcesses runs real `shaper` OS processes (built from
+	// cmd/shaper unless Options.ShaperBin names a binary).
+	ModeProcesses = "processes"
+	// ModeDispatchers runs separate shaping.Dispatchers, each with its
+	// own Redis client, inside the bench process.
+	ModeDispatchers = "dispatchers"
+)
+
+// Options configure a run. Zero fields take the defaults of Quick or full
+// mode (see Defaults).
+type Options struct {
+	Quick      bool
+	Scenarios  []string // nil: all
+	Contenders []string // fidelity only; nil: all
+	// Fidelity.
+	Rate           int           // releases/s; default 50
+	Workers        int           // per process; default 20
+	Backlog        int           // default 1500 (quick 300)
+	Procs          []int         // default {1, 3}
+	ShaperMode     string        // ModeProcesses (default) or ModeDispatchers
+	ShaperBin      string        // prebuilt shaper binary; "" builds cmd/shaper
+	RecipeRetryMax time.Duration // recipe's RetryIn is rand(0..this) whole seconds; default 10s as in asynq's wiki
+	RunLimit       time.Duration // per fidelity run; default 2.5×backlog/rate + 10s
+	// Decisions.
+	DecisionTime      time.Duration // per limiter per concurrency; default 1.5s (quick 0.3s)
+	BenchmarkRequests int           // redis-benchmark -n; default 100,000 (quick 20,000)
+	// Overhead.
+	OverheadTasks int // backlog per processing round; default 4000 (quick 600)
+	EnqueueTasks  int // per enqueue measurement; default 4000 (quick 600)
+	Rounds        int // interleaved rounds, medians reported; default 3 (quick 1)
+	// Memory and growth.
+	MemKeys        int   // scenario 5; default 100,000 (quick 10,000)
+	Levels         []int // scenario 6; default 1k, 10k, 100k, 1M (quick 1k, 10k)
+	EntryBudget    int64 // most sliding-log entries in Redis at once; default 10M (quick 1M)
+	LatencySamples int   // decisions timed per level; default 2000 (quick 300)
+
+	// Progress receives one line per step; nil is silent.
+	Progress interface{ Write([]byte) (int, error) }
+	// Command is echoed in the report ("how to reproduce").
+	Command string
+}
+
+// Defaults fills zero fields.
+func (o Options) Defaults() Options {
+	pick := func(full, quick int) int {
+		if o.Quick {
+			return quick
+		}
+		return full
+	}
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = AllScenarios()
+	}
+	if len(o.Contenders) == 0 {
+		o.Contenders = AllContenders()
+	}
+	if o.Rate == 0 {
+		o.Rate = 50
+	}
+	if o.Workers == 0 {
+		o.Workers = 20
+	}
+	if o.Backlog == 0 {
+		o.Backlog = pick(1500, 300)
+	}
+	if len(o.Procs) == 0 {
+		o.Procs = []int{1, 3}
+	}
+	if o.ShaperMode == "" {
+		o.ShaperMode = ModeProcesses
+	}
+	if o.RecipeRetryMax == 0 {
+		o.RecipeRetryMax = 10 * time.Second
+	}
+	if o.DecisionTime == 0 {
+		o.DecisionTime = time.Duration(pick(1500, 300)) * time.Millisecond
+	}
+	if o.BenchmarkRequests == 0 {
+		o.BenchmarkRequests = pick(100_000, 20_000)
+	}
+	if o.OverheadTasks == 0 {
+		o.OverheadTasks = pick(4000, 600)
+	}
+	if o.EnqueueTasks == 0 {
+		o.EnqueueTasks = pick(4000, 600)
+	}
+	if o.Rounds == 0 {
+		o.Rounds = pick(3, 1)
+	}
+	if o.MemKeys == 0 {
+		o.MemKeys = pick(100_000, 10_000)
+	}
+	if len(o.Levels) == 0 {
+		o.Levels = []int{1_000, 10_000, 100_000, 1_000_000}
+		if o.Quick {
+			o.Levels = []int{1_000, 10_000}
+		}
+	}
+	if o.EntryBudget == 0 {
+		o.EntryBudget = int64(pick(10_000_000, 1_000_000))
+	}
+	if o.LatencySamples == 0 {
+		o.LatencySamples = pick(2000, 300)
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	for _, s := range o.Scenarios {
+		if !slices.Contains(AllScenarios(), s) {
+			return fmt.Errorf("bench: unknown scenario %q (want some of %s)", s, strings.Join(AllScenarios(), ","))
+		}
+	}
+	for _, c := range o.Contenders {
+		if !slices.Contains(AllContenders(), c) {
+			return fmt.Errorf("bench: unknown contender %q (want some of %s)", c, strings.Join(AllContenders(), ","))
+		}
+	}
+	if o.ShaperMode != ModeProcesses && o.ShaperMode != ModeDispatchers {
+		return fmt.Errorf("bench: shaper mode must be %q or %q, got %q", ModeProcesses, ModeDispatchers, o.ShaperMode)
+	}
+	if o.Rate < 1 || o.Workers < 1 || o.Backlog < 2 {
+		return fmt.Errorf("bench: rate, workers must be >= 1 and backlog >= 2, got %d, %d, %d", o.Rate, o.Workers, o.Backlog)
+	}
+	return nil
+}
+
+// Report is the whole result; it is what the JSON file holds.
+type Report struct {
+	Mode       string          `json:"mode"`
+	Command    string          `json:"command,omitempty"`
+	Started    time.Time       `json:"started"`
+	DurationS  float64         `json:"duration_s"`
+	Machine    Machine         `json:"machine"`
+	ShaperMode string          `json:"shaper_mode"`
+	Fidelity   []FidelityRow   `json:"fidelity,omitempty"`
+	Decisions  []DecisionRow   `json:"decisions,omitempty"`
+	Processing []ProcessingRow `json:"processing,omitempty"`
+	Enqueue    []EnqueueRow    `json:"enqueue,omitempty"`
+	MemKeys    int             `json:"memory_keys,omitempty"`
+	Memory     []GrowthRow     `json:"memory,omitempty"`
+	Growth     []GrowthRow     `json:"growth,omitempty"`
+	Notes      []string        `json:"notes,omitempty"`
+	opts       Options
+}
+
+// Run runs the selected scenarios and returns the report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	o := opts.Defaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	mode := "full"
+	if o.Quick {
+		mode = "quick"
+	}
+	rep := &Report{Mode: mode, Command: o.Command, Started: time.Now().UTC().Truncate(time.Second), Machine: machine(),
+		ShaperMode: o.ShaperMode, opts: o}
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	e.logf("redis-server on %s (%s mode)", e.addr, mode)
+	has := func(s string) bool { return slices.Contains(o.Scenarios, s) }
+
+	if has(ScenarioFidelity) {
+		if slices.Contains(o.Contenders, Shaper) && o.ShaperMode == ModeProcesses {
+			if e.shaperBin, err = e.buildShaper(ctx); err != nil {
+				return nil, err
+			}
+		}
+		for _, p := range o.Procs {
+			for _, id := range o.Contenders {
+				e.logf("fidelity: %s, P=%d, backlog %d at %d/s ...", id, p, o.Backlog, o.Rate)
+				row := e.fidelity(ctx, id, p)
+				e.logf("fidelity: %s, P=%d: %d/%d delivered, %.1f/s, max %d in 1s, drain %.1fs%s", id, p, row.Delivered,
+					row.Backlog, row.AchievedRate, row.MaxIn1s, row.DrainS, errSuffix(row.Error))
+				rep.Fidelity = append(rep.Fidelity, row)
+				if err := ctx.Err(); err != nil {
+					return rep, err
+				}
+			}
+		}
+	}
+	if has(ScenarioDecisions) {
+		rep.Decisions = e.decisions(ctx)
+	}
+	if has(ScenarioOverhead) {
+		rep.Processing = e.processing(ctx)
+		rep.Enqueue = e.enqueueOverhead(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	if has(ScenarioMemory) || has(ScenarioGrowth) {
+		rep.MemKeys = o.MemKeys
+		levels := []int{o.MemKeys}
+		if has(ScenarioGrowth) {
+			levels = slices.Sorted(slices.Values(append(slices.Clone(o.Levels), o.MemKeys)))
+			levels = slices.Compact(levels)
+		}
+		rows := e.keyScaling(ctx, levels, has(ScenarioGrowth), !has(ScenarioGrowth))
+		if has(ScenarioMemory) {
+			for _, r := range rows {
+				if r.Keys == o.MemKeys && isBase(r.Family) || r.Error != "" && isBase(r.Family) {
+					rep.Memory = append(rep.Memory, r)
+				}
+			}
+		}
+		if has(ScenarioGrowth) {
+			for _, r := range rows {
+				if slices.Contains(o.Levels, r.Keys) || r.Error != "" {
+					rep.Growth = append(rep.Growth, r)
+				}
+			}
+		}
+	}
+	rep.Machine.LoadEnd = loadavg()
+	rep.DurationS = round(time.Since(rep.Started).Seconds(), 1)
+	return rep, nil
+}
+
+func isBase(family string) bool { return !strings.HasPrefix(family, "sliding_log, full") }
+
+func errSuffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (error: " + s + ")"
+}
+
+// WriteJSON writes the report to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Markdown renders the report: the machine, the command, and one table per
+// scenario that ran.
+func (r *Report) Markdown() string {
+	o := r.opts
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("## shaperbench (%s mode), %s, %.0f s\n\n", r.Mode, r.Started.Format("2006-01-02 15:04 UTC"), r.DurationS)
+	if r.Command != "" {
+		w("Command: `%s`\n\n", r.Command)
+	}
+	m := r.Machine
+	w("Machine: nproc %d (%s); %s; %s; redis-benchmark: %s; load average %s at the start, %s at the end.\n\n",
+		m.NumCPU, m.CPU, m.GoVersion, m.RedisVersion, m.RedisBenchmark, m.LoadStart, m.LoadEnd)
+	if len(r.Fidelity) > 0 {
+		fid, def := fidelityTables(r.Fidelity)
+		w("### 1. Fidelity: %d/s, %d workers per process, backlog %d\n\n", o.Rate, o.Workers, o.Backlog)
+		w("Ideal: achieved %d/s, at most %d releases in any 1 s, intervals %.0f ms.\n\n", o.Rate, o.Rate+1, 1000/float64(o.Rate))
+		w("%s\n", fid)
+		w("### 2. Deferral: lateness of the last task and FIFO order (same runs)\n\n")
+		w("%s\n", def)
+	}
+	if len(r.Decisions) > 0 {
+		w("### 3. Decision throughput (decisions/s over 1,000 keys; every decision allowed)\n\n")
+		w("%s\n", decisionTable(r.Decisions))
+	}
+	if len(r.Processing) > 0 || len(r.Enqueue) > 0 {
+		pt, et := overheadTables(r.Processing, r.Enqueue)
+		w("### 4. Overhead\n\nProcessing a backlog (one server, medians of interleaved rounds):\n\n%s\n", pt)
+		w("Enqueue (medians of %d rounds of %d enqueues):\n\n%s\n", o.Rounds, o.EnqueueTasks, et)
+	}
+	if len(r.Memory) > 0 {
+		w("### 5. Memory per key (%s keys, state after one decision; sliding counter after one decision in each of two windows)\n\n", inum(int64(r.MemKeys)))
+		w("%s\n", memoryTable(r.Memory, r.MemKeys))
+	}
+	if len(r.Growth) > 0 {
+		w("### 6. Cost growth (decision latency at 1 goroutine on random populated keys; sliding logs filled to their limit, so their decisions are rejections)\n\n")
+		w("%s\n", growthTable(r.Growth))
+	}
+	for _, n := range r.Notes {
+		w("* %s\n", n)
+	}
+	return b.String()
+}
