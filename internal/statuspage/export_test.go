@@ -1,0 +1,4 @@
+package statuspage
+
+// Record takes one sample now, as Run does every Interval.
+func Record(p *Page) { p.record(p.take(p.opts.Now())) }
