@@ -490,8 +490,9 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 			if m != nil {
 				m.BucketFull.WithLabelValues(r.ds.Name).Inc()
 			}
-			// Room opens once the wait falls back to MaxWait.
-			if !r.sleep(ctx, max(res.Wait-r.ds.MaxWait, time.Millisecond)) {
+			// Room opens once the wait falls back to MaxWait, and no
+			// sooner than one interval: a slot frees one interval at a time.
+			if !r.sleep(ctx, max(res.Wait-r.ds.MaxWait, r.rate.Load().Interval(cost))) {
 				return Reservation{}, errStopping
 			}
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,7 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 		req.Header.Set("X-Shaper-Task-Id", t.ID)
 		req.Header.Set("X-Shaper-Downstream", t.Downstream)
 		req.Header.Set("X-Shaper-Slot", strconv.FormatInt(t.Slot.UnixMicro(), 10))
+		req.Header.Set("X-Shaper-Process", processID)
 		req.Header.Set("X-Shaper-Released", strconv.FormatInt(time.Now().UnixMicro(), 10))
 		resp, err := client.Do(req)
 		if err != nil {
@@ -93,6 +95,13 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 		}
 	}
 }
+
+// processID names this process in requests (host/pid), so a downstream
+// (or a test) can tell which shaper released a task.
+var processID = func() string {
+	h, _ := os.Hostname()
+	return h + "/" + strconv.Itoa(os.Getpid())
+}()
 
 func snippet(b []byte) string {
 	s := strings.TrimSpace(string(b))

@@ -21,6 +21,7 @@ type Hit struct {
 	Payload string
 	Status  int
 	Wake    time.Time
+	Process string // X-Shaper-Process: which shaper released it
 	Slot    time.Time // the slot shaper reserved for it (X-Shaper-Slot), if sent
 }
 
@@ -76,7 +77,8 @@ func (s *Sink) OnRequest(f func(Hit) (int, time.Duration)) {
 func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	now := time.Now()
-	h := Hit{At: now, TaskID: r.Header.Get("X-Shaper-Task-Id"), Payload: string(body), Status: http.StatusOK}
+	h := Hit{At: now, TaskID: r.Header.Get("X-Shaper-Task-Id"), Payload: string(body), Status: http.StatusOK,
+		Process: r.Header.Get("X-Shaper-Process")}
 	if us, err := strconv.ParseInt(r.Header.Get("X-Shaper-Released"), 10, 64); err == nil {
 		h.Wake = time.UnixMicro(us)
 	}

@@ -1,0 +1,230 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testsink"
+	"github.com/shaper-io/shaper/queue"
+)
+
+func faultConfig(redisURL, prefix, sinkURL, rate string, workers int, maxWait string) string {
+	return fmt.Sprintf(`
+redis: {url: %q, prefix: %q, timeout: 300ms}
+http: {listen: "127.0.0.1:0"}
+shutdown_timeout: 5s
+downstreams:
+  - name: api
+    rate: %s
+    workers: %d
+    max_wait: %s
+    handler: {type: http, url: %q, timeout: 5s}
+`, redisURL, prefix, rate, workers, maxWait, sinkURL)
+}
+
+func enqueueOn(t *testing.T, rdb redis.UniversalClient, prefix string, n int) {
+	t.Helper()
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	for i := 0; i < n; i++ {
+		if _, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func delivered(sink *testsink.Sink) map[string]int {
+	seen := map[string]int{}
+	for _, h := range sink.OK() {
+		seen[h.Payload]++
+	}
+	return seen
+}
+
+// kill -9 one of three workers mid-run: every task is delivered, the
+// survivors take over, no second carries more than rate+1, and duplicates
+// are bounded by what the dead worker held.
+func TestWorkerKilledMidRun(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	prefix := redistest.Prefix(t)
+	const n, workers = 3000, 10
+	enqueue(t, prefix, n)
+	cfg := faultConfig(redistest.URL(t), prefix, sink.URL(), "100/s", workers, "500ms")
+	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
+	waitFor(t, 30*time.Second, "a third of the tasks", func() bool { return sink.Count() >= n/3 })
+	victim := procs[0]
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	killedAt := time.Now()
+	<-victim.done
+	victim.done <- nil
+	victimID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
+	// asynq recovers the dead worker's tasks once their lease (30s) has
+	// expired and its recoverer runs (every minute).
+	waitFor(t, 150*time.Second, "every task delivered", func() bool { return len(delivered(sink)) >= n })
+	for _, p := range procs[1:] {
+		p.stop(t)
+	}
+	seen := delivered(sink)
+	dups := 0
+	for i := 0; i < n; i++ {
+		c := seen[fmt.Sprintf(`{"n":%d}`, i)]
+		if c == 0 {
+			t.Errorf("task %d never delivered", i)
+		}
+		dups += max(c-1, 0)
+	}
+	if dups > workers {
+		t.Errorf("%d duplicate deliveries, want at most the dead worker's %d workers", dups, workers)
+	}
+	afterKill := map[string]int{}
+	for _, h := range sink.OK() {
+		if h.At.After(killedAt) {
+			afterKill[h.Process]++
+			if strings.HasSuffix(h.Process, victimID) {
+				t.Errorf("a release from the killed process after kill -9")
+			}
+		}
+	}
+	if len(afterKill) != 2 {
+		t.Errorf("after the kill, releases came from %d processes, want the 2 survivors: %v", len(afterKill), afterKill)
+	}
+	if m := testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second); m > 101 {
+		t.Errorf("%d requests in a 1s window, want <= 101 (no burst after the crash)", m)
+	}
+	t.Logf("kill -9: %d tasks, %d duplicates, survivors %v, max in 1s %d", n, dups, afterKill, testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second))
+}
+
+// Redis (appendonly) restarts mid-run: the daemons keep running, report
+// not-ready while it is away, resume within 5s, and lose nothing.
+func TestRedisRestartMidRun(t *testing.T) {
+	srv, err := redistest.Start("--appendonly", "yes", "--appendfsync", "always")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Cleanup()
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	sink := testsink.New()
+	defer sink.Close()
+	prefix := redistest.Prefix(t)
+	const n = 400
+	enqueueOn(t, rdb, prefix, n)
+	cfg := faultConfig("redis://"+srv.Addr, prefix, sink.URL(), "50/s", 10, "500ms")
+	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg)}
+	addr := httpAddr(t, procs[0])
+	waitFor(t, 20*time.Second, "100 deliveries", func() bool { return sink.Count() >= 100 })
+	srv.Stop()
+	down := time.Now()
+	waitFor(t, 5*time.Second, "readyz to report not ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	waitFor(t, 5*time.Second, "2s of outage", func() bool { return time.Since(down) > 2*time.Second })
+	if err := srv.StartAgain(); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	before := sink.Count()
+	waitFor(t, 5*time.Second, "releases resuming within 5s", func() bool { return sink.Count() > before })
+	t.Logf("resumed %v after Redis came back", time.Since(up).Round(time.Millisecond))
+	waitFor(t, 60*time.Second, "every task delivered", func() bool { return len(delivered(sink)) >= n })
+	for _, p := range procs {
+		select {
+		case err := <-p.done:
+			t.Fatalf("a shaper process exited during the outage: %v", err)
+		default:
+		}
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("readyz after recovery: %v %v, want 200", resp, err)
+	}
+	for _, p := range procs {
+		p.stop(t)
+	}
+	if m := testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second); m > 51 {
+		t.Errorf("%d requests in a 1s window around the restart, want <= 51", m)
+	}
+}
+
+// A Redis that stops answering (DEBUG SLEEP) makes reservations time out:
+// shaping fails closed, so nothing is released beyond the slots reserved
+// before the stall.
+func TestSlowRedisReleasesNothingWithoutReservation(t *testing.T) {
+	srv, err := redistest.Start("--enable-debug-command", "yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Cleanup()
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	sink := testsink.New()
+	defer sink.Close()
+	prefix := redistest.Prefix(t)
+	const n = 200
+	enqueueOn(t, rdb, prefix, n)
+	// More workers than the bucket holds (200ms × 50/s = 10 slots): the
+	// rest keep asking for a slot, so the stall hits reservations.
+	p := startShaper(t, faultConfig("redis://"+srv.Addr, prefix, sink.URL(), "50/s", 20, "200ms"))
+	waitFor(t, 20*time.Second, "50 deliveries", func() bool { return sink.Count() >= 50 })
+	scriptErrors := func() float64 {
+		resp, err := http.Get("http://" + httpAddr(t, p) + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`(?m)^shaper_redis_script_errors_total\{script="shaping"\} (\S+)$`).FindSubmatch(b)
+		if m == nil {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	if e := scriptErrors(); e != 0 {
+		t.Fatalf("%v script errors before the stall", e)
+	}
+	stallStart := time.Now()
+	// DEBUG SLEEP blocks the whole server for 2s.
+	if err := rdb.Do(context.Background(), "DEBUG", "SLEEP", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stallEnd := time.Now()
+	// The stall must have hit reservations, or this test proves nothing.
+	if e := scriptErrors(); e == 0 {
+		t.Fatal("no reservation failed during the stall")
+	}
+	waitFor(t, 40*time.Second, "every task delivered", func() bool { return len(delivered(sink)) >= n })
+	p.stop(t)
+	// Slots reserved before the stall lie within max_wait (200ms) of it.
+	inside := 0
+	for _, h := range sink.Hits() {
+		if h.At.After(stallStart.Add(300*time.Millisecond)) && h.At.Before(stallEnd.Add(-100*time.Millisecond)) {
+			inside++
+		}
+	}
+	if inside != 0 {
+		t.Errorf("%d releases while Redis was stalled (beyond slots reserved before it), want 0", inside)
+	}
+	if !strings.Contains(p.stderr.String(), "cannot reserve a slot") {
+		t.Errorf("no warning about failed reservations in the log")
+	}
+}
