@@ -452,15 +452,22 @@ func TestSamplerWindow(t *testing.T) {
 	// Every observation is 2ms, in the (1ms, 2ms] bucket: histogram_quantile
 	// interpolates inside it.
 	if p := api.Lateness.P50Seconds; p == nil || math.Abs(*p-0.0015) > 1e-9 {
-		t.Errorf("lateness p50 %v, want 1.5ms (interpolated in the 1-2ms bucket)", p)
+		t.Errorf("lateness p50 %v, want 1.5ms (interpolated in the 1-2ms bucket)", deref(p))
 	}
 	if p := api.Lateness.P99Seconds; p == nil || math.Abs(*p-0.00199) > 1e-9 {
-		t.Errorf("lateness p99 %v, want 1.99ms", p)
+		t.Errorf("lateness p99 %v, want 1.99ms", deref(p))
 	}
 	if m := api.Lateness.MeanSeconds; m == nil || math.Abs(*m-0.002) > 1e-9 {
-		t.Errorf("lateness mean %v, want 2ms", m)
+		t.Errorf("lateness mean %v, want 2ms", deref(m))
 	}
 	if api.ReleasesTotal != 20+25+140 {
 		t.Errorf("releases_total %v, want %d", api.ReleasesTotal, 20+25+140)
 	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
