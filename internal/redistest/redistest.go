@@ -188,7 +188,8 @@ func (s *Server) waitReady(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		// a server that asks for a password is up
+		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			return nil
 		}
 		if time.Now().After(deadline) {
