@@ -150,22 +150,46 @@ func (e *env) decisions(ctx context.Context) []DecisionRow {
 	for i := range keys {
 		keys[i] = fmt.Sprint("user-", i)
 	}
-	dur := e.opts.DecisionTime
-	var rows []DecisionRow
-	for _, d := range ds {
-		row := DecisionRow{Limiter: d.name, Limit: d.limit, PerSec: map[string]float64{}}
-		f := d.mk(e.rdb)
-		for _, g := range concurrencies {
-			n, err := timedLoop(ctx, g, dur, func(ctx context.Context, i int) error { return f(ctx, keys[i%nkeys]) })
-			if err != nil {
-				row.Error = err.Error()
-				break
+	// Interleaved: every round times every decider at every concurrency,
+	// so load from elsewhere on the machine hits all of them alike.
+	fs := make([]decideFunc, len(ds))
+	rows := make([]DecisionRow, len(ds))
+	samples := make([]map[int][]float64, len(ds))
+	ceil := make([][]float64, len(ds))
+	for i, d := range ds {
+		fs[i] = d.mk(e.rdb)
+		rows[i] = DecisionRow{Limiter: d.name, Limit: d.limit, PerSec: map[string]float64{}}
+		samples[i] = map[int][]float64{}
+	}
+	for r := 0; r < e.opts.Rounds; r++ {
+		for i, d := range ds {
+			for _, g := range concurrencies {
+				if rows[i].Error != "" {
+					break
+				}
+				f := fs[i]
+				n, err := timedLoop(ctx, g, e.opts.DecisionTime, func(ctx context.Context, j int) error { return f(ctx, keys[j%nkeys]) })
+				if err != nil {
+					rows[i].Error = err.Error()
+					break
+				}
+				samples[i][g] = append(samples[i][g], n)
 			}
-			row.PerSec[fmt.Sprintf("g=%d", g)] = round(n, 0)
+			if c, note := e.evalshaCeiling(ctx, d, nkeys); c > 0 {
+				ceil[i] = append(ceil[i], c)
+			} else {
+				rows[i].CeilingNote = note
+			}
 		}
-		row.Ceiling, row.CeilingNote = e.evalshaCeiling(ctx, d, nkeys)
-		e.logf("decisions: %s g=1 %.0f/s g=64 %.0f/s, redis-benchmark %.0f/s", d.name, row.PerSec["g=1"], row.PerSec["g=64"], row.Ceiling)
-		rows = append(rows, row)
+	}
+	for i, d := range ds {
+		for _, g := range concurrencies {
+			if len(samples[i][g]) > 0 {
+				rows[i].PerSec[fmt.Sprintf("g=%d", g)] = round(median(samples[i][g]), 0)
+			}
+		}
+		rows[i].Ceiling = median(ceil[i])
+		e.logf("decisions: %s g=1 %.0f/s g=64 %.0f/s, redis-benchmark %.0f/s", d.name, rows[i].PerSec["g=1"], rows[i].PerSec["g=64"], rows[i].Ceiling)
 	}
 	return rows
 }

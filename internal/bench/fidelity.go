@@ -89,6 +89,9 @@ func (e *env) fidelity(ctx context.Context, id string, p int) FidelityRow {
 	if limit == 0 {
 		limit = time.Duration(2.5*float64(o.Backlog)/float64(o.Rate)*float64(time.Second)) + 10*time.Second
 	}
+	if burstOne(id) {
+		limit = min(limit, o.BurstOneLimit)
+	}
 	row.Complete = pollUntil(ctx, start.Add(limit), 50*time.Millisecond, func() bool {
 		return distinct(sink.OK()) >= o.Backlog
 	})
@@ -192,7 +195,11 @@ func fidelityTables(rows []FidelityRow) (fid, def string) {
 		}
 		t.add(r.Contender, fmt.Sprint(r.Processes), r.Hosting, del, num(r.AchievedRate, 1), fmt.Sprint(r.MaxIn1s),
 			num(r.IntervalP50ms, 1), num(r.IntervalP99ms, 1), num(r.RedisCmdsPerTask, 1))
-		d.add(r.Contender, fmt.Sprint(r.Processes), num(r.IdealDrainS, 1), num(r.DrainS, 1), num(r.LastLateS, 1),
+		late := num(r.LastLateS, 1)
+		if !r.Complete {
+			late = fmt.Sprintf("incomplete: %d of %d in %.0f s", r.Delivered, r.Backlog, r.WallS)
+		}
+		d.add(r.Contender, fmt.Sprint(r.Processes), num(r.IdealDrainS, 1), num(r.DrainS, 1), late,
 			num(r.InOrderPct, 1), fmt.Sprint(r.MaxDisplacement))
 	}
 	return t.String(), d.String()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,6 +124,11 @@ func (e *env) scaleFamily(ctx context.Context, f keyFamily, levels []int, latenc
 	have := 0
 	for _, n := range levels {
 		row := GrowthRow{Family: f.name, Limit: f.limit, Keys: n}
+		if n > 100_000 && !slices.Contains(e.opts.BigFamilies, f.name) {
+			row.Skipped = "over 100k keys only " + strings.Join(e.opts.BigFamilies, ", ") + " runs (time)"
+			rows = append(rows, row)
+			continue
+		}
 		if int64(n)*f.entries > e.opts.EntryBudget {
 			row.Skipped = fmt.Sprintf("%s entries > budget %s", inum(int64(n)*f.entries), inum(e.opts.EntryBudget))
 			rows = append(rows, row)
