@@ -259,8 +259,16 @@ func (d *Dispatcher) Start() error {
 			ShutdownTimeout:          500 * time.Millisecond,
 			TaskCheckInterval:        d.cfg.PollInterval,
 			DelayedTaskCheckInterval: time.Second,
-			Logger:                   asynqLogger{d.log.With("downstream", name)},
-			LogLevel:                 asynq.WarnLevel,
+			// A task recovered from a dead worker goes back at once; handler
+			// failures keep asynq's exponential backoff.
+			RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+				if errors.Is(err, asynq.ErrLeaseExpired) {
+					return 0
+				}
+				return asynq.DefaultRetryDelayFunc(n, err, t)
+			},
+			Logger:   asynqLogger{d.log.With("downstream", name)},
+			LogLevel: asynq.WarnLevel,
 		}
 		if b := r.ds.Batch; b != nil {
 			acfg.GroupAggregator = asynq.GroupAggregatorFunc(aggregate)
