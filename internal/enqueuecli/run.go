@@ -366,6 +366,12 @@ func (r *runner) runLines(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
+				select {
+				case <-stopped: // a job handed over as the run stopped
+					r.count(func(s *Summary) { s.Tasks-- })
+					continue
+				default:
+				}
 				if !r.enqueue(context.WithoutCancel(ctx), j) {
 					stop()
 				}
@@ -428,6 +434,12 @@ loop:
 		if err != nil {
 			r.invalid(r.source, m.no, taskspec.Reason(err))
 			continue
+		}
+		select {
+		case <-stopped:
+			r.count(func(s *Summary) { s.Tasks-- })
+			break loop
+		default:
 		}
 		select {
 		case jobs <- job{line: m.no, raw: m.data, spec: spec, task: task}:
