@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -15,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/docscheck"
 )
 
@@ -332,5 +334,60 @@ func TestHelpMatchesDocs(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: --help lists %v, docs/operations.md (### %s) documents %v", c.cmd, got, c.section, want)
 		}
+	}
+}
+
+// yamlFields lists the yaml names of t's fields and of the structs inside.
+func yamlFields(t reflect.Type, seen map[reflect.Type]bool) []string {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || seen[t] {
+		return nil
+	}
+	seen[t] = true
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out = append(out, name)
+		out = append(out, yamlFields(f.Type, seen)...)
+	}
+	return out
+}
+
+var yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
+
+// docs/configuration.md documents every field of the config, and its
+// complete example is a valid config.
+func TestConfigurationDocCoversEveryField(t *testing.T) {
+	md, err := os.ReadFile(filepath.Join(docs, "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := yamlFields(reflect.TypeFor[config.Config](), map[reflect.Type]bool{})
+	if len(fields) < 40 {
+		t.Fatalf("found %d config fields by reflection, want the whole tree", len(fields))
+	}
+	for _, f := range fields {
+		if !strings.Contains(string(md), "`"+f+"`") && !strings.Contains(string(md), "## "+f) {
+			t.Errorf("config field %q is not documented in docs/configuration.md", f)
+		}
+	}
+	full := 0
+	for _, m := range yamlBlock.FindAllStringSubmatch(string(md), -1) {
+		if !strings.Contains(m[1], "downstreams:") {
+			continue
+		}
+		full++
+		if _, err := config.Parse([]byte(m[1])); err != nil {
+			t.Errorf("the example config in docs/configuration.md does not load: %v", err)
+		}
+	}
+	if full == 0 {
+		t.Error("docs/configuration.md has no complete example (a yaml block with downstreams:)")
 	}
 }
