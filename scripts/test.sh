@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: vet, gofmt, and `go test -race ./...` against a real
-# redis-server (installed with apt-get when missing). The Go test harness
+# redis-server (installed with apt-get when missing), then the cluster pass
+# against a real 3-master Redis Cluster. The Go test harness
 # (internal/redistest) starts its own throwaway server on a free loopback
-# port, so nothing here touches a Redis already running on the machine.
+# port, and scripts/cluster.sh starts the cluster on free loopback ports in
+# a fresh directory, so nothing here touches a Redis already running on the
+# machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,3 +32,23 @@ go vet ./...
 # measured as shaper's jitter.
 go test -race -count=1 -timeout 20m "$@" $(go list ./... | grep -v '/cmd/')
 go test -count=1 -timeout 20m -p 1 "$@" ./cmd/...
+
+# Cluster pass. A real 3-master Redis Cluster (scripts/cluster.sh: fresh
+# directories, free loopback ports, returns once every node reports
+# cluster_state:ok), always torn down on exit. The limiter, shaping and key
+# tests run again on it, unchanged: with REDIS_CLUSTER_ADDRS set,
+# redistest.Client hands them a cluster client. Then cmd/shaper's cluster
+# tests (-run Cluster), one at a time and without -race as above: fidelity
+# of 3 processes and 4 downstreams on different slots, the NOSCRIPT
+# fallback after SCRIPT FLUSH, memory per key, and a failover on a private
+# cluster with replicas.
+cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/shaper-cluster-XXXXXX")
+trap 'bash scripts/cluster.sh stop "$cluster_dir"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+cluster_env=$(bash scripts/cluster.sh start -d "$cluster_dir") # fails the script if it fails
+eval "$cluster_env"
+export REDIS_CLUSTER_ADDRS
+echo "test.sh: Redis Cluster at $REDIS_CLUSTER_ADDRS"
+go test -race -count=1 -timeout 10m "$@" ./limiters/ ./shaping/ ./internal/keys/
+go test -count=1 -timeout 10m -p 1 -run Cluster "$@" ./cmd/shaper/

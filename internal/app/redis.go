@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -41,6 +44,7 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 	case len(cfg.Cluster) > 0:
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, Username: cfg.Username, Password: password,
 			TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true})
+		c.AddHook(reloadOnNetError{c})
 		return c, func() { c.Close() }, nil
 	case cfg.Sentinel != nil:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.Sentinel.Master, SentinelAddrs: cfg.Sentinel.Addrs,
@@ -91,6 +95,40 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 	}()
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	return c, func() { c.Close(); close(stop); mr.Close() }, nil
+}
+
+// reloadOnNetError makes a cluster client re-read the slot map as soon as a
+// node cannot be reached. go-redis re-reads it only on MOVED/ASK or every
+// ClusterStateReloadInterval (60s), and a dead master answers nothing: after
+// a failover, commands for its slots would keep going to the dead address
+// for up to a minute although its replica took over in seconds.
+// ReloadState is lazy and coalesced, so a burst of errors costs one
+// CLUSTER SLOTS.
+type reloadOnNetError struct{ c *redis.ClusterClient }
+
+func (h reloadOnNetError) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNetError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(err)
+		return err
+	}
+}
+
+func (h reloadOnNetError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(err)
+		return err
+	}
+}
+
+func (h reloadOnNetError) check(err error) {
+	var ne net.Error
+	if err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF)) {
+		h.c.ReloadState(context.Background())
+	}
 }
 
 // redactErr keeps a URL's password out of an error message.
