@@ -313,8 +313,8 @@ func TestHelpMatchesDocs(t *testing.T) {
 		return string(out)
 	}
 	cases := []struct {
-		cmd, section string
-		args         []string
+		cmd, section  string
+		args          []string
 		helpRE, docRE *regexp.Regexp
 	}{
 		{"shaper", "shaper", []string{"-h"}, helpFlag, docFlag},
