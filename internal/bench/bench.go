@@ -72,21 +72,22 @@ type Options struct {
 	ShaperBin      string        // prebuilt shaper binary; "" builds cmd/shaper
 	RecipeRetryMax time.Duration // recipe's RetryIn is rand(0..this) whole seconds; default 10s as in asynq's wiki
 	RunLimit       time.Duration // per fidelity run; default 2.5×backlog/rate + 10s
-	BurstOneLimit  time.Duration // per run of a burst-1 variant; default 20s (quick 10s)
+	BurstOneLimit  time.Duration // per run of a burst-1 variant; default 15s (quick 10s)
 	// Decisions.
-	DecisionTime      time.Duration // per limiter, concurrency and round; default 0.5s (quick 0.3s)
-	BenchmarkRequests int           // redis-benchmark -n per round; default 30,000 (quick 20,000)
+	DecisionTime      time.Duration // per limiter, concurrency and round; default 0.4s (quick 0.3s)
+	DecisionRounds    int           // interleaved rounds, medians reported; default 3 (quick 1)
+	BenchmarkRequests int           // redis-benchmark -n per round; default 10,000
 	// Overhead.
 	OverheadTasks int // backlog per processing round; default 4000 (quick 600)
 	EnqueueTasks  int // per enqueue measurement; default 4000 (quick 600)
-	Rounds        int // interleaved rounds, medians reported; default 3 (quick 1)
+	Rounds        int // interleaved rounds, medians reported; default 5 (quick 1)
 	// Memory and growth.
-	MemKeys        int   // scenario 5; default 100,000 (quick 10,000)
-	Levels         []int // scenario 6; default 1k, 10k, 100k, 1M (quick 1k, 10k)
+	MemKeys int   // scenario 5; default 100,000 (quick 10,000)
+	Levels  []int // scenario 6; default 1k, 10k, 100k, 1M (quick 1k, 10k)
 	// BigFamilies are the only families run at levels above 100k keys
 	// (filling 1M keys takes ~20 s per family); default token_bucket.
-	BigFamilies []string
-	EntryBudget int64 // most sliding-log entries in Redis at once; default 1M
+	BigFamilies    []string
+	EntryBudget    int64 // most sliding-log entries in Redis at once; default 1M
 	LatencySamples int   // decisions timed per level; default 2000 (quick 300)
 
 	// Progress receives one line per step; nil is silent.
@@ -128,13 +129,16 @@ func (o Options) Defaults() Options {
 		o.RecipeRetryMax = 10 * time.Second
 	}
 	if o.BurstOneLimit == 0 {
-		o.BurstOneLimit = time.Duration(pick(20, 10)) * time.Second
+		o.BurstOneLimit = time.Duration(pick(15, 10)) * time.Second
 	}
 	if o.DecisionTime == 0 {
-		o.DecisionTime = time.Duration(pick(500, 300)) * time.Millisecond
+		o.DecisionTime = time.Duration(pick(400, 300)) * time.Millisecond
+	}
+	if o.DecisionRounds == 0 {
+		o.DecisionRounds = pick(3, 1)
 	}
 	if o.BenchmarkRequests == 0 {
-		o.BenchmarkRequests = pick(30_000, 20_000)
+		o.BenchmarkRequests = 10_000
 	}
 	if o.OverheadTasks == 0 {
 		o.OverheadTasks = pick(4000, 600)
@@ -143,7 +147,7 @@ func (o Options) Defaults() Options {
 		o.EnqueueTasks = pick(4000, 600)
 	}
 	if o.Rounds == 0 {
-		o.Rounds = pick(3, 1)
+		o.Rounds = pick(5, 1)
 	}
 	if o.MemKeys == 0 {
 		o.MemKeys = pick(100_000, 10_000)
@@ -201,7 +205,7 @@ type Report struct {
 	MemKeys    int             `json:"memory_keys,omitempty"`
 	Memory     []GrowthRow     `json:"memory,omitempty"`
 	Growth     []GrowthRow     `json:"growth,omitempty"`
-	Notes      []string        `json:"notes,omitempty"`
+	Headlines  []string        `json:"headlines,omitempty"`
 	opts       Options
 }
 
@@ -280,6 +284,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 		}
 	}
+	rep.Headlines = headlines(rep)
 	rep.Machine.LoadEnd = loadavg()
 	rep.DurationS = round(time.Since(rep.Started).Seconds(), 1)
 	return rep, nil
@@ -316,16 +321,24 @@ func (r *Report) Markdown() string {
 	m := r.Machine
 	w("Machine: nproc %d (%s); %s; %s; redis-benchmark: %s; load average %s at the start, %s at the end.\n\n",
 		m.NumCPU, m.CPU, m.GoVersion, m.RedisVersion, m.RedisBenchmark, m.LoadStart, m.LoadEnd)
+	if len(r.Headlines) > 0 {
+		w("Headlines:\n\n")
+		for _, h := range r.Headlines {
+			w("* %s\n", h)
+		}
+		w("\n")
+	}
 	if len(r.Fidelity) > 0 {
 		fid, def := fidelityTables(r.Fidelity)
 		w("### 1. Fidelity: %d/s, %d workers per process, backlog %d\n\n", o.Rate, o.Workers, o.Backlog)
-		w("Ideal: achieved %d/s, at most %d releases in any 1 s, intervals %.0f ms.\n\n", o.Rate, o.Rate+1, 1000/float64(o.Rate))
+		w("Ideal: achieved %d/s, at most %d releases in any 1 s, intervals %.0f ms. Burst-1 variants run at P=%d only and stop after %s.\n\n",
+			o.Rate, o.Rate+1, 1000/float64(o.Rate), o.Procs[0], o.BurstOneLimit)
 		w("%s\n", fid)
 		w("### 2. Deferral: lateness of the last task and FIFO order (same runs)\n\n")
 		w("%s\n", def)
 	}
 	if len(r.Decisions) > 0 {
-		w("### 3. Decision throughput (decisions/s over 1,000 keys, every decision allowed; medians of %d interleaved rounds of %s)\n\n", o.Rounds, o.DecisionTime)
+		w("### 3. Decision throughput (decisions/s over 1,000 keys, every decision allowed; medians of %d interleaved rounds of %s)\n\n", o.DecisionRounds, o.DecisionTime)
 		w("%s\n", decisionTable(r.Decisions))
 	}
 	if len(r.Processing) > 0 || len(r.Enqueue) > 0 {
@@ -341,8 +354,46 @@ func (r *Report) Markdown() string {
 		w("### 6. Cost growth (decision latency at 1 goroutine on random populated keys; sliding logs filled to their limit, so their decisions are rejections)\n\n")
 		w("%s\n", growthTable(r.Growth))
 	}
-	for _, n := range r.Notes {
-		w("* %s\n", n)
-	}
 	return b.String()
+}
+
+// headlines are the ratios the README quotes, computed from the rows.
+func headlines(r *Report) []string {
+	o := r.opts
+	var out []string
+	find := func(id string, p int) *FidelityRow {
+		for i := range r.Fidelity {
+			if f := &r.Fidelity[i]; f.Contender == contenderNames[id] && f.Processes == p {
+				return f
+			}
+		}
+		return nil
+	}
+	for _, p := range o.Procs {
+		sh, rc, rr := find(Shaper, p), find(Recipe, p), find(RedisRate, p)
+		if sh == nil || sh.Delivered == 0 {
+			continue
+		}
+		line := fmt.Sprintf("Fidelity at %d/s with %d process(es): shaper at most %d releases in any 1 s (limit %d), %.1f/s achieved",
+			o.Rate, p, sh.MaxIn1s, o.Rate+1, sh.AchievedRate)
+		if rc != nil && rc.Delivered > 0 {
+			line += fmt.Sprintf("; asynq recipe %d in 1 s (%.1f× the limit), %.1f/s", rc.MaxIn1s, float64(rc.MaxIn1s)/float64(o.Rate+1), rc.AchievedRate)
+		}
+		if rr != nil && rr.Delivered > 0 {
+			line += fmt.Sprintf("; redis_rate-gated asynq %d in 1 s (%.1f×), %.1f/s", rr.MaxIn1s, float64(rr.MaxIn1s)/float64(o.Rate+1), rr.AchievedRate)
+		}
+		out = append(out, line+".")
+	}
+	for _, p := range r.Processing {
+		if p.Ratio > 0 {
+			out = append(out, fmt.Sprintf("Overhead, %s handler: shaper unthrottled / raw asynq = %.2f (%.0f vs %.0f tasks/s).",
+				p.Handler, p.Ratio, p.Shaper, p.Raw))
+		}
+	}
+	for _, e := range r.Enqueue {
+		if e.Way != wayAsynq && e.Ratio > 0 {
+			out = append(out, fmt.Sprintf("Enqueue at %d goroutine(s): %s / asynq.Client.Enqueue = %.2f.", e.Goroutines, e.Way, e.Ratio))
+		}
+	}
+	return out
 }

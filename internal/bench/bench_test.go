@@ -22,7 +22,7 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 		Quick:      true,
 		ShaperMode: ModeDispatchers, // no go build inside a test
 		Backlog:    20, Procs: []int{1}, BurstOneLimit: time.Second,
-		DecisionTime: 20 * time.Millisecond, BenchmarkRequests: 2000, Rounds: 1,
+		DecisionTime: 20 * time.Millisecond, DecisionRounds: 1, BenchmarkRequests: 2000, Rounds: 1,
 		OverheadTasks: 40, EnqueueTasks: 40,
 		MemKeys: 200, Levels: []int{100, 200}, EntryBudget: 100_000, LatencySamples: 20,
 	}

@@ -161,7 +161,7 @@ func (e *env) decisions(ctx context.Context) []DecisionRow {
 		rows[i] = DecisionRow{Limiter: d.name, Limit: d.limit, PerSec: map[string]float64{}}
 		samples[i] = map[int][]float64{}
 	}
-	for r := 0; r < e.opts.Rounds; r++ {
+	for r := 0; r < e.opts.DecisionRounds; r++ {
 		for i, d := range ds {
 			for _, g := range concurrencies {
 				if rows[i].Error != "" {
