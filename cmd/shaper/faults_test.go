@@ -71,8 +71,9 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	victim.done <- nil
 	victimID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
 	// asynq recovers the dead worker's tasks once their lease (30s) has
-	// expired and its recoverer runs (every minute).
-	waitFor(t, 150*time.Second, "every task delivered", func() bool { return len(delivered(sink)) >= n })
+	// been expired for 30s more and its recoverer runs (every minute): up
+	// to two minutes after the kill.
+	waitFor(t, 200*time.Second, "every task delivered", func() bool { return len(delivered(sink)) >= n })
 	for _, p := range procs[1:] {
 		p.stop(t)
 	}
@@ -100,10 +101,23 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	if len(afterKill) != 2 {
 		t.Errorf("after the kill, releases came from %d processes, want the 2 survivors: %v", len(afterKill), afterKill)
 	}
-	if m := testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second); m > 101 {
-		t.Errorf("%d requests in a 1s window, want <= 101 (no burst after the crash)", m)
+	var released []time.Time
+	for _, h := range sink.Hits() {
+		released = append(released, h.Wake)
 	}
-	t.Logf("kill -9: %d tasks, %d duplicates, survivors %v, max in 1s %d", n, dups, afterKill, testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second))
+	byRelease, byArrival := testsink.MaxInWindow(released, time.Second), testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second)
+	t.Logf("max in a 1s window: by release time %d, by arrival %d", byRelease, byArrival)
+	// The invariant is on releases (the instant shaper sends, which it
+	// controls): at most rate+1. At the sink, which shares two cores with
+	// three shapers and this test, arrival jitter of a few ms may add one
+	// or two at 100/s; more than 2% would be a burst.
+	if byRelease > 101 {
+		t.Errorf("%d releases in a 1s window, want <= 101 (no burst after the crash)", byRelease)
+	}
+	if byArrival > 103 {
+		t.Errorf("%d arrivals in a 1s window, want <= 103", byArrival)
+	}
+	t.Logf("kill -9: %d tasks, %d duplicates, survivors %v", n, dups, afterKill)
 }
 
 // Redis (appendonly) restarts mid-run: the daemons keep running, report
