@@ -163,6 +163,9 @@ type Downstream struct {
 	Timezone string `yaml:"timezone,omitempty"`
 	// Adaptive lets the downstream's answers move the rate (AIMD).
 	Adaptive *Adaptive `yaml:"adaptive,omitempty"`
+	// Batch aggregates the downstream's tasks into batches; the rate then
+	// counts rows (see batch.go).
+	Batch *Batch `yaml:"batch,omitempty"`
 }
 
 // HandlerType says how a released task is delivered.
@@ -190,6 +193,13 @@ type Handler struct {
 	Headers map[string]string `yaml:"headers,omitempty"`
 	// Timeout bounds one delivery. Default 10s.
 	Timeout Duration `yaml:"timeout"`
+	// DSNEnv, Table, Columns, IDColumn and OnConflict configure
+	// HandlerPostgres, and only it (see batch.go).
+	DSNEnv     string            `yaml:"dsn_env,omitempty"`
+	Table      string            `yaml:"table,omitempty"`
+	Columns    map[string]string `yaml:"columns,omitempty"`
+	IDColumn   string            `yaml:"id_column,omitempty"`
+	OnConflict string            `yaml:"on_conflict,omitempty"`
 }
 
 // OnReject is what happens to a task that admission rejects.
@@ -657,6 +667,7 @@ func (c *Config) fill(set func(path string) bool) *Error {
 		if !set(p + ".handler.timeout") {
 			d.Handler.Timeout = Duration(DefaultHandlerTimeout)
 		}
+		d.fillBatch(p, set)
 		if a := d.Admission; a != nil {
 			a.OnReject = cmp.Or(a.OnReject, Reject)
 			a.Failure = cmp.Or(a.Failure, FailClosed)
@@ -941,6 +952,9 @@ func (d *Downstream) validate(p string) *Error {
 	if d.MaxRetry < 0 || d.MaxRetry > maxRetryLimit {
 		return errf(p+".max_retry", "must be 0-%d, got %d", maxRetryLimit, d.MaxRetry)
 	}
+	if e := d.validateBatch(p); e != nil {
+		return e
+	}
 	if e := d.Handler.validate(p + ".handler"); e != nil {
 		return e
 	}
@@ -971,6 +985,9 @@ func limitMsg(err error) string {
 }
 
 func (h *Handler) validate(p string) *Error {
+	if e := h.validatePostgres(p); e != nil {
+		return e
+	}
 	switch h.Type {
 	case HandlerHTTP:
 		if h.URL == "" {
@@ -1010,10 +1027,11 @@ func (h *Handler) validate(p string) *Error {
 				return errf(p+"."+f.name, "only allowed for type http, got type %s", q(string(h.Type)))
 			}
 		}
+	case HandlerPostgres: // validatePostgres
 	case "":
-		return errf(p+".type", "required (http, log or go)")
+		return errf(p+".type", "required (http, log, go or postgres)")
 	default:
-		return errf(p+".type", "unknown handler type %s (want http, log or go)", q(string(h.Type)))
+		return errf(p+".type", "unknown handler type %s (want http, log, go or postgres)", q(string(h.Type)))
 	}
 	if h.Timeout <= 0 {
 		return errf(p+".timeout", "must be positive, got %s", h.Timeout)

@@ -1,0 +1,239 @@
+package config
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// HandlerPostgres writes tasks (or batches of them) as rows of a
+// PostgreSQL table (shaping/pgsink).
+const HandlerPostgres HandlerType = "postgres"
+
+// Batch defaults and limits.
+const (
+	DefaultBatchMaxDelay = 2 * time.Second
+	DefaultBatchGrace    = time.Second
+	maxBatchRows         = 100000
+)
+
+// OnConflictDoNothing is the default on_conflict of a postgres handler:
+// ON CONFLICT (id_column) DO NOTHING.
+const OnConflictDoNothing = "do_nothing"
+
+// Batch aggregates a downstream's tasks into batches before they are
+// shaped (asynq group aggregation): a batch closes at MaxRows tasks,
+// MaxDelay after its first task, or Grace after its last, whichever comes
+// first, and costs the sum of its tasks' costs, so the downstream's rate
+// reads as rows per second: rate 2000/s with max_rows 500 is four 500-row
+// writes a second.
+type Batch struct {
+	// MaxRows is the most tasks in one batch, 1-100000; required.
+	MaxRows int `yaml:"max_rows"`
+	// MaxDelay closes a batch this long after its first task. Default 2s.
+	MaxDelay Duration `yaml:"max_delay"`
+	// Grace closes a batch when no task came for this long; at least 1s
+	// (asynq's minimum). Default 1s.
+	Grace Duration `yaml:"grace"`
+}
+
+// ShapingBatch is the batch settings for shaping.Downstream.Batch (nil
+// when the downstream does not batch).
+func (d Downstream) ShapingBatch() *shaping.Batch {
+	if d.Batch == nil {
+		return nil
+	}
+	return &shaping.Batch{MaxRows: d.Batch.MaxRows, MaxDelay: time.Duration(d.Batch.MaxDelay), Grace: time.Duration(d.Batch.Grace)}
+}
+
+// BatchLateTolerance is the shaping.Downstream.LateTolerance of a batching
+// downstream: half the slot of a full batch (max_rows / rate / 2), between
+// 5ms and 1s, so that a worker a little late for a 250ms slot still writes
+// its batch instead of wasting the slot; a release that late still cannot
+// bunch with the next batch. Zero (the dispatcher's default) when the
+// downstream does not batch.
+func (d Downstream) BatchLateTolerance() time.Duration {
+	if d.Batch == nil || d.Batch.MaxRows < 1 || d.Limit().PerSec() <= 0 {
+		return 0
+	}
+	return min(max(d.Limit().Interval(int64(d.Batch.MaxRows))/2, 5*time.Millisecond), time.Second)
+}
+
+// BatchGroups is how many aggregation groups a producer spreads the
+// downstream's tasks over (queue.ProducerConfig.Batched), sized for the
+// highest rate the downstream may run at (its rate, its schedule's rates,
+// its adaptive ceiling); 0 when it does not batch.
+func (d Downstream) BatchGroups() int {
+	if d.Batch == nil {
+		return 0
+	}
+	rate := d.Limit().PerSec()
+	for _, c := range d.Schedule {
+		if l, err := limiters.ParseLimit(c.Rate); err == nil {
+			rate = math.Max(rate, l.PerSec())
+		}
+	}
+	if a := d.Adaptive; a != nil && a.Ceiling != "" {
+		if l, err := limiters.ParseLimit(a.Ceiling); err == nil {
+			rate = math.Max(rate, l.PerSec())
+		}
+	}
+	return shaping.BatchGroups(rate, d.Batch.MaxRows)
+}
+
+// DSN reads the PostgreSQL DSN of a postgres handler from the environment
+// variable DSNEnv names, now. An unset or empty variable is an error naming
+// the field ("dsn_env: …"). Never log the result: it may hold a password.
+func (h Handler) DSN() (string, error) {
+	if h.DSNEnv == "" {
+		return "", &Error{Path: "dsn_env", Msg: "required for a postgres handler"}
+	}
+	return fromEnv("dsn_env", h.DSNEnv)
+}
+
+// fillBatch sets the defaults of a downstream's batch and postgres
+// handler, and sizes its default worker budget in batches rather than
+// rows.
+func (d *Downstream) fillBatch(p string, set func(string) bool) {
+	if d.Handler.Type == HandlerPostgres && !set(p+".handler.on_conflict") {
+		d.Handler.OnConflict = OnConflictDoNothing
+	}
+	b := d.Batch
+	if b == nil {
+		return
+	}
+	if !set(p + ".batch.max_delay") {
+		b.MaxDelay = Duration(DefaultBatchMaxDelay)
+	}
+	if !set(p + ".batch.grace") {
+		b.Grace = Duration(DefaultBatchGrace)
+	}
+	if !set(p+".workers") && b.MaxRows > 0 && d.Limit().PerSec() > 0 {
+		// A worker holds a whole batch: enough workers for the batches
+		// of max_wait plus a second of writing, and one spare.
+		batches := d.Limit().PerSec() / float64(b.MaxRows) * (d.MaxWaitDuration() + time.Second).Seconds()
+		d.Workers = min(int(math.Ceil(batches))+1, maxDefaultWorkers)
+	}
+}
+
+func (d *Downstream) validateBatch(p string) *Error {
+	b := d.Batch
+	if b == nil {
+		return nil
+	}
+	p += ".batch"
+	if b.MaxRows < 1 || b.MaxRows > maxBatchRows {
+		return errf(p+".max_rows", "must be 1-%d, got %d", maxBatchRows, b.MaxRows)
+	}
+	if b.MaxDelay <= 0 {
+		return errf(p+".max_delay", "must be positive, got %s", b.MaxDelay)
+	}
+	if b.Grace < Duration(time.Second) {
+		return errf(p+".grace", "must be at least 1s (asynq's minimum), got %s", b.Grace)
+	}
+	return nil
+}
+
+// postgresFields are the fields only a postgres handler may set.
+func (h *Handler) postgresFields() []struct {
+	name string
+	set  bool
+} {
+	return []struct {
+		name string
+		set  bool
+	}{{"dsn_env", h.DSNEnv != ""}, {"table", h.Table != ""}, {"columns", len(h.Columns) > 0},
+		{"id_column", h.IDColumn != ""}, {"on_conflict", h.OnConflict != ""}}
+}
+
+// validatePostgres checks a postgres handler, and that no other type sets
+// its fields. Whether the table and columns exist is checked against the
+// database when shaper starts (pgsink.Sink.Check).
+func (h *Handler) validatePostgres(p string) *Error {
+	if h.Type != HandlerPostgres {
+		for _, f := range h.postgresFields() {
+			if f.set {
+				return errf(p+"."+f.name, "only allowed for type postgres, got type %s", q(string(h.Type)))
+			}
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"url", h.URL != ""}, {"method", h.Method != ""}, {"headers", len(h.Headers) > 0}} {
+		if f.set {
+			return errf(p+"."+f.name, "only allowed for type http, got type %s", q(string(h.Type)))
+		}
+	}
+	switch {
+	case h.DSNEnv == "":
+		return errf(p+".dsn_env", "required for a postgres handler (the environment variable holding the DSN; the DSN never goes in the file)")
+	case !reEnv.MatchString(h.DSNEnv):
+		return errf(p+".dsn_env", "invalid environment variable name %s", q(h.DSNEnv))
+	}
+	if e := checkTable(p+".table", h.Table); e != nil {
+		return e
+	}
+	if e := checkColumn(p+".id_column", h.IDColumn); e != nil {
+		return e
+	}
+	if len(h.Columns) == 0 {
+		return errf(p+".columns", "required: map payload fields to columns, e.g. {user: user_id, amount: amount}")
+	}
+	fields := make([]string, 0, len(h.Columns))
+	for f := range h.Columns {
+		fields = append(fields, f)
+	}
+	slices.Sort(fields)
+	targets := map[string]string{h.IDColumn: "id_column"}
+	for _, f := range fields {
+		fp := p + ".columns." + f
+		if f == "" {
+			return errf(p+".columns", "a payload field name is empty")
+		}
+		c := h.Columns[f]
+		if e := checkColumn(fp, c); e != nil {
+			return e
+		}
+		if other, dup := targets[c]; dup {
+			return errf(fp, "column %s is already the target of %s", q(c), other)
+		}
+		targets[c] = "columns." + f
+	}
+	oc := strings.TrimSpace(h.OnConflict)
+	if oc != OnConflictDoNothing && (len(oc) <= 11 || !strings.EqualFold(oc[:11], "ON CONFLICT") || strings.Contains(oc, ";")) {
+		return errf(p+".on_conflict", "invalid value %s (want %s, or a clause starting with ON CONFLICT, without ;)", q(h.OnConflict), OnConflictDoNothing)
+	}
+	return nil
+}
+
+func checkTable(path, t string) *Error {
+	if t == "" {
+		return errf(path, "required (name or schema.name)")
+	}
+	parts := strings.Split(t, ".")
+	if len(parts) > 2 {
+		return errf(path, "invalid table %s (want name or schema.name)", q(t))
+	}
+	for _, part := range parts {
+		if part == "" || len(part) > 63 || strings.ContainsRune(part, 0) {
+			return errf(path, "invalid table %s (want name or schema.name, each 1-63 bytes)", q(t))
+		}
+	}
+	return nil
+}
+
+func checkColumn(path, c string) *Error {
+	switch {
+	case c == "":
+		return errf(path, "required (a column name)")
+	case len(c) > 63 || strings.ContainsRune(c, 0):
+		return errf(path, "invalid column %s (1-63 bytes, no NUL)", q(c))
+	}
+	return nil
+}
