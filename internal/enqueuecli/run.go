@@ -650,13 +650,16 @@ func (r *runner) stop(j job, why string, err error) {
 	}
 }
 
-// pacer spaces enqueues at a rate. It never bursts to catch up after a
-// slow call: the next slot is one interval after the later of the last
-// slot and now.
+// pacer spaces enqueues at a rate. Timer and scheduling jitter are made
+// up (so 1000/s comes out near 1000/s), but a longer stall is not: after
+// falling more than pacerSlack behind, the next slot is now, so a slow
+// call never causes a burst of more than pacerSlack × rate.
 type pacer struct {
 	interval time.Duration
 	next     time.Time
 }
+
+const pacerSlack = 10 * time.Millisecond
 
 func newPacer(l limiters.Limit) *pacer {
 	if l.IsZero() {
@@ -670,7 +673,7 @@ func (p *pacer) wait(ctx context.Context, stopped <-chan struct{}) error {
 		return nil
 	}
 	now := time.Now()
-	if p.next.Before(now) {
+	if p.next.Before(now.Add(-pacerSlack)) {
 		p.next = now
 	}
 	d := p.next.Sub(now)
