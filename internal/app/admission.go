@@ -63,10 +63,14 @@ func NewProducer(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metri
 	}
 	names := make([]string, 0, len(cfg.Downstreams))
 	retries := map[string]int{}
+	batched := map[string]int{}
 	for _, d := range cfg.Downstreams {
 		names = append(names, d.Name)
 		retries[d.Name] = d.MaxRetry
+		if g := d.BatchGroups(); g > 0 {
+			batched[d.Name] = g
+		}
 	}
 	return queue.NewProducer(rdb, queue.ProducerConfig{Prefix: cfg.Redis.Prefix, Downstreams: names,
-		Admission: adm, Metrics: m, MaxPayload: int(cfg.HTTP.MaxBody), MaxRetry: retries}), nil
+		Admission: adm, Metrics: m, MaxPayload: int(cfg.HTTP.MaxBody), MaxRetry: retries, Batched: batched}), nil
 }

@@ -62,8 +62,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 
 	d := shaping.New(rdb, shaping.Config{Prefix: cfg.Redis.Prefix, Logger: log, Metrics: m,
 		ShutdownTimeout: time.Duration(cfg.ShutdownTimeout), RedisTimeout: time.Duration(cfg.Redis.Timeout)})
+	pg := newPostgresSinks(rdb, cfg.Redis.Prefix, log)
+	defer pg.Close()
 	for i, dc := range cfg.Downstreams {
-		h, err := handlerFor(dc, opts.Handlers, log)
+		h, err := handlerFor(ctx, dc, opts.Handlers, log, pg)
 		if err != nil {
 			return fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
 		}
@@ -73,7 +75,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		if err := d.Add(shaping.Downstream{Name: dc.Name, Rate: dc.Limit(), Burst: dc.Burst,
 			MaxWait: dc.MaxWaitDuration(), Workers: dc.Workers, Handler: h,
-			Schedule: sched, Adaptive: dc.AdaptiveRate()}); err != nil {
+			Schedule: sched, Adaptive: dc.AdaptiveRate(), Batch: dc.ShapingBatch(), LateTolerance: dc.BatchLateTolerance()}); err != nil {
 			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
 		}
 	}
@@ -130,8 +132,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	return err
 }
 
-func handlerFor(dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger) (shaping.HandlerFunc, error) {
+func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger, pg *postgresSinks) (shaping.HandlerFunc, error) {
 	switch dc.Handler.Type {
+	case config.HandlerPostgres:
+		return pg.handler(ctx, dc)
 	case config.HandlerHTTP:
 		return shaping.HTTPHandler(shaping.HTTPConfig{URL: dc.Handler.URL, Method: dc.Handler.Method,
 			Headers: dc.Handler.Headers, Timeout: time.Duration(dc.Handler.Timeout)}), nil
