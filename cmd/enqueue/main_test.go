@@ -511,7 +511,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 			}
 			want := map[string]string{
 				"fail_closed": `stdin:11: redis unreachable (admission failed closed: token_bucket "tenant" could not decide)`,
-				"fail_open":   `stdin:11: redis unreachable: `,
+				"fail_open":   `stdin:11: redis unreachable (admission by token_bucket "tenant" let the task through, then the enqueue failed): `,
 			}[policy]
 			if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "line 11 and later were not enqueued") {
 				t.Errorf("stderr %q, want one line containing %q", r.stderr, want)

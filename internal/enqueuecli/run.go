@@ -606,7 +606,13 @@ func (r *runner) enqueue(ctx context.Context, j job) bool {
 		return true
 	}
 	if r.ping() != nil {
-		r.stop(j, "redis unreachable", err)
+		why := "redis unreachable"
+		if rec.Admission.Allowed && rec.Admission.Name != "" {
+			// fail_open lets a task through when Redis is gone; the
+			// enqueue then fails on the same Redis.
+			why += fmt.Sprintf(" (admission by %s %q let the task through, then the enqueue failed)", rec.Admission.Algorithm, rec.Admission.Name)
+		}
+		r.stop(j, why, err)
 		return false
 	}
 	r.count(func(s *Summary) {
