@@ -15,6 +15,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/server"
+	"github.com/shaper-io/shaper/internal/statuspage"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -107,13 +108,16 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		return err
 	}
 	defer srv.Shutdown(context.Background())
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d})
+	page.Mount(srv)
+	go page.Run(ctx)
 
 	if err := d.Start(); err != nil {
 		return err
 	}
 	logf("shaper quick start: embedded Redis at %s (demo only; set a config file for a real Redis)", mr.Addr())
 	logf("downstream %q releases at %s; two tenants enqueue every %s through a token bucket of 4/s (burst 8) each", "demo", opts.Rate.RateString(), opts.ProduceEvery)
-	logf("metrics: http://%s/metrics   stop: Ctrl-C", addr)
+	logf("status page: http://%s/   metrics: http://%s/metrics   stop: Ctrl-C", addr, addr)
 
 	var admitted, rejected atomic.Int64
 	go func() {

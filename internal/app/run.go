@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		srv = server.New(server.Options{Addr: cfg.HTTP.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
 		mountAPI(srv, producer, d, inspector, int64(cfg.HTTP.MaxBody), log)
 		mountControl(srv, d, inspector, cfg)
-		mountStatus(srv, d, inspector, cfg, reg)
+		mountStatus(ctx, srv, d, inspector, cfg, reg)
 		if addr, err = srv.Start(); err != nil {
 			return err
 		}

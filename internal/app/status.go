@@ -19,10 +19,9 @@ import (
 // page view never reaches Redis.
 //
 // The page's sampler (one Gather of reg a second, and one read of each
-// downstream's runtime state) runs for the life of the process: Run gives
-// mountStatus no context to end it with.
-func mountStatus(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config, reg *prometheus.Registry) {
+// downstream's runtime state) runs until ctx ends.
+func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config, reg *prometheus.Registry) {
 	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
 	page.Mount(srv)
-	go page.Run(context.Background())
+	go page.Run(ctx)
 }

@@ -21,7 +21,7 @@ type Hit struct {
 	Payload string
 	Status  int
 	Wake    time.Time
-	Process string // X-Shaper-Process: which shaper released it
+	Process string    // X-Shaper-Process: which shaper released it
 	Slot    time.Time // the slot shaper reserved for it (X-Shaper-Slot), if sent
 }
 
