@@ -22,11 +22,12 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 		Quick:      true,
 		ShaperMode: ModeDispatchers, // no go build inside a test
 		Backlog:    20, Procs: []int{1}, BurstOneLimit: time.Second,
-		DecisionTime: 20 * time.Millisecond, DecisionRounds: 1, BenchmarkRequests: 2000, Rounds: 1,
-		OverheadTasks: 40, EnqueueTasks: 40,
+		DecisionTime: 20 * time.Millisecond, DecisionRounds: 1, BenchmarkRequests: 200, Rounds: 1,
+		OverheadTasks: 40, EnqueueTasks: 40, EnqueueRounds: 1,
 		MemKeys: 200, Levels: []int{100, 200}, EntryBudget: 100_000, LatencySamples: 20,
 	}
 	start := time.Now()
+	opts.Progress = logWriter{t, start}
 	rep, err := Run(ctx, opts)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -107,6 +108,18 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Fidelity) != len(rep.Fidelity) {
 		t.Errorf("JSON round trip: %v, %d fidelity rows", err, len(back.Fidelity))
 	}
+}
+
+// logWriter sends progress lines to the test log, stamped with the time
+// since start.
+type logWriter struct {
+	t     *testing.T
+	start time.Time
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%5.1fs %s", time.Since(w.start).Seconds(), strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func idOf(name string) string {

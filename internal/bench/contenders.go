@@ -4,20 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -70,11 +76,13 @@ type fleet interface {
 // YAML config or as separate Dispatchers (each with its own Redis client)
 // in this process.
 type shaperFleet struct {
-	procs  []*exec.Cmd
-	done   []chan error
-	stderr []*syncBuffer
-	ds     []*shaping.Dispatcher
-	rdbs   []*redis.Client
+	procs   []*exec.Cmd
+	done    []chan error
+	stderr  []*syncBuffer
+	metrics []string // /metrics URL of each process
+	ds      []*shaping.Dispatcher
+	regs    []*prometheus.Registry
+	rdbs    []*redis.Client
 }
 
 func (e *env) startShaper(ctx context.Context, prefix string, p int, sinkURL string) (*shaperFleet, error) {
@@ -83,7 +91,10 @@ func (e *env) startShaper(ctx context.Context, prefix string, p int, sinkURL str
 	if o.ShaperMode == ModeDispatchers {
 		for i := 0; i < p; i++ {
 			rdb := redis.NewClient(&redis.Options{Addr: e.addr, ContextTimeoutEnabled: true})
-			d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 5 * time.Second})
+			reg := prometheus.NewRegistry()
+			f.regs = append(f.regs, reg)
+			d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 5 * time.Second,
+				Metrics: metrics.New(reg)})
 			err := d.Add(shaping.Downstream{Name: downstream, Rate: limiters.PerSecond(int64(o.Rate)), Workers: o.Workers,
 				MaxWait: time.Second, Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: sinkURL, Timeout: 5 * time.Second})})
 			if err == nil {
@@ -98,8 +109,16 @@ func (e *env) startShaper(ctx context.Context, prefix string, p int, sinkURL str
 		}
 		return f, nil
 	}
-	cfg := fmt.Sprintf(`redis: {url: "redis://%s", prefix: %q}
-http: {listen: "off"}
+	for i := 0; i < p; i++ {
+		// Each process serves /metrics on its own port, so the run can
+		// read how many slots it wasted.
+		port, err := redistest.FreePort()
+		if err != nil {
+			f.stop(ctx)
+			return nil, err
+		}
+		cfg := fmt.Sprintf(`redis: {url: "redis://%s", prefix: %q}
+http: {listen: "127.0.0.1:%d"}
 shutdown_timeout: 5s
 downstreams:
   - name: %s
@@ -107,12 +126,13 @@ downstreams:
     workers: %d
     max_wait: 1s
     handler: {type: http, url: %q, timeout: 5s}
-`, e.addr, prefix, downstream, o.Rate, o.Workers, sinkURL)
-	path := filepath.Join(e.tmp, prefix+".yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	for i := 0; i < p; i++ {
+`, e.addr, prefix, port, downstream, o.Rate, o.Workers, sinkURL)
+		path := filepath.Join(e.tmp, fmt.Sprintf("%s-%d.yaml", prefix, i))
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			f.stop(ctx)
+			return nil, err
+		}
+		f.metrics = append(f.metrics, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 		cmd := exec.Command(e.shaperBin, "-config", path)
 		buf := &syncBuffer{}
 		cmd.Stderr = buf
@@ -125,6 +145,64 @@ downstreams:
 		f.procs, f.done, f.stderr = append(f.procs, cmd), append(f.done, done), append(f.stderr, buf)
 	}
 	return f, nil
+}
+
+// counter sums a shaper counter (e.g. "shaper_shaping_late_skips_total")
+// over every process of the fleet; -1 if it could not be read.
+func (f *shaperFleet) counter(ctx context.Context, name string) float64 {
+	total := 0.0
+	for _, reg := range f.regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return -1
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				for _, m := range mf.GetMetric() {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	for _, u := range f.metrics {
+		v, err := scrapeCounter(ctx, u, name)
+		if err != nil {
+			return -1
+		}
+		total += v
+	}
+	return total
+}
+
+// scrapeCounter sums the samples of counter name in a Prometheus text
+// exposition at url.
+func scrapeCounter(ctx context.Context, url, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		f := strings.Fields(l)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total, nil
 }
 
 func (f *shaperFleet) stop(ctx context.Context) error {

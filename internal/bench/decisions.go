@@ -127,10 +127,15 @@ type DecisionRow struct {
 	Limiter string             `json:"limiter"`
 	Limit   string             `json:"limit"`
 	PerSec  map[string]float64 `json:"decisions_per_s"` // "g=1", "g=16", "g=64"
-	// Ceiling is redis-benchmark -c 64 on EVALSHA of the same script with
-	// the same arguments over the same 1,000 keys; 0 when redis-benchmark
-	// is missing or failed (CeilingNote says why).
-	Ceiling     float64 `json:"redis_benchmark_evalsha_per_s"`
+	// Unpipelined is redis-benchmark -c 64 -P 1: EVALSHA of the same
+	// script with the same arguments over the same 1,000 keys, one call
+	// in flight per connection, as go-redis at g=64 but from a C client.
+	Unpipelined float64 `json:"redis_benchmark_evalsha_per_s"`
+	// Ceiling is the same with -P 16 (16 calls in flight per
+	// connection): what the server itself can execute, the upper bound
+	// for any client on this machine. 0 when redis-benchmark is missing
+	// or failed (CeilingNote says why).
+	Ceiling     float64 `json:"redis_benchmark_pipelined_per_s"`
 	CeilingNote string  `json:"redis_benchmark_note,omitempty"`
 	Error       string  `json:"error,omitempty"`
 }
@@ -156,13 +161,19 @@ func (e *env) decisions(ctx context.Context) []DecisionRow {
 	rows := make([]DecisionRow, len(ds))
 	samples := make([]map[int][]float64, len(ds))
 	ceil := make([][]float64, len(ds))
+	unpiped := make([][]float64, len(ds))
+	tmpls := make([][]any, len(ds))
 	for i, d := range ds {
 		fs[i] = d.mk(e.rdb)
 		rows[i] = DecisionRow{Limiter: d.name, Limit: d.limit, PerSec: map[string]float64{}}
 		samples[i] = map[int][]float64{}
+		var err error
+		if tmpls[i], err = e.capture(ctx, d); err != nil {
+			rows[i].CeilingNote = err.Error()
+		}
 	}
 	for r := 0; r < e.opts.DecisionRounds; r++ {
-		for i, d := range ds {
+		for i := range ds {
 			for _, g := range concurrencies {
 				if rows[i].Error != "" {
 					break
@@ -175,7 +186,15 @@ func (e *env) decisions(ctx context.Context) []DecisionRow {
 				}
 				samples[i][g] = append(samples[i][g], n)
 			}
-			if c, note := e.evalshaCeiling(ctx, d, nkeys); c > 0 {
+			if tmpls[i] == nil {
+				continue
+			}
+			if c, note := e.evalshaRate(ctx, tmpls[i], nkeys, 1, e.opts.BenchmarkRequests); c > 0 {
+				unpiped[i] = append(unpiped[i], c)
+			} else {
+				rows[i].CeilingNote = note
+			}
+			if c, note := e.evalshaRate(ctx, tmpls[i], nkeys, 16, 4*e.opts.BenchmarkRequests); c > 0 {
 				ceil[i] = append(ceil[i], c)
 			} else {
 				rows[i].CeilingNote = note
@@ -188,7 +207,7 @@ func (e *env) decisions(ctx context.Context) []DecisionRow {
 				rows[i].PerSec[fmt.Sprintf("g=%d", g)] = round(median(samples[i][g]), 0)
 			}
 		}
-		rows[i].Ceiling = median(ceil[i])
+		rows[i].Ceiling, rows[i].Unpipelined = median(ceil[i]), median(unpiped[i])
 		e.logf("decisions: %s g=1 %.0f/s g=64 %.0f/s, redis-benchmark %.0f/s", d.name, rows[i].PerSec["g=1"], rows[i].PerSec["g=64"], rows[i].Ceiling)
 	}
 	return rows
@@ -225,19 +244,16 @@ func timedLoop(ctx context.Context, g int, dur time.Duration, f func(ctx context
 	return float64(calls.Load()) / time.Since(start).Seconds(), firstErr
 }
 
-// evalshaCeiling runs redis-benchmark against the run's server: EVALSHA of
-// d's script with d's arguments, keys spread over nkeys, 64 connections.
-func (e *env) evalshaCeiling(ctx context.Context, d decider, nkeys int) (float64, string) {
+// evalshaRate runs redis-benchmark against the run's server: n EVALSHAs
+// with a captured call's script and arguments (tmpl), keys spread over
+// nkeys, 64 connections with pipeline calls in flight on each.
+func (e *env) evalshaRate(ctx context.Context, tmpl []any, nkeys, pipeline, n int) (float64, string) {
 	bin, err := exec.LookPath("redis-benchmark")
 	if err != nil {
 		return 0, "redis-benchmark not found on PATH"
 	}
-	tmpl, err := e.capture(ctx, d)
-	if err != nil {
-		return 0, err.Error()
-	}
 	host, port, _ := strings.Cut(e.addr, ":")
-	args := []string{"-h", host, "-p", port, "-c", "64", "-n", fmt.Sprint(e.opts.BenchmarkRequests),
+	args := []string{"-h", host, "-p", port, "-c", "64", "-P", fmt.Sprint(pipeline), "-n", fmt.Sprint(n),
 		"-r", fmt.Sprint(nkeys), "--csv"}
 	for _, a := range withKey(tmpl, "rb-__rand_int__") {
 		args = append(args, fmt.Sprint(a))
@@ -258,21 +274,25 @@ func (e *env) evalshaCeiling(ctx context.Context, d decider, nkeys int) (float64
 }
 
 func decisionTable(rows []DecisionRow) string {
-	t := table{head: []string{"limiter", "limit", "g=1 (/s)", "g=16 (/s)", "g=64 (/s)", "redis-benchmark EVALSHA c=64 (/s)", "g=64 / ceiling"},
-		align: "llrrrrr"}
+	t := table{head: []string{"limiter", "limit", "g=1 (/s)", "g=16 (/s)", "g=64 (/s)",
+		"redis-benchmark c=64 (/s)", "redis-benchmark c=64 -P 16: ceiling (/s)", "g=64 / ceiling"},
+		align: "llrrrrrr"}
 	for _, r := range rows {
 		if r.Error != "" {
-			t.add(r.Limiter, r.Limit, "error: "+r.Error, "", "", "", "")
+			t.add(r.Limiter, r.Limit, "error: "+r.Error, "", "", "", "", "")
 			continue
 		}
-		ceil, ratio := "–", "–"
+		unp, ceil, ratio := "–", "–", "–"
+		if r.Unpipelined > 0 {
+			unp = num(r.Unpipelined, 0)
+		}
 		if r.Ceiling > 0 {
 			ceil = num(r.Ceiling, 0)
 			ratio = num(r.PerSec["g=64"]/r.Ceiling, 2)
 		} else if r.CeilingNote != "" {
 			ceil = r.CeilingNote
 		}
-		t.add(r.Limiter, r.Limit, num(r.PerSec["g=1"], 0), num(r.PerSec["g=16"], 0), num(r.PerSec["g=64"], 0), ceil, ratio)
+		t.add(r.Limiter, r.Limit, num(r.PerSec["g=1"], 0), num(r.PerSec["g=16"], 0), num(r.PerSec["g=64"], 0), unp, ceil, ratio)
 	}
 	return t.String()
 }

@@ -46,8 +46,12 @@ type FidelityRow struct {
 	// divided by tasks delivered: everything the contender's processes
 	// sent (dequeues, scripts, retries, heartbeats).
 	RedisCmdsPerTask float64 `json:"redis_cmds_per_task"`
-	WallS            float64 `json:"wall_s"`
-	Error            string  `json:"error,omitempty"`
+	// LateSkips (shaper only; -1 otherwise) counts slots wasted because a
+	// worker woke more than its late tolerance after its slot (CPU
+	// starvation): shaper gives the slot up rather than bunch releases.
+	LateSkips float64 `json:"late_skips"`
+	WallS     float64 `json:"wall_s"`
+	Error     string  `json:"error,omitempty"`
 }
 
 func (e *env) hosting(id string) string {
@@ -64,7 +68,7 @@ func (e *env) hosting(id string) string {
 func (e *env) fidelity(ctx context.Context, id string, p int) FidelityRow {
 	o := e.opts
 	row := FidelityRow{Contender: contenderNames[id], Processes: p, Hosting: e.hosting(id), Rate: o.Rate,
-		Workers: o.Workers, Backlog: o.Backlog, IdealDrainS: round(float64(o.Backlog-1)/float64(o.Rate), 2)}
+		Workers: o.Workers, Backlog: o.Backlog, IdealDrainS: round(float64(o.Backlog-1)/float64(o.Rate), 2), LateSkips: -1}
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := e.prefix(id)
@@ -97,6 +101,9 @@ func (e *env) fidelity(ctx context.Context, id string, p int) FidelityRow {
 	})
 	cmds1 := e.commandsProcessed(ctx)
 	row.WallS = round(time.Since(start).Seconds(), 2)
+	if sf, ok := f.(*shaperFleet); ok {
+		row.LateSkips = sf.counter(ctx, "shaper_shaping_late_skips_total")
+	}
 	if err := f.stop(ctx); err != nil {
 		row.Error = err.Error()
 	}
@@ -181,20 +188,24 @@ func abs(x int) int {
 
 func fidelityTables(rows []FidelityRow) (fid, def string) {
 	t := table{head: []string{"contender", "P", "hosting", "delivered", "achieved rate (/s)", "max in any 1 s",
-		"interval p50 (ms)", "interval p99 (ms)", "Redis cmds/task"}, align: "lrlrrrrrr"}
+		"interval p50 (ms)", "interval p99 (ms)", "Redis cmds/task", "slots wasted (late wake-ups)"}, align: "lrlrrrrrrr"}
 	d := table{head: []string{"contender", "P", "ideal drain (s)", "actual drain (s)", "last task late by (s)",
 		"in FIFO order (%)", "max displacement"}, align: "lrrrrrr"}
 	for _, r := range rows {
 		if r.Error != "" && r.Delivered == 0 {
-			t.add(r.Contender, fmt.Sprint(r.Processes), r.Hosting, "error: "+r.Error, "", "", "", "", "")
+			t.add(r.Contender, fmt.Sprint(r.Processes), r.Hosting, "error: "+r.Error, "", "", "", "", "", "")
 			continue
 		}
 		del := fmt.Sprintf("%d/%d", r.Delivered, r.Backlog)
 		if !r.Complete {
 			del += fmt.Sprintf(" (stopped at %.0f s)", r.WallS)
 		}
+		skips := "–"
+		if r.LateSkips >= 0 {
+			skips = num(r.LateSkips, 0)
+		}
 		t.add(r.Contender, fmt.Sprint(r.Processes), r.Hosting, del, num(r.AchievedRate, 1), fmt.Sprint(r.MaxIn1s),
-			num(r.IntervalP50ms, 1), num(r.IntervalP99ms, 1), num(r.RedisCmdsPerTask, 1))
+			num(r.IntervalP50ms, 1), num(r.IntervalP99ms, 1), num(r.RedisCmdsPerTask, 1), skips)
 		late := num(r.LastLateS, 1)
 		if !r.Complete {
 			late = fmt.Sprintf("incomplete: %d of %d in %.0f s", r.Delivered, r.Backlog, r.WallS)
