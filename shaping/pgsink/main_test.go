@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/pgtest"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/shaping"
@@ -45,6 +46,7 @@ type bundle struct {
 	rdb    redis.UniversalClient
 	prefix string
 	rec    *recorder
+	m      *metrics.Metrics
 }
 
 func setup(t *testing.T) *bundle {
