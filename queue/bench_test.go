@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -94,6 +95,67 @@ func BenchmarkEnqueue(b *testing.B) {
 				_, err := p.Enqueue(context.Background(), Task{Downstream: "api", Key: fmt.Sprint("tenant-", i%100), Payload: benchPayload})
 				return err
 			})
+		})
+	}
+}
+
+// BenchmarkEnqueuePaired measures the same ratio in a way that survives a
+// noisy machine: every goroutine alternates a plain asynq Enqueue and an
+// admitted Producer.Enqueue (token bucket per tenant), timing each, so
+// both kinds meet the same load. It reports each kind's throughput
+// (goroutines / mean latency) and their ratio.
+func BenchmarkEnqueuePaired(b *testing.B) {
+	for _, g := range []int{1, 16} {
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
+			bb := setup(b)
+			c := asynq.NewClientFromRedisClient(bb.rdb)
+			defer c.Close()
+			lim := bb.limiter(b, "tenant", limiters.TokenBucket, limiters.PerSecond(1_000_000))
+			p := bb.producer(b, ProducerConfig{Admission: map[string]Admission{"adm": {Limiter: lim}}})
+			rawQ := bb.in.space.Queue("raw")
+			defer bb.dropQueue(b, "raw")
+			defer bb.dropQueue(b, "adm")
+			var rawNS, admNS, rawN, admN atomic.Int64
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range g {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := int(next.Add(1) - 1)
+						if i >= b.N {
+							return
+						}
+						start := time.Now()
+						var err error
+						if i%2 == 0 {
+							_, err = c.Enqueue(asynq.NewTask(DefaultType, benchPayload), asynq.Queue(rawQ))
+							rawNS.Add(int64(time.Since(start)))
+							rawN.Add(1)
+						} else {
+							_, err = p.Enqueue(context.Background(), Task{Downstream: "adm", Key: fmt.Sprint("tenant-", i%100), Payload: benchPayload})
+							admNS.Add(int64(time.Since(start)))
+							admN.Add(1)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			if rawN.Load() == 0 || admN.Load() == 0 {
+				return
+			}
+			raw := float64(g) / (float64(rawNS.Load()) / float64(rawN.Load()) / 1e9)
+			adm := float64(g) / (float64(admNS.Load()) / float64(admN.Load()) / 1e9)
+			b.ReportMetric(raw, "asynq-tasks/s")
+			b.ReportMetric(adm, "admitted-tasks/s")
+			b.ReportMetric(adm/raw, "ratio")
 		})
 	}
 }
