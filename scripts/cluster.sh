@@ -159,8 +159,12 @@ cmd_start() {
     mkdir -p "$root"
     [ -z "$(ls -A "$root")" ] || die "start: $root is not empty (fresh directories only)"
   fi
+  # Whatever ends this script before the cluster is up (an error under
+  # set -e, a signal) stops what it started.
+  started_ok=0
   # shellcheck disable=SC2064
-  trap "stop_cluster '$root'" ERR INT TERM
+  trap "[ \$started_ok = 1 ] || stop_cluster '$root'" EXIT
+  trap 'exit 1' INT TERM
   local total=$((masters * (replicas + 1))) ports=() i p
   for i in $(seq 1 "$total"); do
     start_node "$root" || { stop_cluster "$root"; die "could not start node $i"; }
@@ -182,7 +186,7 @@ cmd_start() {
       die "cluster did not converge"
     fi
   done
-  trap - ERR INT TERM
+  started_ok=1
   local seeds=()
   for p in "${ports[@]:0:$masters}"; do seeds+=("127.0.0.1:$p"); done
   echo "export REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${seeds[*]}")"
