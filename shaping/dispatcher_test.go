@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -90,25 +90,9 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// maxInWindow is the most releases inside any window of length w.
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	s := append([]time.Time(nil), ts...)
-	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
-	best, j := 0, 0
-	for i := range s {
-		for s[i].Sub(s[j]) >= w {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
+func maxInWindow(ts []time.Time, w time.Duration) int { return testsink.MaxInWindow(ts, w) }
 
-func achieved(ts []time.Time) float64 {
-	s := append([]time.Time(nil), ts...)
-	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
-	return float64(len(s)-1) / s[len(s)-1].Sub(s[0]).Seconds()
-}
+func achieved(ts []time.Time) float64 { return testsink.Rate(ts) }
 
 func TestDispatcherReleasesAtRate(t *testing.T) {
 	t.Parallel()

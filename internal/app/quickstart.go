@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -46,28 +45,13 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	if opts.ProduceEvery <= 0 {
 		opts.ProduceEvery = 100 * time.Millisecond
 	}
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		return fmt.Errorf("quickstart: embedded redis: %w", err)
+	addr, stopRedis, err := StartEmbedded()
+	if err != nil {
+		return fmt.Errorf("quickstart: %w", err)
 	}
-	defer mr.Close()
-	// miniredis keys only expire when its clock is moved forward.
-	stopClock := make(chan struct{})
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				mr.FastForward(time.Second)
-			case <-stopClock:
-				return
-			}
-		}
-	}()
-	defer close(stopClock)
+	defer stopRedis()
 
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -99,10 +83,10 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	defer p.Close()
 
 	srv := server.New(server.Options{Addr: opts.Listen, Registry: reg, Redis: rdb, Logger: quiet})
-	addr, err := srv.Start()
+	httpAddr, err := srv.Start()
 	if err != nil && opts.Listen == "" {
 		srv = server.New(server.Options{Addr: "127.0.0.1:0", Registry: reg, Redis: rdb, Logger: quiet})
-		addr, err = srv.Start()
+		httpAddr, err = srv.Start()
 	}
 	if err != nil {
 		return err
@@ -115,9 +99,9 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	if err := d.Start(); err != nil {
 		return err
 	}
-	logf("shaper quick start: embedded Redis at %s (demo only; set a config file for a real Redis)", mr.Addr())
+	logf("shaper quick start: embedded Redis at %s (demo only; set a config file for a real Redis)", addr)
 	logf("downstream %q releases at %s; two tenants enqueue every %s through a token bucket of 4/s (burst 8) each", "demo", opts.Rate.RateString(), opts.ProduceEvery)
-	logf("status page: http://%s/   metrics: http://%s/metrics   stop: Ctrl-C", addr, addr)
+	logf("status page: http://%s/   metrics: http://%s/metrics   stop: Ctrl-C", httpAddr, httpAddr)
 
 	var admitted, rejected atomic.Int64
 	go func() {

@@ -76,25 +76,37 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 		c := redis.NewClient(opt)
 		return c, func() { c.Close() }, nil
 	}
+	addr, stop, err := StartEmbedded()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	return c, func() { c.Close(); stop() }, nil
+}
+
+// StartEmbedded starts an in-process Redis (miniredis) for the quick start
+// and single-process trials, and moves its clock forward once a second:
+// miniredis expires keys only when its clock moves. Never for tests that
+// check correctness: those run on a real redis-server.
+func StartEmbedded() (addr string, stop func(), err error) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
-		return nil, nil, fmt.Errorf("embedded redis: %w", err)
+		return "", nil, fmt.Errorf("embedded redis: %w", err)
 	}
-	stop := make(chan struct{})
-	go func() { // miniredis keys expire only when its clock moves
+	done := make(chan struct{})
+	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
 				mr.FastForward(time.Second)
-			case <-stop:
+			case <-done:
 				return
 			}
 		}
 	}()
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return c, func() { c.Close(); close(stop); mr.Close() }, nil
+	return mr.Addr(), func() { close(done); mr.Close() }, nil
 }
 
 // reloadOnNetError makes a cluster client re-read the slot map as soon as a
