@@ -378,13 +378,14 @@ func headlines(r *Report) []string {
 		if sh == nil || sh.Delivered == 0 {
 			continue
 		}
-		line := fmt.Sprintf("Fidelity at %d/s with %d process(es): shaper at most %d releases in any 1 s (limit %d), %.1f/s achieved",
-			o.Rate, p, sh.MaxIn1s, o.Rate+1, sh.AchievedRate)
+		lim := float64(o.Rate + 1)
+		line := fmt.Sprintf("Fidelity at %d/s with %d process(es), most requests in any 1 s at the sink (at release): shaper %d (%d), limit %d, %.1f/s achieved",
+			o.Rate, p, sh.MaxIn1s, sh.MaxIn1sRelease, o.Rate+1, sh.AchievedRate)
 		if rc != nil && rc.Delivered > 0 {
-			line += fmt.Sprintf("; asynq recipe %d in 1 s (%.1f× the limit), %.1f/s", rc.MaxIn1s, float64(rc.MaxIn1s)/float64(o.Rate+1), rc.AchievedRate)
+			line += fmt.Sprintf("; asynq recipe %d (%d), %.1f× the limit, %.1f/s", rc.MaxIn1s, rc.MaxIn1sRelease, float64(rc.MaxIn1sRelease)/lim, rc.AchievedRate)
 		}
 		if rr != nil && rr.Delivered > 0 {
-			line += fmt.Sprintf("; redis_rate-gated asynq %d in 1 s (%.1f×), %.1f/s", rr.MaxIn1s, float64(rr.MaxIn1s)/float64(o.Rate+1), rr.AchievedRate)
+			line += fmt.Sprintf("; redis_rate-gated asynq %d (%d), %.1f×, %.1f/s", rr.MaxIn1s, rr.MaxIn1sRelease, float64(rr.MaxIn1sRelease)/lim, rr.AchievedRate)
 		}
 		out = append(out, line+".")
 	}

@@ -41,6 +41,9 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 		if r.Error != "" {
 			t.Errorf("fidelity %s: error %s", r.Contender, r.Error)
 		}
+		if r.MaxIn1sRelease == 0 {
+			t.Errorf("fidelity %s: no release times (X-Shaper-Released) recorded", r.Contender)
+		}
 		if !burstOne(idOf(r.Contender)) && (!r.Complete || r.Delivered != 20) {
 			t.Errorf("fidelity %s: delivered %d of 20 (complete %v), want all", r.Contender, r.Delivered, r.Complete)
 		}
@@ -136,15 +139,16 @@ func TestFillFidelityOrderAndWindows(t *testing.T) {
 	var hits []testsink.Hit
 	// 5 tasks, 20 ms apart, tasks 1 and 2 swapped, task 3 delivered twice.
 	for i, n := range []int{0, 2, 1, 3, 3, 4} {
-		hits = append(hits, testsink.Hit{At: t0.Add(time.Duration(i) * 20 * time.Millisecond), Payload: string(payload(n))})
+		at := t0.Add(time.Duration(i) * 20 * time.Millisecond)
+		hits = append(hits, testsink.Hit{At: at, Wake: at.Add(-time.Millisecond), Payload: string(payload(n))})
 	}
 	row := FidelityRow{Backlog: 5, IdealDrainS: 0.08}
 	fillFidelity(&row, hits, 50)
 	if row.Delivered != 5 || row.Releases != 6 {
 		t.Errorf("delivered %d, releases %d; want 5 and 6", row.Delivered, row.Releases)
 	}
-	if row.MaxIn1s != 6 {
-		t.Errorf("max in 1s = %d, want 6", row.MaxIn1s)
+	if row.MaxIn1s != 6 || row.MaxIn1sRelease != 6 {
+		t.Errorf("max in 1s = %d at the sink, %d at release; want 6 and 6", row.MaxIn1s, row.MaxIn1sRelease)
 	}
 	if row.MaxDisplacement != 1 {
 		t.Errorf("max displacement = %d, want 1", row.MaxDisplacement)

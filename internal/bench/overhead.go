@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -24,20 +26,24 @@ import (
 // worker count, handler, Redis and run. Medians and bests (the least
 // disturbed round) over Rounds interleaved rounds.
 type ProcessingRow struct {
-	Handler        string    `json:"handler"`
-	Tasks          int       `json:"tasks"`
-	Workers        int       `json:"workers"`
-	Raw            float64   `json:"raw_asynq_tasks_per_s"`
-	Shaper         float64   `json:"shaper_tasks_per_s"`
-	Ratio          float64   `json:"ratio"`
-	RawBest        float64   `json:"raw_asynq_best_tasks_per_s"`
-	ShaperBest     float64   `json:"shaper_best_tasks_per_s"`
-	BestRatio      float64   `json:"ratio_of_bests"`
-	RawCmdsPerTask float64   `json:"raw_redis_cmds_per_task"`
-	ShaperCmds     float64   `json:"shaper_redis_cmds_per_task"`
-	RawRounds      []float64 `json:"raw_rounds"`
-	ShaperRounds   []float64 `json:"shaper_rounds"`
-	Error          string    `json:"error,omitempty"`
+	Handler        string  `json:"handler"`
+	Tasks          int     `json:"tasks"`
+	Workers        int     `json:"workers"`
+	Raw            float64 `json:"raw_asynq_tasks_per_s"`
+	Shaper         float64 `json:"shaper_tasks_per_s"`
+	Ratio          float64 `json:"ratio"`
+	RawBest        float64 `json:"raw_asynq_best_tasks_per_s"`
+	ShaperBest     float64 `json:"shaper_best_tasks_per_s"`
+	BestRatio      float64 `json:"ratio_of_bests"`
+	RawCmdsPerTask float64 `json:"raw_redis_cmds_per_task"`
+	ShaperCmds     float64 `json:"shaper_redis_cmds_per_task"`
+	// ShaperLateSkips is the median per round of reservations shaper gave
+	// up because its worker woke past the late tolerance (then reserved
+	// again): a cost of CPU starvation.
+	ShaperLateSkips float64   `json:"shaper_late_skips"`
+	RawRounds       []float64 `json:"raw_rounds"`
+	ShaperRounds    []float64 `json:"shaper_rounds"`
+	Error           string    `json:"error,omitempty"`
 }
 
 // EnqueueRow is scenario 4b: enqueues per second at g goroutines for one
@@ -63,14 +69,14 @@ func (e *env) processing(ctx context.Context) []ProcessingRow {
 	var rows []ProcessingRow
 	for _, h := range []string{handlerNoop, handlerHTTP} {
 		row := ProcessingRow{Handler: h, Tasks: o.OverheadTasks, Workers: o.Workers}
-		var rawCmds, shCmds []float64
+		var rawCmds, shCmds, skips []float64
 		for r := 0; r < o.Rounds; r++ {
 			order := []string{Raw, Shaper}
 			if r%2 == 1 {
 				order = []string{Shaper, Raw}
 			}
 			for _, id := range order {
-				tps, cpt, err := e.drain(ctx, id, h)
+				tps, cpt, skip, err := e.drain(ctx, id, h)
 				if err != nil {
 					row.Error = fmt.Sprintf("%s: %v", id, err)
 					continue
@@ -79,12 +85,14 @@ func (e *env) processing(ctx context.Context) []ProcessingRow {
 					row.RawRounds, rawCmds = append(row.RawRounds, round(tps, 0)), append(rawCmds, cpt)
 				} else {
 					row.ShaperRounds, shCmds = append(row.ShaperRounds, round(tps, 0)), append(shCmds, cpt)
+					skips = append(skips, skip)
 				}
 			}
 		}
 		row.Raw, row.Shaper = median(row.RawRounds), median(row.ShaperRounds)
 		row.RawBest, row.ShaperBest = best(row.RawRounds), best(row.ShaperRounds)
 		row.RawCmdsPerTask, row.ShaperCmds = round(median(rawCmds), 1), round(median(shCmds), 1)
+		row.ShaperLateSkips = median(skips)
 		if row.Raw > 0 {
 			row.Ratio = round(row.Shaper/row.Raw, 3)
 		}
@@ -99,13 +107,14 @@ func (e *env) processing(ctx context.Context) []ProcessingRow {
 
 // drain enqueues OverheadTasks tasks, starts one server of contender id
 // (Raw or Shaper) with handler h, and times first to last handler call.
-func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask float64, err error) {
+// For shaper it also reports the late skips.
+func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask, lateSkips float64, err error) {
 	o := e.opts
 	n := o.OverheadTasks
 	prefix := e.prefix("ovh-" + id)
 	q := prefix + ":" + downstream
 	if err := e.enqueueMany(ctx, id, prefix, n, 8); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var sink *testsink.Sink
 	var deliver func(ctx context.Context, t *shaping.Task) error
@@ -142,6 +151,7 @@ func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask
 	defer rdb.Close()
 	cmds0 := e.commandsProcessed(ctx)
 	var stop func()
+	skipsOf := func() float64 { return 0 }
 	if id == Raw {
 		srv := asynq.NewServerFromRedisClient(rdb, e.asynqConfig(q))
 		err = srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -150,7 +160,10 @@ func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask
 		}))
 		stop = srv.Shutdown
 	} else {
-		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+		reg := prometheus.NewRegistry()
+		sf := &shaperFleet{regs: []*prometheus.Registry{reg}}
+		skipsOf = func() float64 { return sf.counter(ctx, "shaper_shaping_late_skips_total") }
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler), Metrics: metrics.New(reg)})
 		err = d.Add(shaping.Downstream{Name: downstream, Rate: limiters.PerSecond(1_000_000), Workers: o.Workers, Handler: handle})
 		if err == nil {
 			err = d.Start()
@@ -158,7 +171,7 @@ func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask
 		stop = func() { d.Shutdown(context.Background()) }
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	select {
 	case <-done:
@@ -170,10 +183,10 @@ func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask
 	cmds1 := e.commandsProcessed(ctx)
 	stop()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	span := time.Duration(last.Load() - first.Load())
-	return float64(n-1) / span.Seconds(), float64(cmds1-cmds0) / float64(n), nil
+	return float64(n-1) / span.Seconds(), float64(cmds1-cmds0) / float64(n), skipsOf(), nil
 }
 
 // enqueueMany enqueues n tasks from g goroutines (order does not matter).
@@ -320,14 +333,14 @@ func best(xs []float64) float64 {
 
 func overheadTables(proc []ProcessingRow, enq []EnqueueRow) (string, string) {
 	t := table{head: []string{"handler", "tasks × rounds", "workers", "raw asynq median (tasks/s)", "shaper median (tasks/s)", "ratio of medians",
-		"raw asynq best", "shaper best", "ratio of bests", "Redis cmds/task raw", "Redis cmds/task shaper"}, align: "lrrrrrrrrrr"}
+		"raw asynq best", "shaper best", "ratio of bests", "Redis cmds/task raw", "Redis cmds/task shaper", "shaper late skips"}, align: "lrrrrrrrrrrr"}
 	for _, r := range proc {
 		if r.Error != "" && (r.Raw == 0 || r.Shaper == 0) {
-			t.add(r.Handler, "", "", "error: "+r.Error, "", "", "", "", "", "", "")
+			t.add(r.Handler, "", "", "error: "+r.Error, "", "", "", "", "", "", "", "")
 			continue
 		}
 		t.add(r.Handler, fmt.Sprintf("%d × %d", r.Tasks, len(r.RawRounds)), fmt.Sprint(r.Workers), num(r.Raw, 0), num(r.Shaper, 0),
-			num(r.Ratio, 2), num(r.RawBest, 0), num(r.ShaperBest, 0), num(r.BestRatio, 2), num(r.RawCmdsPerTask, 1), num(r.ShaperCmds, 1))
+			num(r.Ratio, 2), num(r.RawBest, 0), num(r.ShaperBest, 0), num(r.BestRatio, 2), num(r.RawCmdsPerTask, 1), num(r.ShaperCmds, 1), num(r.ShaperLateSkips, 0))
 	}
 	u := table{head: []string{"enqueue", "goroutines", "median (/s)", "vs asynq.Client (medians)", "best (/s)", "vs asynq.Client (bests)"},
 		align: "lrrrrr"}
