@@ -3,8 +3,8 @@
 // on its own throwaway redis-server, prints Markdown tables and writes the
 // results as JSON. See internal/bench and docs/benchmarks.md.
 //
-//	go run ./cmd/shaperbench -quick      # about a minute
-//	go run ./cmd/shaperbench             # the full run, a few minutes
+//	go run ./cmd/shaperbench -quick      # 2-3 minutes on a busy 2-core machine
+//	go run ./cmd/shaperbench             # the full run, about 7 minutes there
 package main
 
 import (
@@ -24,7 +24,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("shaperbench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "smaller backlogs, key counts and timings (about a minute)")
+	quick := fs.Bool("quick", false, "smaller backlogs, key counts and timings (2-3 minutes instead of about 7)")
 	jsonPath := fs.String("json", filepath.Join(os.TempDir(), "shaperbench.json"), "write the results as JSON here (\"\" to skip)")
 	scenarios := fs.String("scenarios", strings.Join(bench.AllScenarios(), ","), "comma-separated scenarios to run")
 	contenders := fs.String("contenders", strings.Join(bench.AllContenders(), ","), "comma-separated contenders of the fidelity scenario")
