@@ -41,7 +41,9 @@ func NewInspector(rdb redis.UniversalClient, prefix string) *Inspector {
 // (nothing ever enqueued) is an empty backlog, not an error.
 func (i *Inspector) Backlog(downstream string) (Backlog, error) {
 	q, err := i.in.GetQueueInfo(i.space.Queue(downstream))
-	if errors.Is(err, asynq.ErrQueueNotFound) {
+	if err != nil && !i.exists(i.space.Queue(downstream)) {
+		// asynq's GetQueueInfo does not wrap ErrQueueNotFound, so ask
+		// whether the queue was ever written instead.
 		return Backlog{Downstream: downstream}, nil
 	}
 	if err != nil {
@@ -49,6 +51,19 @@ func (i *Inspector) Backlog(downstream string) (Backlog, error) {
 	}
 	return Backlog{Downstream: downstream, Pending: q.Pending, Active: q.Active, Scheduled: q.Scheduled,
 		Retry: q.Retry, Archived: q.Archived, Completed: q.Completed, Processed: q.Processed, Failed: q.Failed}, nil
+}
+
+func (i *Inspector) exists(queue string) bool {
+	qs, err := i.in.Queues()
+	if err != nil {
+		return true // unknown: report the original error
+	}
+	for _, q := range qs {
+		if q == queue {
+			return true
+		}
+	}
+	return false
 }
 
 // Archived lists up to n archived tasks of a downstream with their last

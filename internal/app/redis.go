@@ -49,7 +49,7 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 	case cfg.Sentinel != nil:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.Sentinel.Master, SentinelAddrs: cfg.Sentinel.Addrs,
 			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
-			ContextTimeoutEnabled: true})
+			ContextTimeoutEnabled: true, MaxRetries: 1})
 		return c, func() { c.Close() }, nil
 	case cfg.URL != "":
 		opt, err := redis.ParseURL(cfg.URL)
@@ -73,6 +73,9 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 		// timeout (Config.Timeout, shaping's RedisTimeout) really bounds a
 		// call to a Redis that stopped answering.
 		opt.ContextTimeoutEnabled = true
+		// One retry, not three with backoff: with Redis away, callers (the
+		// HTTP API, the CLI) hear about it in about a timeout, not seconds.
+		opt.MaxRetries = 1
 		c := redis.NewClient(opt)
 		return c, func() { c.Close() }, nil
 	}
