@@ -17,6 +17,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
   # Debian starts the packaged service; the tests never use it.
 fi
 
+# Services and tools other tests need, installed or started when missing:
+# PostgreSQL (shaping/pgsink, examples/pg-import), Chromium (the status page
+# test), promtool (the alert rules' unit tests).
+bash scripts/postgres.sh
+bash scripts/install-chromium.sh
+bash scripts/install-promtool.sh
+
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "test.sh: gofmt needed on:" $unformatted >&2
@@ -32,6 +39,13 @@ go vet ./...
 # measured as shaper's jitter.
 go test -race -count=1 -timeout 20m "$@" $(go list ./... | grep -v '/cmd/')
 go test -count=1 -timeout 20m -p 1 "$@" ./cmd/...
+
+# Fuzz targets, each for a bounded number of inputs on top of the committed
+# corpus (testdata/fuzz): the scripts against their Go models, the config
+# parser, the HTTP/CLI task reader.
+go test -run '^$' -fuzz '^FuzzAdmission$' -fuzztime 300x ./lua/
+go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/config/
+go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/taskspec/
 
 # Cluster pass. A real 3-master Redis Cluster (scripts/cluster.sh: fresh
 # directories, free loopback ports, returns once every node reports
