@@ -55,9 +55,7 @@ func Admin(tb testing.TB) *pgx.Conn {
 	defer cancel()
 	c, err := pgx.Connect(ctx, AdminDSN())
 	if err != nil {
-		tb.Fatalf("pgtest: PostgreSQL is not reachable at %s: %v\n"+
-			"\tstart it with scripts/postgres.sh, or set %s to a server where the user may CREATE DATABASE",
-			redact(AdminDSN()), err, EnvDSN)
+		tb.Fatal(unreachable(err))
 	}
 	tb.Cleanup(func() { c.Close(context.Background()) })
 	return c
@@ -79,10 +77,14 @@ var shared struct {
 // using it ends; the schema is dropped with its test.
 func DB(tb testing.TB) string {
 	tb.Helper()
-	admin := Admin(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminDSN())
+	if err != nil {
+		tb.Fatal(unreachable(err))
+	}
 	db, err := acquire(ctx, admin)
+	admin.Close(ctx)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
@@ -215,6 +217,13 @@ func sweep(ctx context.Context, admin *pgx.Conn) {
 		}
 		admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)")
 	}
+}
+
+// unreachable is the failure message of a server that does not answer.
+func unreachable(err error) string {
+	return fmt.Sprintf("pgtest: PostgreSQL is not reachable at %s: %v\n"+
+		"\tstart it with scripts/postgres.sh, or set %s to a server where the user may CREATE DATABASE",
+		redact(AdminDSN()), err, EnvDSN)
 }
 
 func redact(dsn string) string {

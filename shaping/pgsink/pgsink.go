@@ -23,11 +23,17 @@
 //
 // # One transaction per batch
 //
-// A batch is one transaction: one multi-row INSERT (split into several
-// statements only past PostgreSQL's 65,535 parameters). It is not COPY:
-// COPY cannot skip conflicting rows, so an idempotent COPY needs a staging
-// table and a second INSERT … SELECT … ON CONFLICT, three statements where
-// one does (see docs/batching.md for the numbers).
+// A batch is one transaction holding one multi-row INSERT … VALUES … ON
+// CONFLICT (split into several statements only past PostgreSQL's 65,535
+// parameters). It is not COPY: COPY cannot skip conflicting rows, so an
+// idempotent COPY needs a staging table and a second INSERT … SELECT … ON
+// CONFLICT. That, or an INSERT … SELECT FROM unnest(arrays cast to the
+// column types), costs the database 0.5-0.7 times the CPU per row of the
+// VALUES form; all three cost a tenth of one INSERT per row, or less. The VALUES form
+// needs no knowledge of the column types (the server infers them), gives a
+// missing field its column's DEFAULT, takes an explicit on_conflict clause
+// as written, and needs no temporary table on each connection (see
+// docs/batching.md for the numbers).
 //
 // # Errors
 //
