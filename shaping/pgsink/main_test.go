@@ -120,7 +120,7 @@ type committed struct {
 }
 
 // commits reads the table's commit timestamps, oldest first.
-func commits(t *testing.T, pool *pgxpool.Pool) []committed {
+func commits(t testing.TB, pool *pgxpool.Pool) []committed {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), "SELECT committed_at, count(*) FROM imports GROUP BY 1 ORDER BY 1")
 	if err != nil {
@@ -142,7 +142,7 @@ func commits(t *testing.T, pool *pgxpool.Pool) []committed {
 }
 
 // counts is (rows, distinct n, min n, max n) of the table.
-func counts(t *testing.T, pool *pgxpool.Pool) (total, distinct, lo, hi int) {
+func counts(t testing.TB, pool *pgxpool.Pool) (total, distinct, lo, hi int) {
 	t.Helper()
 	err := pool.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT n), coalesce(min(n), -1), coalesce(max(n), -1) FROM imports").
 		Scan(&total, &distinct, &lo, &hi)
@@ -152,7 +152,7 @@ func counts(t *testing.T, pool *pgxpool.Pool) (total, distinct, lo, hi int) {
 	return
 }
 
-func rowCount(t *testing.T, pool *pgxpool.Pool) int {
+func rowCount(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
 	n, _, _, _ := counts(t, pool)
 	return n
