@@ -33,6 +33,22 @@ downstreams:
 `, redisURL, prefix, rate, workers, maxWait, sinkURL)
 }
 
+// checkNoBurst holds the invariant on release instants (when shaper sends,
+// which it controls): at most rate+1 in any second. Arrivals at the sink,
+// which shares two cores with the shapers and this test, also carry the
+// transport's jitter, so they get 10% of slack: a real burst after a crash
+// or a restart would be a backlog's worth, far past it.
+func checkNoBurst(t *testing.T, rate, byRelease, byArrival int) {
+	t.Helper()
+	t.Logf("max in a 1s window: by release time %d, by arrival %d (rate %d/s)", byRelease, byArrival, rate)
+	if byRelease > rate+1 {
+		t.Errorf("%d releases in a 1s window, want <= %d", byRelease, rate+1)
+	}
+	if byArrival > rate+1+rate/10 {
+		t.Errorf("%d arrivals in a 1s window, want <= %d", byArrival, rate+1+rate/10)
+	}
+}
+
 func enqueueOn(t *testing.T, rdb redis.UniversalClient, prefix string, n int) {
 	t.Helper()
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
@@ -106,17 +122,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		released = append(released, h.Wake)
 	}
 	byRelease, byArrival := testsink.MaxInWindow(released, time.Second), testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second)
-	t.Logf("max in a 1s window: by release time %d, by arrival %d", byRelease, byArrival)
-	// The invariant is on releases (the instant shaper sends, which it
-	// controls): at most rate+1. At the sink, which shares two cores with
-	// three shapers and this test, arrival jitter of a few ms may add one
-	// or two at 100/s; more than 2% would be a burst.
-	if byRelease > 101 {
-		t.Errorf("%d releases in a 1s window, want <= 101 (no burst after the crash)", byRelease)
-	}
-	if byArrival > 103 {
-		t.Errorf("%d arrivals in a 1s window, want <= 103", byArrival)
-	}
+	checkNoBurst(t, 100, byRelease, byArrival)
 	t.Logf("kill -9: %d tasks, %d duplicates, survivors %v", n, dups, afterKill)
 }
 
@@ -173,9 +179,11 @@ func TestRedisRestartMidRun(t *testing.T) {
 	for _, p := range procs {
 		p.stop(t)
 	}
-	if m := testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second); m > 51 {
-		t.Errorf("%d requests in a 1s window around the restart, want <= 51", m)
+	var released []time.Time
+	for _, h := range sink.Hits() {
+		released = append(released, h.Wake)
 	}
+	checkNoBurst(t, 50, testsink.MaxInWindow(released, time.Second), testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second))
 }
 
 // A Redis that stops answering (DEBUG SLEEP) makes reservations time out:
