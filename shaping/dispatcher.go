@@ -61,7 +61,7 @@ type Downstream struct {
 	// LateTolerance is how far behind its slot a worker may still release;
 	// a worker woken later than that (a starved CPU, a GC pause) wastes
 	// the slot and queues again rather than bunch up with the next
-	// releases. Zero means half an interval, clamped to [5ms, 50ms];
+	// releases. Zero means half the task's slot (cost/rate), at least 5ms;
 	// negative means never skip.
 	LateTolerance time.Duration
 	// Schedule, when set, changes the rate at times of day; Rate is used
@@ -518,7 +518,7 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 		// a slow Redis reply) would release next to the following slots and
 		// bunch them. Its slot is wasted instead and it queues again, so
 		// every release lies within LateTolerance of its slot.
-		if late := time.Since(deadline); late > r.lateTolerance() {
+		if late := time.Since(deadline); late > r.lateTolerance(cost) {
 			if m != nil {
 				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
 			}
@@ -528,16 +528,20 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 	}
 }
 
-// lateTolerance is how far behind its slot a release may start: the
-// configured LateTolerance, or half an interval clamped to [5ms, 50ms].
-func (r *runner) lateTolerance() time.Duration {
+// lateTolerance is how far behind its slot a release of cost units may
+// start: the configured LateTolerance, or half the slot it occupies (at
+// least 5ms). Half a slot keeps any window of T at rate·T+1 releases; the
+// 5ms floor keeps fast downstreams (slots under 10ms) from wasting most
+// slots to ordinary scheduling jitter, at the price of rate·5ms extra in
+// the worst window.
+func (r *runner) lateTolerance(cost int64) time.Duration {
 	if r.ds.LateTolerance < 0 {
 		return time.Duration(1<<63 - 1)
 	}
 	if r.ds.LateTolerance > 0 {
 		return r.ds.LateTolerance
 	}
-	return min(max(r.rate.Load().Interval(1)/2, 5*time.Millisecond), 50*time.Millisecond)
+	return max(r.rate.Load().Interval(cost)/2, 5*time.Millisecond)
 }
 
 // giveBack holds a task the dispatcher will not release until asynq, at
