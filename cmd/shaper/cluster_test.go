@@ -229,9 +229,15 @@ func TestClusterFidelity(t *testing.T) {
 		want := time.Duration(float64(d.tasks-1) / float64(d.rate) * float64(time.Second))
 		t.Logf("%s at %d/s: %d releases, max in any 1s window %d (by release time %d), span %v (ideal %v), achieved %.3f/s",
 			d.name, d.rate, len(ok), maxWin, maxWake, span.Round(time.Millisecond), want, testsink.Rate(ts))
-		if maxWin > d.rate+1 {
+		// The invariant holds on release instants (when shaper sends,
+		// which it controls): at most rate+1 in any second. Arrivals at the
+		// sink, which shares two cores with 3 shapers, 3 Redis masters and
+		// this test, also carry the transport's jitter: 10% of slack, far
+		// below any real burst (a backlog's worth).
+		if maxWake > d.rate+1 || maxWin > d.rate+1+d.rate/10 {
 			worstWindow(t, d.name, ok, ts[0])
-			t.Errorf("%s: max releases in a sliding 1s window = %d at the sink (%d by shaper's release times), want <= %d", d.name, maxWin, maxWake, d.rate+1)
+			t.Errorf("%s: max in a sliding 1s window %d by release time (want <= %d), %d by arrival (want <= %d)",
+				d.name, maxWake, d.rate+1, maxWin, d.rate+1+d.rate/10)
 		}
 		if span < want*97/100 || span > want*103/100 {
 			t.Errorf("%s: %d releases took %v, want %v ± 3%%", d.name, d.tasks, span, want)
@@ -426,26 +432,36 @@ func TestClusterFailover(t *testing.T) {
 			seen[h.Payload]++
 		}
 		dups := len(ok) - len(seen)
-		var before, after []time.Time // outside the failover: kill .. healthy+1s
-		for _, x := range ts {
+		// Release instants (see TestClusterFidelity), outside the failover
+		// (kill .. healthy+1s) and across it.
+		rel := wakeTimes(ok)
+		var before, after []time.Time
+		for _, x := range rel {
 			if x.Before(killed) {
 				before = append(before, x)
 			} else if x.After(healthy.Add(time.Second)) {
 				after = append(after, x)
 			}
 		}
-		maxAll := testsink.MaxInWindow(ts, time.Second)
+		maxAll := testsink.MaxInWindow(rel, time.Second)
 		maxOut := max(testsink.MaxInWindow(before, time.Second), testsink.MaxInWindow(after, time.Second))
-		t.Logf("%s: %d deliveries of %d tasks (%d duplicates); longest gap %v starting %v after the kill; max in 1s: %d overall, %d outside the failover",
-			d.name, len(ok), d.tasks, dups, gap.Round(time.Millisecond), gapAt.Sub(killed).Round(time.Millisecond), maxAll, maxOut)
+		maxArr := testsink.MaxInWindow(ts, time.Second)
+		t.Logf("%s: %d deliveries of %d tasks (%d duplicates); longest gap %v starting %v after the kill; max releases in 1s: %d outside the failover, %d across it (%d arrivals)",
+			d.name, len(ok), d.tasks, dups, gap.Round(time.Millisecond), gapAt.Sub(killed).Round(time.Millisecond), maxOut, maxAll, maxArr)
 		if maxOut > d.rate+1 || maxAll > d.rate+1 {
 			worstWindow(t, d.name, ok, killed)
 		}
 		if maxOut > d.rate+1 {
 			t.Errorf("%s: max releases in a sliding 1s window outside the failover = %d, want <= %d", d.name, maxOut, d.rate+1)
 		}
+		// Replication is asynchronous: the promoted replica may lack the
+		// last next_free writes, so slots of the last instant may be
+		// granted again. Bounded, never a backlog's worth.
 		if maxAll > 2*d.rate {
 			t.Errorf("%s: max releases in a sliding 1s window across the failover = %d, want <= %d", d.name, maxAll, 2*d.rate)
+		}
+		if maxArr > 2*d.rate+d.rate/10 {
+			t.Errorf("%s: max arrivals in a sliding 1s window = %d, want <= %d", d.name, maxArr, 2*d.rate+d.rate/10)
 		}
 		if d.name == bystander.name && gap > 2*time.Second {
 			t.Errorf("bystander %s stalled %v: a failover elsewhere must not stop it", d.name, gap)
