@@ -30,6 +30,11 @@ const benchRate = 100_000
 //
 //	go test -run XXX -bench Admission ./limiters
 func BenchmarkAdmission(b *testing.B) {
+	if redistest.Cluster() {
+		// a plain client on one node would get MOVED; the cluster's
+		// numbers are BenchmarkClusterDecisions in cmd/shaper
+		b.Skip("single-server benchmark; REDIS_CLUSTER_ADDRS is set")
+	}
 	// One pool big enough for 64 goroutines, shared by every contender.
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), PoolSize: 64})
 	b.Cleanup(func() { rdb.Close() })
