@@ -49,8 +49,8 @@ go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/taskspec/
 
 # Cluster pass. A real 3-master Redis Cluster (scripts/cluster.sh: fresh
 # directories, free loopback ports, returns once every node reports
-# cluster_state:ok), always torn down on exit. The limiter, shaping and key
-# tests run again on it, unchanged: with REDIS_CLUSTER_ADDRS set,
+# cluster_state:ok), always torn down on exit. The limiter, shaping,
+# producer and key tests run again on it, unchanged: with REDIS_CLUSTER_ADDRS set,
 # redistest.Client hands them a cluster client. Then cmd/shaper's cluster
 # tests (-run Cluster), one at a time and without -race as above: fidelity
 # of 3 processes and 4 downstreams on different slots, the NOSCRIPT
@@ -64,5 +64,5 @@ cluster_env=$(bash scripts/cluster.sh start -d "$cluster_dir") # fails the scrip
 eval "$cluster_env"
 export REDIS_CLUSTER_ADDRS
 echo "test.sh: Redis Cluster at $REDIS_CLUSTER_ADDRS"
-go test -race -count=1 -timeout 10m "$@" ./limiters/ ./shaping/ ./internal/keys/
+go test -race -count=1 -timeout 10m "$@" ./limiters/ ./shaping/ ./queue/ ./internal/keys/
 go test -count=1 -timeout 10m -p 1 -run Cluster "$@" ./cmd/shaper/
