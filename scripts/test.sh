@@ -50,12 +50,12 @@ go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/taskspec/
 # Cluster pass. A real 3-master Redis Cluster (scripts/cluster.sh: fresh
 # directories, free loopback ports, returns once every node reports
 # cluster_state:ok), always torn down on exit. The limiter, shaping,
-# producer and key tests run again on it, unchanged: with REDIS_CLUSTER_ADDRS set,
-# redistest.Client hands them a cluster client. Then cmd/shaper's cluster
-# tests (-run Cluster), one at a time and without -race as above: fidelity
-# of 3 processes and 4 downstreams on different slots, the NOSCRIPT
-# fallback after SCRIPT FLUSH, memory per key, and a failover on a private
-# cluster with replicas.
+# producer and key tests run again on it, unchanged: with
+# REDIS_CLUSTER_ADDRS set, redistest.Client hands them a cluster client.
+# Then cmd/shaper's cluster tests (-run Cluster), one at a time and without
+# -race as above: fidelity of 3 processes and 4 downstreams on different
+# slots, the NOSCRIPT fallback after SCRIPT FLUSH, memory per key, and a
+# failover on a private cluster with replicas.
 cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/shaper-cluster-XXXXXX")
 trap 'bash scripts/cluster.sh stop "$cluster_dir"' EXIT
 trap 'exit 130' INT
