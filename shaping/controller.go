@@ -9,6 +9,23 @@ import (
 	"github.com/shaper-io/shaper/limiters"
 )
 
+// seedOffset takes a few clock samples from the bucket's Redis node
+// (peeks: nothing is written) before any worker starts, so the first
+// releases are not timed from a first call's slow reply (a cold
+// connection). Errors are ignored: workers sample on every reservation.
+func (r *runner) seedOffset() {
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+		res, err := r.d.buckets.Peek(ctx, r.bucket(), 1)
+		cancel()
+		if err != nil {
+			return
+		}
+		recv := time.Now()
+		r.offset.observe(recv.Sub(res.Now), recv)
+	}
+}
+
 // controlLoop re-reads the runtime state and schedule every
 // ControlInterval until the dispatcher stops.
 func (r *runner) controlLoop() {

@@ -118,7 +118,6 @@ type Dispatcher struct {
 	started  bool
 	stopping chan struct{}
 	stopOnce sync.Once
-	offset   clockOffset
 	control  *Control
 }
 
@@ -278,6 +277,7 @@ func (d *Dispatcher) Start() error {
 		}
 		r.srv = asynq.NewServerFromRedisClient(d.rdb, acfg)
 		r.refresh(context.Background())
+		r.seedOffset()
 		if err := r.srv.Start(asynq.HandlerFunc(r.process)); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
@@ -403,7 +403,10 @@ type runner struct {
 	releasing atomic.Int64
 	held      atomic.Int64
 	base      atomic.Pointer[limiters.Limit] // rate before the adaptive cap
-	lastInc   atomic.Int64                   // unix ns of the last "inc" sent
+	// offset estimates local time minus the Redis clock of this
+	// downstream's bucket (on a cluster, each master has its own clock).
+	offset  clockOffset
+	lastInc atomic.Int64 // unix ns of the last "inc" sent
 }
 
 func (r *runner) setPaused(p bool) {
@@ -509,7 +512,7 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 			m.SlotWait.WithLabelValues(r.ds.Name).Observe(res.Wait.Seconds())
 		}
 		recv := time.Now()
-		offset := r.d.offset.observe(recv.Sub(res.Now), recv)
+		offset := r.offset.observe(recv.Sub(res.Now), recv)
 		deadline := res.Slot().Add(offset) // the slot on the local clock
 		if !r.sleep(ctx, time.Until(deadline)) {
 			return Reservation{}, errStopping // the slot is wasted, never replayed
