@@ -40,25 +40,7 @@ func newLimiter(t *testing.T, rdb redis.UniversalClient, alg limiters.Algorithm,
 func checkTTLs(t *testing.T, rdb redis.UniversalClient, prefix string) {
 	t.Helper()
 	ctx := context.Background()
-	var keys []string
-	scan := func(ctx context.Context, c *redis.Client) error {
-		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for it.Next(ctx) {
-			keys = append(keys, it.Val())
-		}
-		return it.Err()
-	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return scan(ctx, c)
-		})
-	} else {
-		err = scan(ctx, rdb.(*redis.Client))
-	}
+	keys, err := redistest.ScanKeys(ctx, rdb, prefix+"*")
 	if err != nil {
 		t.Fatalf("scan: %v", err)
 	}

@@ -49,6 +49,19 @@ func checkNoBurst(t *testing.T, rate, byRelease, byArrival int) {
 	}
 }
 
+// ownRedis starts a redis-server of the test's own (for tests that stop,
+// restart or stall it) and a client of it, both gone when the test ends.
+func ownRedis(t *testing.T, args ...string) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv, err := redistest.Start(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close(); srv.Stop(); srv.Cleanup() })
+	return srv, rdb
+}
+
 func enqueueOn(t *testing.T, rdb redis.UniversalClient, prefix string, n int) {
 	t.Helper()
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
@@ -129,14 +142,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 // Redis (appendonly) restarts mid-run: the daemons keep running, report
 // not-ready while it is away, resume within 5s, and lose nothing.
 func TestRedisRestartMidRun(t *testing.T) {
-	srv, err := redistest.Start("--appendonly", "yes", "--appendfsync", "always")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Cleanup()
-	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
+	srv, rdb := ownRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := redistest.Prefix(t)
@@ -190,14 +196,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 // shaping fails closed, so nothing is released beyond the slots reserved
 // before the stall.
 func TestSlowRedisReleasesNothingWithoutReservation(t *testing.T) {
-	srv, err := redistest.Start("--enable-debug-command", "yes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Cleanup()
-	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
+	srv, rdb := ownRedis(t, "--enable-debug-command", "yes")
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := redistest.Prefix(t)

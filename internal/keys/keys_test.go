@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -321,25 +320,7 @@ func TestAsynqQueueKeysShareASlot(t *testing.T) {
 			}
 		}
 		q := p.Queue(ds)
-		var found []string
-		scan := func(ctx context.Context, c *redis.Client) error {
-			it := c.Scan(ctx, 0, "asynq:{"+q+"}*", 1000).Iterator()
-			for it.Next(ctx) {
-				found = append(found, it.Val())
-			}
-			return it.Err()
-		}
-		var err error
-		if cc, ok := rdb.(*redis.ClusterClient); ok {
-			var mu sync.Mutex
-			err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-				mu.Lock()
-				defer mu.Unlock()
-				return scan(ctx, c)
-			})
-		} else {
-			err = scan(ctx, rdb.(*redis.Client))
-		}
+		found, err := redistest.ScanKeys(ctx, rdb, "asynq:{"+q+"}*")
 		if err != nil {
 			t.Fatalf("scan: %v", err)
 		}

@@ -230,3 +230,26 @@ func (s *Server) StartAgain() error {
 
 // Cleanup removes the server's directory (after Stop).
 func (s *Server) Cleanup() { os.RemoveAll(s.Dir) }
+
+// ScanKeys lists the keys matching pattern, on every master of a cluster.
+func ScanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var keys []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return keys, cc.ForEachMaster(ctx, scan)
+	}
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("redistest: ScanKeys: unsupported client %T", rdb)
+	}
+	return keys, scan(ctx, c)
+}
