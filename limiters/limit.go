@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -140,13 +141,58 @@ func (l Limit) scaled() (n, p int64) {
 }
 
 // Interval is how long cost units occupy at this rate, rounded up to the
-// microsecond, so a bucket spaced by it is never faster than the rate.
+// microsecond, so a bucket spaced by it is never faster than the rate. The
+// product cost × period is taken in 128 bits, so no cost wraps around to a
+// short interval: one too long for a Duration saturates at MaxInterval's
+// ceiling (math.MaxInt64 ns, ~292 years). A cost below 1 occupies nothing.
 func (l Limit) Interval(cost int64) time.Duration {
+	us, ok := l.IntervalMicros(cost)
+	if !ok {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// IntervalMicros is Interval in whole microseconds; ok is false when the
+// interval does not fit a time.Duration (the cost is far too large for the
+// rate) or the limit is invalid.
+func (l Limit) IntervalMicros(cost int64) (us int64, ok bool) {
 	n, p := l.scaled()
 	if n == 0 {
+		return 0, false
+	}
+	if cost <= 0 {
+		return 0, true
+	}
+	hi, lo := bits.Mul64(uint64(cost), uint64(p))
+	// ceil((hi:lo) / n): add n-1 with carry, then divide; a quotient that
+	// does not fit 64 bits (hi >= n) is out of range.
+	lo, carry := bits.Add64(lo, uint64(n-1), 0)
+	hi += carry
+	if hi >= uint64(n) {
+		return 0, false
+	}
+	q, _ := bits.Div64(hi, lo, uint64(n))
+	if q > math.MaxInt64/uint64(time.Microsecond) {
+		return 0, false
+	}
+	return int64(q), true
+}
+
+// UnitsIn is how many whole units the rate lets through in d (rounded
+// down), computed in 128 bits and saturating at math.MaxInt64.
+func (l Limit) UnitsIn(d time.Duration) int64 {
+	n, p := l.scaled()
+	us := int64(d / time.Microsecond)
+	if n == 0 || us <= 0 {
 		return 0
 	}
-	return time.Duration(ceilDiv(cost*p, n)) * time.Microsecond
+	hi, lo := bits.Mul64(uint64(us), uint64(n))
+	if hi >= uint64(p) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(p))
+	return int64(min(q, math.MaxInt64))
 }
 
 // Scaled returns the limit reduced to n units per p microseconds, in lowest
@@ -158,13 +204,6 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
-}
-
-func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
-		return 0
-	}
-	return (a + b - 1) / b
 }
 
 // ParseLimit reads a rate such as "50/s", "3000/m", "2.5/s", "10/1500ms" or

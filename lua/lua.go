@@ -62,6 +62,7 @@ const (
 	ModeCharge = 0 // decide and, when allowed, charge
 	ModePeek   = 1 // decide, write nothing
 	ModeRefund = 2 // give back a charge (admission) / push back (shaping)
+	ModeReset  = 3 // shaping only: forget next_free
 )
 
 // All lists every script, for loading on every node of a cluster.

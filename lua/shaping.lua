@@ -10,26 +10,41 @@
 --            mode 2: how long to push next_free past now
 -- ARGV[2] -> burst allowance in µs: (burst-1) * interval of one unit
 -- ARGV[3] -> max wait in µs: reserve only if start-now <= this (-1: no limit)
--- ARGV[4] -> mode: 0 reserve, 1 peek (never writes), 2 push back
+-- ARGV[4] -> mode: 0 reserve, 1 peek (never writes), 2 push back, 3 reset
+--            (delete next_free)
 -- ARGV[5] -> now in microseconds, or 0 to read Redis TIME (explicit now is for tests)
 --
 -- Output: {reserved (1|0), wait_us, next_free_us after, now_us}
 --   Not reserved: nothing was written and wait_us is the wait this
 --   reservation would have had (queue depth = wait × rate is past capacity).
+-- Errors: ARGV[1] or ARGV[2] not an integer in [0, MAX_US] (24 h, the Go
+--   side's shaping.MaxInterval): no cost or pushback moves next_free further.
 -- TTL: until next_free (plus the burst allowance) is in the past, plus a
 -- margin: after that the key carries no state.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
+local MAX_US = 86400000000
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local maxwait = tonumber(ARGV[3])
 local mode = tonumber(ARGV[4])
 local now = tonumber(ARGV[5])
+local function bounded(v)
+  return v ~= nil and v >= 0 and v <= MAX_US and v == math.floor(v)
+end
+if not bounded(interval) or not bounded(burst) then
+  return redis.error_reply('shaping: interval and burst must be integers in [0, ' .. MAX_US .. '] us')
+end
 if now == nil or now <= 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+if mode == 3 then
+  redis.call('DEL', key)
+  return {1, 0, 0, now}
 end
 
 local nf = tonumber(redis.call('GET', key) or '0')

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -133,6 +134,11 @@ type ProducerConfig struct {
 	// MaxRetry is the default retry budget per downstream for tasks that
 	// set none; missing downstreams use DefaultMaxRetry.
 	MaxRetry map[string]int
+	// MaxCost bounds a task's cost per downstream (the downstream's
+	// shaping.Downstream.MaxCost); a task above it is refused with
+	// limiters.ErrCostExceedsCapacity. Missing downstreams are bounded
+	// only at release, where the dispatcher archives such a task.
+	MaxCost map[string]int64
 	// Batched names the downstreams whose tasks are aggregated into
 	// batches (shaping.Downstream.Batch), with how many aggregation groups
 	// to spread them over (shaping.BatchGroups): asynq closes at most one
@@ -188,6 +194,8 @@ func (p *Producer) Validate(t Task) error {
 		return fmt.Errorf("%w %q", ErrUnknownDownstream, t.Downstream)
 	case t.Cost < 0:
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidTask, t.Cost)
+	case t.Cost > p.maxCost(t.Downstream):
+		return fmt.Errorf("%w: cost %d is more than downstream %q can hold (max_cost %d)", limiters.ErrCostExceedsCapacity, t.Cost, t.Downstream, p.maxCost(t.Downstream))
 	case len(t.Payload) > p.cfg.MaxPayload:
 		return fmt.Errorf("%w: payload is %d bytes, over the limit of %d", ErrInvalidTask, len(t.Payload), p.cfg.MaxPayload)
 	case t.MaxRetry != nil && (*t.MaxRetry < 0 || *t.MaxRetry > 10000):
@@ -200,6 +208,13 @@ func (p *Producer) Validate(t Task) error {
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
 	return nil
+}
+
+func (p *Producer) maxCost(downstream string) int64 {
+	if m, ok := p.cfg.MaxCost[downstream]; ok && m > 0 {
+		return m
+	}
+	return math.MaxInt64
 }
 
 // Enqueue runs the downstream's admission policy (if any) and enqueues the

@@ -17,12 +17,31 @@ import (
 // no release happens without a reservation.
 var ErrBucket = errors.New("shaping: bucket")
 
+// MaxInterval is the furthest one call may move a bucket's next_free: the
+// interval of one reservation's cost, a pushback, or the burst allowance.
+// Past it Reserve refuses the cost (ErrCostExceedsCapacity) and PushBack
+// clamps, so no task or answer can park a downstream for longer than this
+// (and `shaper ctl reset` clears a bucket at once). lua/shaping.lua checks
+// the same bound.
+const MaxInterval = 24 * time.Hour
+
 // Bucket names a downstream's shaping bucket and the rate it releases at.
 // Only Rate.Rate and Rate.Period are read; the burst is Burst.
 type Bucket struct {
 	Name  string
 	Rate  limiters.Limit
 	Burst int64 // releases allowed back to back after idle; 0 or 1 means none
+	// MaxCost is the largest cost Reserve accepts; 0 means any cost whose
+	// interval is within MaxInterval. A larger cost is refused with
+	// ErrCostExceedsCapacity, never reserved.
+	MaxCost int64
+}
+
+// DefaultMaxCost is the largest cost a downstream accepts unless it
+// declares its own: what its bucket holds, i.e. the units rate × maxWait
+// lets through, or its burst, and at least 1.
+func DefaultMaxCost(rate limiters.Limit, maxWait time.Duration, burst int64) int64 {
+	return max(rate.UnitsIn(maxWait), burst, 1)
 }
 
 // Reservation is the answer of Reserve.
@@ -71,6 +90,16 @@ func NewBuckets(rdb redis.Scripter, prefix string, opts ...BucketsOption) *Bucke
 	return b
 }
 
+const maxIntervalUS = int64(MaxInterval / time.Microsecond)
+
+// Reset clears bucket name: its next_free is forgotten, so the next
+// reservation starts now. For an operator undoing a pushback or a cost
+// that parked the downstream (`shaper ctl reset`).
+func (s *Buckets) Reset(ctx context.Context, name string) error {
+	_, err := s.run(ctx, Bucket{Name: name}, 0, 0, -1, lua.ModeReset, 0)
+	return err
+}
+
 // Key is the Redis key of bucket name's next_free.
 func (s *Buckets) Key(name string) string { return s.space.Bucket(name) }
 
@@ -96,9 +125,7 @@ func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, 
 // PushBack moves b's next_free to at least now+d: every process's next
 // reservation waits for it. For a downstream that said "retry after d".
 func (s *Buckets) PushBack(ctx context.Context, b Bucket, d time.Duration) (time.Time, error) {
-	if d < 0 {
-		d = 0
-	}
+	d = min(max(d, 0), MaxInterval)
 	r, err := s.run(ctx, b, int64(d/time.Microsecond), 0, -1, lua.ModeRefund, 0)
 	return r.NextFree, err
 }
@@ -110,9 +137,17 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if err := b.Rate.Validate(); err != nil {
 		return Reservation{}, fmt.Errorf("shaping: bucket %q: %w", b.Name, err)
 	}
-	burst := max(b.Burst, 1)
-	interval := int64(b.Rate.Interval(cost) / time.Microsecond)
-	burstUS := (burst - 1) * int64(b.Rate.Interval(1)/time.Microsecond)
+	if b.MaxCost > 0 && cost > b.MaxCost {
+		return Reservation{}, fmt.Errorf("%w: cost %d > max cost %d of downstream %q", limiters.ErrCostExceedsCapacity, cost, b.MaxCost, b.Name)
+	}
+	interval, ok := b.Rate.IntervalMicros(cost)
+	if !ok || interval > maxIntervalUS {
+		return Reservation{}, fmt.Errorf("%w: cost %d at %s would hold downstream %q for more than %s", limiters.ErrCostExceedsCapacity, cost, b.Rate.RateString(), b.Name, MaxInterval)
+	}
+	burstUS, ok := b.Rate.IntervalMicros(max(b.Burst, 1) - 1)
+	if !ok || burstUS > maxIntervalUS {
+		return Reservation{}, fmt.Errorf("shaping: bucket %q: burst %d at %s is longer than %s", b.Name, b.Burst, b.Rate.RateString(), MaxInterval)
+	}
 	mw := int64(-1)
 	if maxWait >= 0 {
 		mw = int64(maxWait / time.Microsecond)

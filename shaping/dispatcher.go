@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,13 @@ type Downstream struct {
 	// MaxWait is the longest a worker holds a task for its slot; the
 	// bucket holds MaxWait × rate tasks. Zero means 1s.
 	MaxWait time.Duration
+	// MaxCost is the largest cost one task may carry; a larger one is
+	// archived at release with ErrCostExceedsCapacity (producers built
+	// from the same config refuse it at enqueue). Zero means
+	// DefaultMaxCost: what the bucket holds, rate × MaxWait (or Burst),
+	// at least 1. A batch may cost MaxCost × Batch.MaxRows. Its interval
+	// at the rate must be within MaxInterval.
+	MaxCost int64
 	// Workers is this downstream's worker budget in this process. Zero
 	// means ceil(rate × (MaxWait + 1s)), at least 1.
 	Workers int
@@ -169,8 +177,8 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if err := ds.Rate.Validate(); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
-	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 {
-		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers and Burst must not be negative", ds.Name)
+	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
+		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers, Burst and MaxCost must not be negative", ds.Name)
 	}
 	if a := ds.Adaptive; a != nil {
 		if err := a.Floor.Validate(); err != nil {
@@ -191,6 +199,12 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	}
 	if ds.Workers == 0 {
 		ds.Workers = DefaultWorkers(ds.Rate, ds.MaxWait)
+	}
+	if ds.MaxCost == 0 {
+		ds.MaxCost = DefaultMaxCost(ds.Rate, ds.MaxWait, ds.Burst)
+	}
+	if iv := ds.Rate.Interval(ds.maxReleaseCost()); iv > MaxInterval {
+		return fmt.Errorf("shaping: downstream %q: MaxCost %d at %s is %s of the bucket, more than %s", ds.Name, ds.MaxCost, ds.Rate.RateString(), iv, MaxInterval)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -434,7 +448,19 @@ func (r *runner) pauseGate() chan struct{} {
 }
 
 func (r *runner) bucket() Bucket {
-	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst}
+	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost()}
+}
+
+// maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
+// per row of a batch.
+func (ds *Downstream) maxReleaseCost() int64 {
+	if ds.Batch != nil && ds.Batch.MaxRows > 1 {
+		if ds.MaxCost > math.MaxInt64/int64(ds.Batch.MaxRows) {
+			return math.MaxInt64
+		}
+		return ds.MaxCost * int64(ds.Batch.MaxRows)
+	}
+	return ds.MaxCost
 }
 
 var errStopping = errors.New("shaping: stopping")
@@ -485,6 +511,9 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 			return Reservation{}, errStopping
 		}
 		res, err := r.d.buckets.Reserve(ctx, r.bucket(), cost, r.ds.MaxWait)
+		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
+			return Reservation{}, err // no wait will make room: the task is refused
+		}
 		if err != nil {
 			if time.Since(lastLog) > 10*time.Second {
 				r.d.log.Warn("shaping: cannot reserve a slot; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
@@ -594,6 +623,10 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 
 	for {
 		res, err := r.acquire(ctx, t.Cost)
+		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
+			r.outcome("malformed")
+			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
 		if err != nil {
 			return r.giveBack(ctx)
 		}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // Three processes run the same cron job: every tick is enqueued exactly once.
@@ -160,6 +163,18 @@ downstreams:
 		ds := v["downstreams"].([]any)[0].(map[string]any)
 		return ds["paused"] == false && ds["override_rate"] == nil && ds["rate_per_second"] == 10.0
 	})
+	// reset clears a parked bucket (a 1 h pushback) for every process
+	rdb := redistest.Client(t)
+	bs := shaping.NewBuckets(rdb, prefix)
+	if _, err := bs.PushBack(context.Background(), shaping.Bucket{Name: "api", Rate: limiters.PerSecond(10)}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(shaperBin, "ctl", "-config", path, "reset", "api").CombinedOutput(); err != nil || !strings.Contains(string(out), "bucket cleared") {
+		t.Fatalf("shaper ctl reset api: %v: %s", err, out)
+	}
+	if n := rdb.Exists(context.Background(), bs.Key("api")).Val(); n != 0 {
+		t.Errorf("after ctl reset the bucket key still exists")
+	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(shaperBin, "ctl", "-config", path, "pause", "nope")
 	cmd.Stderr = &stderr

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -9,6 +10,7 @@ import (
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // BuildAdmission turns the config's admission policies into the Producer's.
@@ -64,13 +66,21 @@ func NewProducer(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metri
 	names := make([]string, 0, len(cfg.Downstreams))
 	retries := map[string]int{}
 	batched := map[string]int{}
+	maxCost := map[string]int64{}
 	for _, d := range cfg.Downstreams {
 		names = append(names, d.Name)
 		retries[d.Name] = d.MaxRetry
+		maxCost[d.Name] = MaxCost(d)
 		if g := d.BatchGroups(); g > 0 {
 			batched[d.Name] = g
 		}
 	}
 	return queue.NewProducer(rdb, queue.ProducerConfig{Prefix: cfg.Redis.Prefix, Downstreams: names,
-		Admission: adm, Metrics: m, MaxPayload: int(cfg.HTTP.MaxBody), MaxRetry: retries, Batched: batched}), nil
+		Admission: adm, Metrics: m, MaxPayload: int(cfg.HTTP.MaxBody), MaxRetry: retries, Batched: batched, MaxCost: maxCost}), nil
+}
+
+// MaxCost is the largest cost a task for d may carry: its max_cost, or
+// what its bucket holds.
+func MaxCost(d config.Downstream) int64 {
+	return cmp.Or(d.MaxCost, shaping.DefaultMaxCost(d.Limit(), d.MaxWaitDuration(), d.Burst))
 }

@@ -24,7 +24,8 @@ commands:
   pause NAME             stop releases of NAME in every process (tasks are held, never dropped)
   resume NAME            undo pause
   rate NAME RATE         override NAME's rate in every process, e.g. 20/s
-  rate NAME clear        remove the override (back to the configured or scheduled rate)`
+  rate NAME clear        remove the override (back to the configured or scheduled rate)
+  reset NAME             clear NAME's shaping bucket (next_free): releases resume at the rate now`
 
 // Ctl runs "shaper ctl": runtime control straight through Redis, for an
 // operator on a machine that can reach it.
@@ -122,6 +123,14 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		} else {
 			fmt.Fprintf(out, "%s: rate overridden to %s in every process\n", rest[1], l.RateString())
 		}
+	case "reset":
+		if err := need(2); err != nil {
+			return err
+		}
+		if err := shaping.NewBuckets(rdb, cfg.Redis.Prefix).Reset(ctx, rest[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: bucket cleared; the next release may start now\n", rest[1])
 	default:
 		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
 	}

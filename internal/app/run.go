@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return fmt.Errorf("config: downstreams[%d].schedule: %w", i, err)
 		}
 		if err := d.Add(shaping.Downstream{Name: dc.Name, Rate: dc.Limit(), Burst: dc.Burst,
-			MaxWait: dc.MaxWaitDuration(), Workers: dc.Workers, Handler: h,
+			MaxWait: dc.MaxWaitDuration(), MaxCost: MaxCost(dc), Workers: dc.Workers, Handler: h,
 			Schedule: sched, Adaptive: dc.AdaptiveRate(), Batch: dc.ShapingBatch(), LateTolerance: dc.BatchLateTolerance()}); err != nil {
 			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
 		}

@@ -42,6 +42,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // ErrInvalid is wrapped by every error about a configuration's content;
@@ -145,6 +146,10 @@ type Downstream struct {
 	// Capacity is the number of tasks the bucket may hold, an alternative
 	// way to say MaxWait: MaxWait = Capacity / rate.
 	Capacity int64 `yaml:"capacity,omitempty"`
+	// MaxCost is the largest cost one task may carry; a task above it is
+	// refused at enqueue. Default: what the bucket holds, rate × MaxWait
+	// (or Burst), at least 1 (shaping.DefaultMaxCost).
+	MaxCost int64 `yaml:"max_cost,omitempty"`
 	// Workers is the worker budget. Default ceil(rate × (MaxWait + 1s)),
 	// between 1 and 1000; an explicit value may be 1-10000.
 	Workers int `yaml:"workers"`
@@ -945,6 +950,12 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".capacity", "%d set together with max_wait %s (use one: capacity = max_wait × rate)", d.Capacity, d.MaxWait)
 	case d.MaxWait == 0 && d.Capacity == 0:
 		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
+	}
+	if d.MaxCost < 0 {
+		return errf(p+".max_cost", "must be at least 1, got %d", d.MaxCost)
+	}
+	if d.MaxCost > 0 && d.Limit().Interval(d.MaxCost) > shaping.MaxInterval {
+		return errf(p+".max_cost", "%d at rate %s would hold the downstream for %s, over the limit of %s", d.MaxCost, q(d.Rate), d.Limit().Interval(d.MaxCost).Round(time.Second), shaping.MaxInterval)
 	}
 	if d.Workers < 1 || d.Workers > maxWorkers {
 		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)
