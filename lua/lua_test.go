@@ -466,7 +466,11 @@ func (r *shapingRun) step(i int, o op) {
 		interval = int64(o.pick) * r.period / 256
 	}
 	key := r.keys[o.key]
-	args := []any{interval, r.burst, maxWait, mode, now}
+	n := int64(1)
+	if o.pick%3 == 0 {
+		n = int64(o.pick%7) + 1 // several slots in one call (ReserveN)
+	}
+	args := []any{interval, r.burst, maxWait, mode, now, n}
 	got, err := lua.Shaping.Run(context.Background(), r.rdb, []string{key}, args...).Int64Slice()
 	in := fmt.Sprintf("step %d: now=%d (t+%dµs) key=k%d ARGV=%v", i, now, now-r.clock.start, o.key, args)
 	fail := func(format string, args ...any) {
@@ -480,12 +484,12 @@ func (r *shapingRun) step(i int, o op) {
 	if len(r.hist) > 12 {
 		r.hist = r.hist[1:]
 	}
-	want := r.model.Do(now, key, interval, r.burst, maxWait, mode)
-	if len(got) != 4 || [4]int64(got) != want {
+	want := r.model.Do(now, key, interval, r.burst, maxWait, mode, n)
+	if len(got) != 5 || [5]int64(got) != want {
 		fail("\n  script %v\n  model  %v", got, want)
 	}
 	if mode == lua.ModeCharge {
-		if got[0] == 1 {
+		if got[0] >= 1 {
 			r.reserved++
 			if got[1] > 0 {
 				r.waited++
@@ -497,7 +501,7 @@ func (r *shapingRun) step(i int, o op) {
 	// The key just written lives until next_free (plus the burst
 	// allowance) is in the past, plus the margin, and no longer.
 	// (PTTL only falls after a write, so the bound of the last write holds.)
-	if (mode == lua.ModeCharge && got[0] == 1) || (mode == lua.ModeRefund && r.nf[o.key] < now+interval) {
+	if (mode == lua.ModeCharge && got[0] >= 1) || (mode == lua.ModeRefund && r.nf[o.key] < now+interval) {
 		r.maxTTL[o.key] = ttlOf(got[2] - now + r.burst)
 	}
 	if mode != lua.ModePeek {
@@ -512,7 +516,7 @@ func (r *shapingRun) step(i int, o op) {
 	}
 	// A reservation's state matters until next_free plus the burst
 	// allowance is past: the key must outlive that by most of the margin.
-	if mode == lua.ModeCharge && got[0] == 1 {
+	if mode == lua.ModeCharge && got[0] >= 1 {
 		need := time.Duration(got[2]-now+r.burst)*time.Microsecond + margin/2
 		if ttl := time.Duration(ms) * time.Millisecond; ttl < need {
 			fail("PTTL %v after a reservation, want at least %v", ttl, need)

@@ -13,8 +13,12 @@
 -- ARGV[4] -> mode: 0 reserve, 1 peek (never writes), 2 push back, 3 reset
 --            (delete next_free)
 -- ARGV[5] -> now in microseconds, or 0 to read Redis TIME (explicit now is for tests)
+-- ARGV[6] -> mode 0 only: reserve up to this many consecutive slots of
+--            interval each, as many as start within max wait (default 1), so
+--            one call serves a process's queue of waiting workers (at most 1000)
 --
--- Output: {reserved (1|0), wait_us, next_free_us after, now_us}
+-- Output: {reserved count (0 = none), wait_us, next_free_us after, now_us, base_us}
+--   Slot j (0-based) starts at max(base_us + j*interval, now_us).
 --   Not reserved: nothing was written and wait_us is the wait this
 --   reservation would have had (queue depth = wait × rate is past capacity).
 -- Errors: ARGV[1] or ARGV[2] not an integer in [0, MAX_US] (24 h, the Go
@@ -44,7 +48,7 @@ end
 
 if mode == 3 then
   redis.call('DEL', key)
-  return {1, 0, 0, now}
+  return {1, 0, 0, now, now}
 end
 
 local nf = tonumber(redis.call('GET', key) or '0')
@@ -55,7 +59,7 @@ if mode == 2 then
     nf = target
     redis.call('SET', key, nf, 'PX', math.ceil((nf - now + burst) / 1000) + MARGIN_MS)
   end
-  return {1, nf - now, nf, now}
+  return {1, nf - now, nf, now, nf}
 end
 
 local base = nf
@@ -64,11 +68,20 @@ local start = base
 if start < now then start = now end
 local wait = start - now
 if maxwait >= 0 and wait > maxwait then
-  return {0, wait, nf, now}
+  return {0, wait, nf, now, base}
 end
 if mode == 1 then
-  return {1, wait, base + interval, now}
+  return {1, wait, base + interval, now, base}
 end
-local nxt = base + interval
+local n = tonumber(ARGV[6] or '1') or 1
+if n < 1 then n = 1 end
+if n > 1000 then n = 1000 end
+local count = n
+if maxwait >= 0 and interval > 0 and n > 1 then
+  -- slot j starts at max(base + j*interval, now); keep those within maxwait
+  local fit = math.floor((now + maxwait - base) / interval) + 1
+  if fit < count then count = fit end
+end
+local nxt = base + count * interval
 redis.call('SET', key, nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
-return {1, wait, nxt, now}
+return {count, wait, nxt, now, base}

@@ -56,10 +56,25 @@ type Reservation struct {
 	Now time.Time
 	// NextFree is the bucket's next_free after the call.
 	NextFree time.Time
+	// Count is how many consecutive slots were reserved (ReserveN; 1 for
+	// Reserve when OK, 0 when not).
+	Count int
+	// base and interval place slot j: max(base + j·interval, Now).
+	base     time.Time
+	interval time.Duration
 }
 
-// Slot is the reserved slot's start on the Redis clock.
+// Slot is the (first) reserved slot's start on the Redis clock.
 func (r Reservation) Slot() time.Time { return r.Now.Add(r.Wait) }
+
+// SlotN is the start of reserved slot j (0 ≤ j < Count) on the Redis clock.
+func (r Reservation) SlotN(j int) time.Time {
+	t := r.base.Add(time.Duration(j) * r.interval)
+	if t.Before(r.Now) {
+		return r.Now
+	}
+	return t
+}
 
 // Buckets runs the shaping script for any number of buckets. Safe for
 // concurrent use.
@@ -96,7 +111,7 @@ const maxIntervalUS = int64(MaxInterval / time.Microsecond)
 // reservation starts now. For an operator undoing a pushback or a cost
 // that parked the downstream (`shaper ctl reset`).
 func (s *Buckets) Reset(ctx context.Context, name string) error {
-	_, err := s.run(ctx, Bucket{Name: name}, 0, 0, -1, lua.ModeReset, 0)
+	_, err := s.run(ctx, Bucket{Name: name}, 0, 0, -1, lua.ModeReset, 0, 1)
 	return err
 }
 
@@ -108,29 +123,43 @@ func (s *Buckets) Key(name string) string { return s.space.Bucket(name) }
 // process sharing the Redis: slots never overlap, so releases at their
 // slots never exceed the rate.
 func (s *Buckets) Reserve(ctx context.Context, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, 0)
+	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, 0, 1)
 }
+
+// ReserveN reserves up to n consecutive slots of cost units each in one
+// call: as many as start within maxWait (at least one, or none when the
+// first would not). Slot j is Reservation.SlotN(j). It is how a process
+// serves all its waiting workers with one script call instead of one each.
+func (s *Buckets) ReserveN(ctx context.Context, b Bucket, cost int64, n int, maxWait time.Duration) (Reservation, error) {
+	if n < 1 || n > maxSlotsPerCall {
+		return Reservation{}, fmt.Errorf("shaping: bucket %q: n must be 1-%d, got %d", b.Name, maxSlotsPerCall, n)
+	}
+	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, 0, n)
+}
+
+// maxSlotsPerCall is the script's cap on ReserveN's n.
+const maxSlotsPerCall = 1000
 
 // ReserveAt is Reserve at an explicit time (tests only: production uses
 // the Redis clock so every host agrees).
 func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, now.UnixMicro())
+	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, now.UnixMicro(), 1)
 }
 
 // Peek reports the wait a reservation would get, without reserving.
 func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, error) {
-	return s.call(ctx, b, cost, -1, lua.ModePeek, 0)
+	return s.call(ctx, b, cost, -1, lua.ModePeek, 0, 1)
 }
 
 // PushBack moves b's next_free to at least now+d: every process's next
 // reservation waits for it. For a downstream that said "retry after d".
 func (s *Buckets) PushBack(ctx context.Context, b Bucket, d time.Duration) (time.Time, error) {
 	d = min(max(d, 0), MaxInterval)
-	r, err := s.run(ctx, b, int64(d/time.Microsecond), 0, -1, lua.ModeRefund, 0)
+	r, err := s.run(ctx, b, int64(d/time.Microsecond), 0, -1, lua.ModeRefund, 0, 1)
 	return r.NextFree, err
 }
 
-func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, mode int, now int64) (Reservation, error) {
+func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, mode int, now int64, n int) (Reservation, error) {
 	if cost < 1 {
 		return Reservation{}, fmt.Errorf("%w: cost must be at least 1, got %d", limiters.ErrInvalidCost, cost)
 	}
@@ -152,19 +181,19 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if maxWait >= 0 {
 		mw = int64(maxWait / time.Microsecond)
 	}
-	return s.run(ctx, b, interval, burstUS, mw, mode, now)
+	return s.run(ctx, b, interval, burstUS, mw, mode, now, n)
 }
 
-func (s *Buckets) run(ctx context.Context, b Bucket, a1, a2, a3 int64, mode int, now int64) (Reservation, error) {
+func (s *Buckets) run(ctx context.Context, b Bucket, a1, a2, a3 int64, mode int, now int64, n int) (Reservation, error) {
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
 	start := time.Now()
-	v, err := lua.Shaping.Run(ctx, s.rdb, []string{s.space.Bucket(b.Name)}, a1, a2, a3, mode, now).Int64Slice()
-	if err == nil && len(v) != 4 {
-		err = fmt.Errorf("reply has %d fields, want 4", len(v))
+	v, err := lua.Shaping.Run(ctx, s.rdb, []string{s.space.Bucket(b.Name)}, a1, a2, a3, mode, now, n).Int64Slice()
+	if err == nil && len(v) != 5 {
+		err = fmt.Errorf("reply has %d fields, want 5", len(v))
 	}
 	if s.observe != nil {
 		s.observe(time.Since(start), err)
@@ -173,9 +202,12 @@ func (s *Buckets) run(ctx context.Context, b Bucket, a1, a2, a3 int64, mode int,
 		return Reservation{}, fmt.Errorf("%w %q: %w", ErrBucket, b.Name, err)
 	}
 	return Reservation{
-		OK:       v[0] == 1,
+		OK:       v[0] >= 1,
+		Count:    int(v[0]),
 		Wait:     time.Duration(v[1]) * time.Microsecond,
 		NextFree: time.UnixMicro(v[2]),
 		Now:      time.UnixMicro(v[3]),
+		base:     time.UnixMicro(v[4]),
+		interval: time.Duration(a1) * time.Microsecond,
 	}, nil
 }

@@ -33,3 +33,10 @@ func (c *clockOffset) observe(sample time.Duration, now time.Time) time.Duration
 	c.cur = min(c.cur, sample)
 	return min(c.cur, c.prev)
 }
+
+// get is the current estimate (0 before any sample).
+func (c *clockOffset) get() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return min(c.cur, c.prev)
+}

@@ -61,8 +61,9 @@ type Downstream struct {
 	// at least 1. A batch may cost MaxCost × Batch.MaxRows. Its interval
 	// at the rate must be within MaxInterval.
 	MaxCost int64
-	// Workers is this downstream's worker budget in this process. Zero
-	// means ceil(rate × (MaxWait + 1s)), at least 1.
+	// Workers is this downstream's worker budget in this process: the
+	// most tasks it holds (waiting for a slot or in a call). Zero means
+	// DefaultWorkers: ceil(rate × MaxWait) + 1.
 	Workers int
 	// Handler serves task types without a handler of their own (Handle).
 	Handler HandlerFunc
@@ -215,6 +216,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		return fmt.Errorf("shaping: downstream %q added twice", ds.Name)
 	}
 	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
+	r.lane = newLane(r)
 	lim := ds.Rate
 	r.rate.Store(&lim)
 	r.base.Store(&lim)
@@ -228,11 +230,18 @@ func (d *Dispatcher) Add(ds Downstream) error {
 }
 
 // DefaultWorkers is the worker budget used when a Downstream leaves
-// Workers zero: enough to hold every slot of MaxWait plus a second of
-// handler latency, capped at 1000.
+// Workers zero: ceil(rate × maxWait) + 1, between 2 and 1000. A worker
+// holds a task from dequeue to the end of its call, so this holds what
+// the bucket can release within maxWait plus one call in flight: a crash
+// strands no more than that. Handlers slower than about maxWait need more
+// workers (Little's law: rate × (wait + call time)); see
+// docs/operations.md, sizing workers.
 func DefaultWorkers(rate limiters.Limit, maxWait time.Duration) int {
-	w := int(rate.PerSec()*(maxWait+time.Second).Seconds() + 0.999)
-	return min(max(w, 1), 1000)
+	n := rate.UnitsIn(maxWait)
+	if n < 1000 && rate.Interval(n) < maxWait {
+		n++ // round up
+	}
+	return int(min(max(n+1, 2), 1000))
 }
 
 // Handle sets the handler of one task type on a downstream.
@@ -296,6 +305,7 @@ func (d *Dispatcher) Start() error {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
 		go r.controlLoop()
+		go r.lane.run()
 	}
 	return nil
 }
@@ -421,6 +431,7 @@ type runner struct {
 	// downstream's bucket (on a cluster, each master has its own clock).
 	offset  clockOffset
 	lastInc atomic.Int64 // unix ns of the last "inc" sent
+	lane    *lane
 }
 
 func (r *runner) setPaused(p bool) {
@@ -489,74 +500,45 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// acquire reserves a slot and waits for it. It fails only when ctx ends or
-// the dispatcher stops; Redis errors are retried (shaping fails closed:
-// nothing is released without a reservation).
+// acquire waits in the lane for a slot, then until the slot. It fails
+// only when ctx ends, the dispatcher stops, or the cost can never fit
+// (ErrCostExceedsCapacity); Redis errors are retried by the lane (shaping
+// fails closed: nothing is released without a reservation).
 func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
-	m := r.d.m
-	backoff := 50 * time.Millisecond
-	var lastLog time.Time
+	front := false
 	for {
-		if gate := r.pauseGate(); gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return Reservation{}, ctx.Err()
-			case <-r.d.stopping:
-				return Reservation{}, errStopping
-			}
-			continue
-		}
-		if !r.sleep(ctx, 0) {
-			return Reservation{}, errStopping
-		}
-		res, err := r.d.buckets.Reserve(ctx, r.bucket(), cost, r.ds.MaxWait)
-		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
-			return Reservation{}, err // no wait will make room: the task is refused
-		}
+		g, err := r.lane.wait(ctx, cost, front)
 		if err != nil {
-			if time.Since(lastLog) > 10*time.Second {
-				r.d.log.Warn("shaping: cannot reserve a slot; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
-				lastLog = time.Now()
-			}
-			if !r.sleep(ctx, backoff) {
-				return Reservation{}, errStopping
-			}
-			backoff = min(backoff*2, 2*time.Second)
-			continue
+			return Reservation{}, err
 		}
-		backoff = 50 * time.Millisecond
-		if !res.OK {
-			if m != nil {
-				m.BucketFull.WithLabelValues(r.ds.Name).Inc()
-			}
-			// Room opens once the wait falls back to MaxWait, and no
-			// sooner than one interval: a slot frees one interval at a time.
-			if !r.sleep(ctx, max(res.Wait-r.ds.MaxWait, r.rate.Load().Interval(cost))) {
-				return Reservation{}, errStopping
-			}
-			continue
-		}
-		if m != nil {
-			m.SlotWait.WithLabelValues(r.ds.Name).Observe(res.Wait.Seconds())
-		}
-		recv := time.Now()
-		offset := r.offset.observe(recv.Sub(res.Now), recv)
-		deadline := res.Slot().Add(offset) // the slot on the local clock
+		deadline := g.slot.Add(r.offset.get()) // the slot on the local clock
 		if !r.sleep(ctx, time.Until(deadline)) {
 			return Reservation{}, errStopping // the slot is wasted, never replayed
 		}
 		// A worker that wakes far behind its slot (CPU starvation, a GC or
 		// a slow Redis reply) would release next to the following slots and
-		// bunch them. Its slot is wasted instead and it queues again, so
-		// every release lies within LateTolerance of its slot.
+		// bunch them. Its slot is wasted instead and it queues again, at the
+		// front, so every release lies within LateTolerance of its slot.
 		if late := time.Since(deadline); late > r.lateTolerance(cost) {
-			if m != nil {
+			if m := r.d.m; m != nil {
 				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
 			}
+			front = true
 			continue
 		}
-		return res, nil
+		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now)}, nil
+	}
+}
+
+// observeWaits records the wait of each slot a lane call reserved.
+func (r *runner) observeWaits(res Reservation) {
+	m := r.d.m
+	if m == nil {
+		return
+	}
+	h := m.SlotWait.WithLabelValues(r.ds.Name)
+	for j := range res.Count {
+		h.Observe(res.SlotN(j).Sub(res.Now).Seconds())
 	}
 }
 

@@ -67,8 +67,8 @@ downstreams:
 	if api.ShapingBatch() != nil || api.BatchGroups() != 0 || api.BatchLateTolerance() != 0 {
 		t.Errorf("a downstream without batch: got %v, %d groups, %s late tolerance; want nil, 0, 0", api.ShapingBatch(), api.BatchGroups(), api.BatchLateTolerance())
 	}
-	if api.Workers != 20 {
-		t.Errorf("workers of a downstream without batch: got %d, want 20", api.Workers)
+	if api.Workers != 11 {
+		t.Errorf("workers of a downstream without batch: got %d, want 11", api.Workers)
 	}
 }
 

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"net"
 	"net/url"
 	"os"
@@ -150,8 +149,8 @@ type Downstream struct {
 	// refused at enqueue. Default: what the bucket holds, rate × MaxWait
 	// (or Burst), at least 1 (shaping.DefaultMaxCost).
 	MaxCost int64 `yaml:"max_cost,omitempty"`
-	// Workers is the worker budget. Default ceil(rate × (MaxWait + 1s)),
-	// between 1 and 1000; an explicit value may be 1-10000.
+	// Workers is the worker budget. Default ceil(rate × MaxWait) + 1,
+	// between 2 and 1000; an explicit value may be 1-10000.
 	Workers int `yaml:"workers"`
 	// MaxRetry is the retry budget of tasks enqueued without one, 0-1000.
 	// Default 25.
@@ -687,23 +686,9 @@ func (c *Config) fill(set func(path string) bool) *Error {
 	return nil
 }
 
-// defaultWorkers is ceil(rate × (wait + 1s)), between 1 and
-// maxDefaultWorkers: enough workers to hold a full bucket and deliver for
-// a second. Zero for an invalid limit (Validate reports the rate).
+// defaultWorkers is the dispatcher's default (shaping.DefaultWorkers).
 func defaultWorkers(l limiters.Limit, wait time.Duration) int {
-	if l.Rate <= 0 || l.Period <= 0 || wait < 0 {
-		return 0
-	}
-	span := uint64(wait + time.Second)
-	if float64(l.Rate)*float64(span)/float64(l.Period) >= maxDefaultWorkers {
-		return maxDefaultWorkers
-	}
-	hi, lo := bits.Mul64(uint64(l.Rate), span)
-	n, rem := bits.Div64(hi, lo, uint64(l.Period))
-	if rem > 0 {
-		n++
-	}
-	return int(min(max(n, 1), maxDefaultWorkers))
+	return shaping.DefaultWorkers(l, wait)
 }
 
 // ---- validation ----

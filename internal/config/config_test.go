@@ -79,7 +79,7 @@ func TestLoadExample(t *testing.T) {
 				Rate:     "3000/m",
 				Burst:    1,
 				MaxWait:  Duration(time.Second),
-				Workers:  100, // ceil(50/s × (1s + 1s))
+				Workers:  51, // ceil(50/s × 1s) + 1
 				MaxRetry: 25,
 				Handler:  Handler{Type: HandlerGo, Timeout: Duration(10 * time.Second)},
 			},
@@ -88,7 +88,7 @@ func TestLoadExample(t *testing.T) {
 				Rate:     "2.5/s",
 				Burst:    1,
 				Capacity: 10,
-				Workers:  13, // ceil(2.5/s × (4s + 1s))
+				Workers:  11, // ceil(2.5/s × 4s) + 1
 				MaxRetry: 0,
 				Handler:  Handler{Type: HandlerLog, Timeout: Duration(10 * time.Second)},
 			},
@@ -152,7 +152,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout: Duration(DefaultShutdownTimeout),
 		Downstreams: []Downstream{{
 			Name: "api", Rate: "50/s", Burst: 1, MaxWait: Duration(time.Second),
-			Workers: 100, MaxRetry: 25,
+			Workers: 51, MaxRetry: 25,
 			Handler: Handler{Type: HandlerLog, Timeout: Duration(DefaultHandlerTimeout)},
 		}},
 	}
@@ -229,14 +229,15 @@ func TestDefaultWorkers(t *testing.T) {
 		doc  string
 		want int
 	}{
-		{"rate: 50/s", 100},
-		{"rate: 50/s\n    max_wait: 2s", 150},
-		{"rate: 10/s\n    max_wait: 100ms", 11}, // exact: no float rounding up to 12
-		{"rate: 1000/m", 34},                    // 16.67/s × 2s
-		{"rate: 1/h", 1},
-		{"rate: 3/s\n    max_wait: 300ms", 4}, // 3.9
-		{"rate: 2.5/s\n    capacity: 10", 13},
-		{"rate: 600/s", 1000}, // capped
+		{"rate: 50/s", 51}, // the bucket (50) + one call
+		{"rate: 50/s\n    max_wait: 2s", 101},
+		{"rate: 10/s\n    max_wait: 100ms", 2}, // exact: no float rounding up to 3
+		{"rate: 1000/m", 18},                   // ceil(16.67/s × 1s) + 1
+		{"rate: 1/h", 2},
+		{"rate: 3/s\n    max_wait: 300ms", 2}, // ceil(0.9) + 1
+		{"rate: 2.5/s\n    capacity: 10", 11},
+		{"rate: 600/s", 601},
+		{"rate: 2000/s", 1000}, // capped
 		{"rate: 1000000/s\n    max_wait: 1h", 1000},
 	} {
 		doc := "downstreams:\n  - name: a\n    " + tt.doc + "\n    handler: {type: log}\n"

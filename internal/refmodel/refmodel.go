@@ -273,14 +273,15 @@ func (m *LeakyBucket) Do(now int64, key string, capacity, rate, cost int64, mode
 	return Reply{1, level, 0, ceil(float64(level) / float64(rate)), 0}
 }
 
-// Shaping models shaping.lua. Reply: {reserved, wait_us, next_free_us, now_us}.
+// Shaping models shaping.lua. Reply: {reserved count, wait_us,
+// next_free_us, now_us, base_us}.
 type Shaping struct{ nf map[string]int64 }
 
 // NewShaping returns an empty shaping model.
 func NewShaping() *Shaping { return &Shaping{nf: map[string]int64{}} }
 
-// Do runs one shaping call (maxWait < 0: no limit).
-func (m *Shaping) Do(now int64, key string, interval, burst, maxWait int64, mode int) [4]int64 {
+// Do runs one shaping call (maxWait < 0: no limit) reserving up to n slots.
+func (m *Shaping) Do(now int64, key string, interval, burst, maxWait int64, mode int, n int64) [5]int64 {
 	nf := m.nf[key]
 	if mode == Refund {
 		target := now + interval
@@ -288,17 +289,22 @@ func (m *Shaping) Do(now int64, key string, interval, burst, maxWait int64, mode
 			nf = target
 			m.nf[key] = nf
 		}
-		return [4]int64{1, nf - now, nf, now}
+		return [5]int64{1, nf - now, nf, now, nf}
 	}
 	base := max(nf, now-burst)
 	start := max(base, now)
 	wait := start - now
 	if maxWait >= 0 && wait > maxWait {
-		return [4]int64{0, wait, nf, now}
+		return [5]int64{0, wait, nf, now, base}
 	}
 	if mode == Peek {
-		return [4]int64{1, wait, base + interval, now}
+		return [5]int64{1, wait, base + interval, now, base}
 	}
-	m.nf[key] = base + interval
-	return [4]int64{1, wait, base + interval, now}
+	count := min(max(n, 1), 1000)
+	if maxWait >= 0 && interval > 0 && count > 1 {
+		// slot j starts at max(base + j·interval, now): those within maxWait
+		count = min(count, (now+maxWait-base)/interval+1)
+	}
+	m.nf[key] = base + count*interval
+	return [5]int64{count, wait, base + count*interval, now, base}
 }

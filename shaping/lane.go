@@ -1,0 +1,196 @@
+package shaping
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// lane reserves slots for one downstream's waiting workers in this
+// process, in FIFO order, with one script call for a run of waiters
+// (ReserveN). When the bucket is full it sleeps until the reply says room
+// opens, so waiting workers never poll Redis: the calls per release are a
+// small constant whatever the number of workers and processes.
+type lane struct {
+	r    *runner
+	mu   sync.Mutex
+	q    *list.List // of *waiter
+	kick chan struct{}
+}
+
+// waiter is one worker waiting for its slot.
+type waiter struct {
+	cost int64
+	done chan grant // buffered: the lane never blocks on a waiter
+}
+
+// grant is a lane's answer: the slot's start on the Redis clock, or an
+// error (a cost that can never fit, or stopping).
+type grant struct {
+	slot time.Time
+	now  time.Time // Redis time of the decision
+	err  error
+}
+
+// maxBatch bounds how many waiters one call serves.
+const maxBatch = 256
+
+func newLane(r *runner) *lane {
+	return &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
+}
+
+// wait queues a worker for a slot of cost units (at the front when it is
+// retrying a wasted slot) and blocks until the lane grants one.
+func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) {
+	w := &waiter{cost: cost, done: make(chan grant, 1)}
+	l.mu.Lock()
+	var e *list.Element
+	if front {
+		e = l.q.PushFront(w)
+	} else {
+		e = l.q.PushBack(w)
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case g := <-w.done:
+		return g, g.err
+	case <-ctx.Done():
+	case <-l.r.d.stopping:
+	}
+	l.mu.Lock()
+	l.q.Remove(e) // a no-op when granted meanwhile: that slot is wasted, never replayed
+	l.mu.Unlock()
+	if ctx.Err() != nil {
+		return grant{}, ctx.Err()
+	}
+	return grant{}, errStopping
+}
+
+// head returns the cost of the first waiter and how many waiters from the
+// front share it (at most maxBatch), or 0 when none wait.
+func (l *lane) head() (cost int64, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
+		w := e.Value.(*waiter)
+		if n == 0 {
+			cost = w.cost
+		} else if w.cost != cost {
+			break
+		}
+		n++
+	}
+	return cost, n
+}
+
+// hand gives the first count waiters of cost their slots (fewer if some
+// left meanwhile: their slots are wasted).
+func (l *lane) hand(cost int64, res Reservation, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for j := 0; (err != nil && j < 1) || j < res.Count; j++ {
+		e := l.q.Front()
+		if e == nil || e.Value.(*waiter).cost != cost {
+			return
+		}
+		w := e.Value.(*waiter)
+		l.q.Remove(e)
+		if err != nil {
+			w.done <- grant{err: err}
+			return
+		}
+		w.done <- grant{slot: res.SlotN(j), now: res.Now}
+	}
+}
+
+// run serves the waiters until the dispatcher stops.
+func (l *lane) run() {
+	r := l.r
+	backoff := 50 * time.Millisecond
+	var lastLog time.Time
+	for {
+		cost, n := l.head()
+		if n == 0 {
+			select {
+			case <-l.kick:
+				continue
+			case <-r.d.stopping:
+				return
+			}
+		}
+		if gate := r.pauseGate(); gate != nil {
+			select {
+			case <-gate:
+			case <-r.d.stopping:
+				return
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, n, r.ds.MaxWait)
+		cancel()
+		switch {
+		case errors.Is(err, limiters.ErrCostExceedsCapacity):
+			l.hand(cost, res, err) // no wait will make room: the task is refused
+			continue
+		case err != nil:
+			if time.Since(lastLog) > 10*time.Second {
+				r.d.log.Warn("shaping: cannot reserve a slot; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
+				lastLog = time.Now()
+			}
+			if !l.sleep(backoff) {
+				return
+			}
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		recv := time.Now()
+		r.offset.observe(recv.Sub(res.Now), recv)
+		if res.Count > 0 {
+			r.observeWaits(res)
+			l.hand(cost, res, nil)
+			continue
+		}
+		if m := r.d.m; m != nil {
+			m.BucketFull.WithLabelValues(r.ds.Name).Inc()
+		}
+		if !l.sleep(l.roomIn(res, cost, n)) {
+			return
+		}
+	}
+}
+
+// roomIn is how long until the bucket has room for the waiters: the first
+// slot opens when the wait falls back to MaxWait, and the lane waits for
+// room for a share of its waiters (at most an eighth of the bucket) so that
+// one call serves several. A random part of one interval keeps the lanes
+// of several processes from calling at the same instant.
+func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
+	r := l.r
+	iv := r.rate.Load().Interval(cost)
+	share := max(int(r.rate.Load().UnitsIn(r.ds.MaxWait)/max(cost, 1))/8, 1)
+	k := min(n, share)
+	d := res.Wait - r.ds.MaxWait + time.Duration(k-1)*iv
+	return max(d, iv) + time.Duration(rand.Int64N(int64(iv)+1))
+}
+
+func (l *lane) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.r.d.stopping:
+		return false
+	}
+}
