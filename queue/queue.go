@@ -199,7 +199,7 @@ func (p *Producer) Validate(t Task) error {
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
-	return nil
+	return checkText(t)
 }
 
 // Enqueue runs the downstream's admission policy (if any) and enqueues the
