@@ -19,6 +19,11 @@ const MaxTypeLen = 128
 // the same rule, and a length bound, because it is shown in logs, the
 // status page and asynq's tools.
 func checkText(t Task) error {
+	// The admission key travels in a protobuf string (asynq's message),
+	// which must be UTF-8; anything else is allowed in it.
+	if !utf8.ValidString(t.Key) {
+		return fmt.Errorf("%w: key %s: not valid UTF-8", ErrInvalidTask, quote(t.Key))
+	}
 	if t.UniqueKey != "" {
 		if why := badText(t.UniqueKey); why != "" {
 			return fmt.Errorf("%w: unique key %s: %s", ErrInvalidTask, quote(t.UniqueKey), why)

@@ -41,6 +41,8 @@ func TestValidateText(t *testing.T) {
 		{Task{UniqueKey: "   "}, "only white space"},
 		{Task{Type: "charge\n"}, `type "charge\n": control character U+000A`},
 		{Task{Type: " "}, `type " ": only white space`},
+		{Task{Key: "tenant\xff"}, `key "tenant\xff": not valid UTF-8`},
+		{Task{Key: "tenant\n7"}, ""},
 		{Task{Type: strings.Repeat("t", MaxTypeLen+1)}, "type \"ttt"},
 		{Task{Type: strings.Repeat("t", MaxTypeLen+1)}, "is 129 bytes, over the limit of 128"},
 	}
