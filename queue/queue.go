@@ -207,7 +207,7 @@ func (p *Producer) Validate(t Task) error {
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
-	return nil
+	return checkText(t)
 }
 
 func (p *Producer) maxCost(downstream string) int64 {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,7 +18,52 @@ import (
 	"github.com/shaper-io/shaper/internal/app"
 )
 
+const usageText = `Usage:
+  shaper -config shaper.yaml         run the dispatcher and the HTTP API for a config
+  shaper [-listen ADDR]              without -config: the quick start (embedded Redis, a demo downstream)
+  shaper ctl -config FILE COMMAND    runtime control through Redis: status, pause, resume, rate (shaper ctl for more)
+
+Subcommands:
+  ctl        runtime control of every shaper process sharing the config's Redis
+
+Exit status: 0 after a graceful stop, 1 on a config or start-up error, 2 on a usage error.
+
+Flags:
+`
+
+type options struct {
+	configPath, listen string
+}
+
+// parseArgs reads the daemon's flags. It refuses any positional argument:
+// a stray word must not make shaper ignore the flags after it (the flag
+// package stops at the first one) and start the quick start instead.
+func parseArgs(args []string, stdout io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.configPath, "config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
+	fs.StringVar(&o.listen, "listen", "", "HTTP listen address for the quick start (default 127.0.0.1:8080)")
+	fs.Usage = func() {} // a usage error is one line; -h prints the help below
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			io.WriteString(stdout, usageText)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return o, err
+		}
+		return o, fmt.Errorf("%v (see shaper -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: shaper takes only flags, or a subcommand (ctl) before them (see shaper -h)", fs.Arg(0))
+	}
+	return o, nil
+}
+
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "help" {
+		os.Args[1] = "-h"
+	}
 	if len(os.Args) > 1 && os.Args[1] == "ctl" {
 		if err := app.Ctl(context.Background(), os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "shaper ctl:", err)
@@ -28,19 +74,20 @@ func main() {
 		}
 		return
 	}
-	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
-	configPath := fs.String("config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
-	listen := fs.String("listen", "", "HTTP listen address for the quick start (default 127.0.0.1:8080)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	o, err := parseArgs(os.Args[1:], os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shaper:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	if *configPath == "" {
-		err = app.QuickStart(ctx, os.Stdout, app.QuickStartOptions{Listen: *listen})
+	if o.configPath == "" {
+		err = app.QuickStart(ctx, os.Stdout, app.QuickStartOptions{Listen: o.listen})
 	} else {
-		err = app.RunConfigFile(ctx, *configPath)
+		err = app.RunConfigFile(ctx, o.configPath)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "shaper:", err)

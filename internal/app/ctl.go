@@ -34,6 +34,10 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "path to the YAML config file (required)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // asked for: print it, no error
+			fmt.Fprintln(out, ctlUsage)
+			return nil
+		}
 		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, ctlUsage)
 	}
 	rest := fs.Args()

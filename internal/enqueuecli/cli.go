@@ -41,7 +41,7 @@ const (
 	ExitRedis = 3
 	// ExitFailed: a task could not be enqueued for another reason: its
 	// unique key is taken (unless --skip-duplicates), or the enqueue
-	// failed while Redis answered.
+	// failed (or its outcome is unknown: uncertain) while Redis answered.
 	ExitFailed = 4
 	// ExitInterrupted: SIGINT or SIGTERM; the summary is still printed.
 	ExitInterrupted = 130

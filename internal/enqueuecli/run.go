@@ -41,6 +41,11 @@ type Summary struct {
 	Duplicates int `json:"duplicates"`
 	// Failed could not be enqueued for another reason (Redis errors).
 	Failed int `json:"failed"`
+	// Uncertain were sent to Redis and failed without an answer that says
+	// they were refused (a network error, a timeout): each may or may not
+	// be stored. UncertainLines lists their lines.
+	Uncertain      int   `json:"uncertain"`
+	UncertainLines []int `json:"uncertain_lines,omitempty"`
 	// FailedOpen were enqueued without an admission decision: the
 	// limiters' Redis calls failed and the policy is fail_open.
 	FailedOpen int `json:"failed_open"`
@@ -53,13 +58,19 @@ type Summary struct {
 	// from the end of the run: waiting that long, every rejected task
 	// would have been admitted on its own.
 	MaxRetryAfter *float64 `json:"max_retry_after,omitempty"`
-	// StoppedAtLine is the first line that was not enqueued because the
-	// run stopped (Redis unreachable); with --concurrency 1, every line
-	// before it was handled and none after it. 0 when the run finished.
-	StoppedAtLine int    `json:"stopped_at_line,omitempty"`
-	Error         string `json:"error,omitempty"`
-	Interrupted   bool   `json:"interrupted,omitempty"`
-	DryRun        bool   `json:"dry_run,omitempty"`
+	// StoppedAtLine is, when the run stopped early (Redis unreachable, or
+	// interrupted), the first line not known to be handled: every line
+	// before it was (enqueued, rejected, invalid or a duplicate), so a run
+	// resumed from it misses nothing. 0 when the run finished.
+	StoppedAtLine int `json:"stopped_at_line,omitempty"`
+	// EnqueuedAfterStop lists the lines after StoppedAtLine that were
+	// enqueued all the same (with --concurrency above 1, later lines were
+	// in flight): a run resumed from StoppedAtLine enqueues them again
+	// unless they carry unique keys.
+	EnqueuedAfterStop []int  `json:"enqueued_after_stop,omitempty"`
+	Error             string `json:"error,omitempty"`
+	Interrupted       bool   `json:"interrupted,omitempty"`
+	DryRun            bool   `json:"dry_run,omitempty"`
 	// ID and ProcessAt describe the one task of --payload/--payload-file
 	// when it was enqueued.
 	ID             string     `json:"id,omitempty"`
@@ -82,12 +93,14 @@ type runner struct {
 	in       io.Reader // JSON Lines input
 	inFile   *os.File
 	rejects  io.WriteCloser
+	led      *ledger
 
 	mu        sync.Mutex
 	sum       Summary
 	firstRej  time.Time
 	lastRetry time.Time
 	redisDown bool
+	stopErr   string // the error that stopped the run, for its stderr line
 	read      int64
 	total     int64
 }
@@ -226,7 +239,7 @@ func (r *runner) exitCode(s Summary) int {
 		return ExitRedis
 	case s.Invalid > 0:
 		return ExitBadInput
-	case s.Failed > 0, s.Duplicates > 0 && !r.o.skipDuplicates:
+	case s.Failed > 0, s.Uncertain > 0, s.Duplicates > 0 && !r.o.skipDuplicates:
 		return ExitFailed
 	case s.Rejected > 0:
 		return ExitRejected
@@ -248,14 +261,18 @@ func humanSummary(s Summary) string {
 	for _, c := range []struct {
 		n    int
 		what string
-	}{{s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.FailedOpen, "admitted without a decision (fail_open)"}} {
+	}{{s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.Uncertain, "uncertain (sent, outcome unknown)"},
+		{s.FailedOpen, "admitted without a decision (fail_open)"}} {
 		if c.n > 0 {
 			fmt.Fprintf(&b, ", %d %s", c.n, c.what)
 		}
 	}
-	if s.StoppedAtLine > 0 {
+	switch {
+	case s.StoppedAtLine > 0 && s.Error != "":
 		fmt.Fprintf(&b, "; stopped at line %d: %s", s.StoppedAtLine, s.Error)
-	} else if s.Error != "" {
+	case s.StoppedAtLine > 0:
+		fmt.Fprintf(&b, "; stopped at line %d", s.StoppedAtLine)
+	case s.Error != "":
 		fmt.Fprintf(&b, "; %s", s.Error)
 	}
 	if s.Interrupted {
@@ -305,157 +322,6 @@ func (r *runner) runSingle(ctx context.Context) {
 		return
 	}
 	r.enqueue(ctx, job{spec: spec, task: task})
-}
-
-// ---- JSON Lines ----
-
-type job struct {
-	line int
-	raw  []byte
-	spec taskspec.Spec
-	task queue.Task
-}
-
-func (r *runner) runLines(ctx context.Context) {
-	in := r.in
-	if r.inFile == nil && r.std.StdinTTY && !r.o.quiet {
-		r.con.line("enqueue: reading JSON Lines tasks from the terminal; end with Ctrl-D")
-	}
-	if r.o.progress == "always" || r.o.progress == "auto" && r.std.StderrTTY {
-		r.con.startProgress(r.progressStats, 100*time.Millisecond)
-		defer r.con.stopProgress()
-	}
-
-	// The reader runs apart so that an interrupt does not wait for input.
-	type lineMsg struct {
-		no      int
-		data    []byte
-		tooLong bool
-		off     int64
-		err     error
-	}
-	lines := make(chan lineMsg, 64)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(lines)
-		lr := newLineReader(in, r.maxLine)
-		for {
-			data, no, tooLong, err := lr.next()
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			select {
-			case lines <- lineMsg{no: no, data: data, tooLong: tooLong, off: lr.off, err: err}:
-			case <-readerDone:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer close(readerDone)
-
-	jobs := make(chan job)
-	stopped := make(chan struct{})
-	var stopOnce sync.Once
-	stop := func() { stopOnce.Do(func() { close(stopped) }) }
-	var wg sync.WaitGroup
-	for range r.o.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				select {
-				case <-stopped: // a job handed over as the run stopped
-					r.count(func(s *Summary) { s.Tasks-- })
-					continue
-				default:
-				}
-				if !r.enqueue(context.WithoutCancel(ctx), j) {
-					stop()
-				}
-			}
-		}()
-	}
-	pace := newPacer(r.o.rate)
-loop:
-	for {
-		var m lineMsg
-		var ok bool
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-stopped:
-			break loop
-		case m, ok = <-lines:
-		}
-		if !ok {
-			break
-		}
-		if m.err != nil {
-			r.mu.Lock()
-			r.sum.Error = "reading " + r.source + ": " + oneLine(m.err.Error())
-			r.sum.Invalid++
-			r.mu.Unlock()
-			r.con.line("enqueue: %s: %s", r.source, oneLine(m.err.Error()))
-			break
-		}
-		r.mu.Lock()
-		r.read = m.off
-		r.mu.Unlock()
-		if m.tooLong {
-			r.count(func(s *Summary) { s.Tasks++ })
-			r.invalid(r.source, m.no, fmt.Sprintf("the line is longer than %d bytes", r.maxLine))
-			continue
-		}
-		if len(strings.TrimSpace(string(m.data))) == 0 {
-			continue
-		}
-		r.count(func(s *Summary) { s.Tasks++ })
-		spec, err := taskspec.Parse(m.data)
-		if err == nil {
-			spec = spec.Merge(r.o.defaults)
-			_, err = r.check(spec, false)
-		}
-		if err != nil {
-			r.invalid(r.source, m.no, taskspec.Reason(err))
-			continue
-		}
-		if r.o.dryRun {
-			continue
-		}
-		if err := pace.wait(ctx, stopped); err != nil {
-			r.count(func(s *Summary) { s.Tasks-- })
-			break
-		}
-		// "in" counts from the enqueue, not from the read.
-		task, err := r.check(spec, false)
-		if err != nil {
-			r.invalid(r.source, m.no, taskspec.Reason(err))
-			continue
-		}
-		select {
-		case <-stopped:
-			r.count(func(s *Summary) { s.Tasks-- })
-			break loop
-		default:
-		}
-		select {
-		case jobs <- job{line: m.no, raw: m.data, spec: spec, task: task}:
-		case <-stopped:
-			r.count(func(s *Summary) { s.Tasks-- })
-			break loop
-		case <-ctx.Done():
-			r.count(func(s *Summary) { s.Tasks-- })
-			break loop
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if ctx.Err() != nil {
-		r.count(func(s *Summary) { s.Interrupted = true })
-	}
 }
 
 func (r *runner) count(f func(*Summary)) {
@@ -527,9 +393,9 @@ func (r *runner) invalid(source string, line int, msg string) {
 	}
 }
 
-// enqueue runs one task and records its outcome. It returns false when
-// the run must stop (Redis unreachable).
-func (r *runner) enqueue(ctx context.Context, j job) bool {
+// enqueue runs one task and counts its outcome, which it returns, with
+// false when the run must stop (Redis unreachable).
+func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	now := time.Now()
 	rec, err := r.p.Enqueue(ctx, j.task)
 	at := r.where(j.line)
@@ -563,13 +429,13 @@ func (r *runner) enqueue(ctx context.Context, j job) bool {
 		if failedOpen && (r.o.verbose || r.o.single()) {
 			r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(err.Error()))
 		}
-		return true
+		return enqueued, true
 	}
 	var rej *queue.RejectedError
 	switch {
 	case errors.Is(err, limiters.ErrFailedClosed):
-		r.stop(j, "redis unreachable (admission failed closed: "+rejName(err)+" could not decide)", err)
-		return false
+		r.stop(j, "redis unreachable (admission failed closed: "+rejName(err)+" could not decide)", err, false)
+		return open, false
 	case errors.As(err, &rej):
 		retry := rej.Result.RetryAfter
 		r.count(func(s *Summary) {
@@ -590,21 +456,22 @@ func (r *runner) enqueue(ctx context.Context, j job) bool {
 		if r.o.verbose || r.o.single() {
 			r.con.line("enqueue: %srejected by %s %q: Retry-After %s", at, rej.Result.Algorithm, rej.Result.Name, retry.Round(time.Millisecond))
 		}
-		return true
+		return handled, true
 	case errors.Is(err, queue.ErrUnknownDownstream), errors.Is(err, queue.ErrInvalidTask),
 		errors.Is(err, limiters.ErrCostExceedsCapacity), errors.Is(err, limiters.ErrInvalidCost):
 		r.invalid(r.source, j.line, taskspec.Reason(err))
-		return true
+		return handled, true
 	case ctx.Err() != nil:
 		r.count(func(s *Summary) { s.Interrupted = true })
-		return false
+		return open, false
 	case errors.Is(err, queue.ErrDuplicate):
 		r.count(func(s *Summary) { s.Duplicates++ })
 		if !r.o.skipDuplicates || r.o.verbose {
 			r.con.line("enqueue: %sduplicate: a task with unique key %q exists", at, j.task.UniqueKey)
 		}
-		return true
+		return handled, true
 	}
+	sent := mayBeStored(err)
 	if r.ping() != nil {
 		why := "redis unreachable"
 		if rec.Admission.Allowed && rec.Admission.Name != "" {
@@ -612,17 +479,28 @@ func (r *runner) enqueue(ctx context.Context, j job) bool {
 			// enqueue then fails on the same Redis.
 			why += fmt.Sprintf(" (admission by %s %q let the task through, then the enqueue failed)", rec.Admission.Algorithm, rec.Admission.Name)
 		}
-		r.stop(j, why, err)
-		return false
+		r.stop(j, why, err, sent)
+		if sent {
+			return unknown, false
+		}
+		return open, false
 	}
 	r.count(func(s *Summary) {
-		s.Failed++
+		if sent {
+			s.Uncertain++
+		} else {
+			s.Failed++
+		}
 		if s.Error == "" {
 			s.Error = oneLine(err.Error())
 		}
 	})
+	if sent {
+		r.con.line("enqueue: %soutcome unknown, the task may or may not be stored (sent, then: %s)", at, oneLine(err.Error()))
+		return unknown, true
+	}
 	r.con.line("enqueue: %snot enqueued: %s", at, oneLine(err.Error()))
-	return true
+	return handled, true
 }
 
 func rejName(err error) string {
@@ -633,68 +511,27 @@ func rejName(err error) string {
 	return "the limiter"
 }
 
-// stop records that Redis is unreachable at job j; the first call reports
-// it on stderr.
-func (r *runner) stop(j job, why string, err error) {
+// stop records that Redis is unreachable at job j, which was sent (and
+// may be stored) or not. The first call keeps the reason; JSON Lines runs
+// report it once all workers are done (reportStop), a single task at once.
+func (r *runner) stop(j job, why string, err error, sent bool) {
 	first := false
 	r.count(func(s *Summary) {
-		s.Failed++
-		switch {
-		case !r.redisDown:
+		if sent {
+			s.Uncertain++
+		} else {
+			s.Failed++
+		}
+		if !r.redisDown {
 			first, r.redisDown = true, true
-			s.StoppedAtLine, s.Error = j.line, why
-		case j.line > 0 && j.line < s.StoppedAtLine:
-			s.StoppedAtLine = j.line
+			s.Error, r.stopErr = why, oneLine(err.Error())
 		}
 	})
-	if first {
+	if first && r.o.single() {
 		msg := why + ": " + oneLine(err.Error())
-		if j.line > 0 {
-			msg += fmt.Sprintf("; stopping: line %d and later were not enqueued", j.line)
+		if sent {
+			msg += "; the task was sent, so it may or may not be stored"
 		}
-		r.con.line("enqueue: %s%s", r.where(j.line), msg)
-	}
-}
-
-// pacer spaces enqueues at a rate. Timer and scheduling jitter are made
-// up (so 1000/s comes out near 1000/s), but a longer stall is not: after
-// falling more than pacerSlack behind, the next slot is now, so a slow
-// call never causes a burst of more than pacerSlack × rate.
-type pacer struct {
-	interval time.Duration
-	next     time.Time
-}
-
-const pacerSlack = 10 * time.Millisecond
-
-func newPacer(l limiters.Limit) *pacer {
-	if l.IsZero() {
-		return &pacer{}
-	}
-	return &pacer{interval: l.Interval(1)}
-}
-
-func (p *pacer) wait(ctx context.Context, stopped <-chan struct{}) error {
-	if p.interval <= 0 {
-		return nil
-	}
-	now := time.Now()
-	if p.next.Before(now.Add(-pacerSlack)) {
-		p.next = now
-	}
-	d := p.next.Sub(now)
-	p.next = p.next.Add(p.interval)
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stopped:
-		return errors.New("stopped")
+		r.con.line("enqueue: %s", msg)
 	}
 }

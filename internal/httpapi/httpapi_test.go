@@ -296,6 +296,11 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/downstreams/nope/tasks", `{}`, 404, `unknown downstream "nope"`},
 		{"/v1/tasks", `{"downstream":"nope"}`, 400, `unknown downstream "nope"`},
 		{"/v1/tasks", `{}`, 400, "downstream: required"},
+		{"/v1/downstreams/api/tasks", `{"unique":"a\nb"}`, 400, `unique key "a\nb": control character U+000A`},
+		{"/v1/downstreams/api/tasks", `{"unique":"a\r\n"}`, 400, `unique key "a\r\n": control character U+000D`},
+		{"/v1/downstreams/api/tasks", `{"unique":"a\u0000"}`, 400, `unique key "a\x00": control character U+0000`},
+		{"/v1/downstreams/api/tasks", `{"type":"x\ty"}`, 400, `type "x\ty": control character U+0009`},
+		{"/v1/downstreams/api/tasks", `{"type":"` + strings.Repeat("t", 129) + `"}`, 400, "is 129 bytes, over the limit of 128"},
 	}
 	for i, c := range cases {
 		r := b.post(t, c.path, c.body)
@@ -348,6 +353,17 @@ func TestBearerToken(t *testing.T) {
 	}
 	if r := b.post(t, "/v1/downstreams/api/tasks", `{}`); r.status != 202 {
 		t.Errorf("with the token: %d %s, want 202", r.status, r.raw)
+	}
+}
+
+// A body that starts with a UTF-8 byte order mark is accepted, as the
+// enqueue CLI accepts a JSON Lines file that starts with one.
+func TestByteOrderMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, "/v1/downstreams/api/tasks", "\ufeff"+`{"payload":{"n":1},"unique":"bom-1"}`)
+	if r.status != http.StatusAccepted || r.body["id"] != "bom-1" {
+		t.Errorf("%d %s, want 202 with id bom-1", r.status, r.raw)
 	}
 }
 

@@ -74,10 +74,11 @@ type Spec struct {
 }
 
 // Parse decodes one task object. data must hold exactly one JSON object
-// (surrounding white space allowed).
+// (surrounding white space allowed, and a UTF-8 byte order mark before it:
+// editors on Windows write one, and the CLI and the HTTP API must agree).
 func Parse(data []byte) (Spec, error) {
 	var s Spec
-	data = bytes.TrimSpace(data)
+	data = bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
 	if len(data) == 0 {
 		return s, errf("", "empty input, want a JSON object")
 	}

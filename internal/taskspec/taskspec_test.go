@@ -41,6 +41,7 @@ func TestParseGood(t *testing.T) {
 		{`{"downstream":"api","in":2.5}`, "", now.Add(2500 * time.Millisecond)},
 		{`{"downstream":"api","in":"0s"}`, "", time.Time{}},
 		{"  {\"downstream\":\"api\"}\r\n", "", time.Time{}},
+		{"\ufeff{\"downstream\":\"api\",\"payload\":1}\n", "1", time.Time{}}, // a UTF-8 byte order mark
 	}
 	for i, c := range cases {
 		s, err := Parse([]byte(c.in))
