@@ -138,3 +138,43 @@ func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
 		})
 	}
 }
+
+// manyConfig is n idle downstreams as a new user writes them.
+func manyConfig(redisURL, prefix string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redis: {url: %q, prefix: %q}\nhttp: {listen: \"127.0.0.1:0\"}\nshutdown_timeout: 5s\ndownstreams:\n", redisURL, prefix)
+	for i := range n {
+		fmt.Fprintf(&b, "  - {name: ds%03d, rate: 10/s, handler: {type: log}}\n", i)
+	}
+	return b.String()
+}
+
+// Idle: 100 downstreams × 3 processes with no task cost at most 12 Redis
+// commands per second per downstream per process (issue 17; it was ~42).
+func TestIdleCommandsManyDownstreams(t *testing.T) {
+	_, rdb := ownRedis(t)
+	url := "redis://" + rdb.Options().Addr + "/0"
+	const n, procs = 100, 3
+	cfg := manyConfig(url, "idle", n)
+	var ps []*proc
+	for range procs {
+		p := startShaper(t, cfg)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		httpAddr(t, p) // up and serving
+	}
+	// Let start-up work (script loads, first reads) pass, then count.
+	time.Sleep(3 * time.Second) // not a wait for a condition: the warm-up before a fixed measuring window
+	const window = 10 * time.Second
+	d := commandsDuring(t, rdb, func() { time.Sleep(window) }) // the measuring window itself
+	per := float64(d.Total()) / window.Seconds() / n / procs
+	t.Logf("idle: %d downstreams × %d processes: %.0f commands/s in all, %.2f per downstream per process; top: %s",
+		n, procs, float64(d.Total())/window.Seconds(), per, top(d, 12))
+	if per > 12 {
+		t.Errorf("idle cost %.2f commands/s per downstream per process, want at most 12", per)
+	}
+	for _, p := range ps {
+		p.stop(t)
+	}
+}
