@@ -425,6 +425,10 @@ func FuzzAdmission(f *testing.F) {
 	f.Add([]byte{3, 4, 1, 10, 3, 255, 7, 0, 0, 0, 11, 255, 7, 0, 5, 0, 3, 200, 9, 0, 244, 9, 4, 255, 1, 0})
 	f.Add([]byte{1, 3, 5, 3, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 5, 250, 0, 0, 0, 0, 0, 0, 5, 4, 0, 1, 0, 0})
 	f.Add([]byte{4, 2, 2, 50, 1, 200, 0, 0, 12, 255, 9, 200, 0, 0, 7, 100, 10, 0, 9, 0, 4, 128, 2, 130})
+	for v := byte(5); v < 8; v++ { // sub-windows: fill, reject, an edge, a clock step back, refund, peek
+		f.Add([]byte{v, 1, 0, 0, 0, 137, 0, 0, 1, 50, 0, 137, 0, 0, 1, 50, 0, 0, 0, 0, 5, 3, 0, 137, 0, 0,
+			244, 9, 0, 0, 0, 0, 4, 128, 9, 0, 0, 0, 0, 0, 6, 0, 0, 0})
+	}
 	rdb := redistest.Client(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
