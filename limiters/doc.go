@@ -6,7 +6,8 @@
 //   - SlidingLog: a ZSET of admission times. Exact; O(limit) memory per key.
 //   - SlidingCounter: the current and previous window's counters, the
 //     previous one weighted by how much of it still overlaps. O(1), close to
-//     exact.
+//     exact. With Config.SubWindows = N, N sub-windows in one HASH instead:
+//     O(N) memory, the estimate's error about 1/N of the two-window one's.
 //   - TokenBucket: refills Rate per Period up to Burst; allows bursts.
 //   - LeakyBucket: policing mode; a level that drains at Rate, full ⇒ reject.
 //

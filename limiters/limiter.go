@@ -1,6 +1,7 @@
 package limiters
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,6 +116,11 @@ type Config struct {
 	// Limit is the rate and capacity; see Limit for how each algorithm
 	// reads it.
 	Limit Limit
+	// SubWindows, for SlidingCounter only, splits the window into that many
+	// sub-windows (2 to MaxSubWindows), counted in one HASH per key: the
+	// estimate's error shrinks to about Limit/SubWindows and memory grows
+	// with it (docs/algorithms.md). 0 is the two-window counter.
+	SubWindows int
 	// Prefix is the key prefix; "" means "shaper".
 	Prefix string
 	// Failure is the policy when Redis fails; the zero value is FailClosed.
@@ -139,6 +145,7 @@ type Redis struct {
 	// scaled limit (buckets) or limit/window (windows) passed to the script
 	a1, a2 int64
 	p      int64
+	script *redis.Script
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -158,7 +165,13 @@ func New(rdb redis.Scripter, cfg Config) (*Redis, error) {
 	if err := cfg.Limit.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Redis{rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix)}
+	if err := CheckSubWindows(cfg.Algorithm, cfg.Limit, cfg.SubWindows); err != nil {
+		return nil, err
+	}
+	l := &Redis{rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), script: cfg.Algorithm.script()}
+	if cfg.SubWindows > 0 {
+		l.script = lua.SlidingSubwindows
+	}
 	if cfg.Algorithm.windowed() {
 		if cfg.Limit.Burst != 0 && cfg.Limit.Burst != cfg.Limit.Rate {
 			return nil, fmt.Errorf("%w: %s counts Rate per window; Burst must be 0 or equal Rate (%d), got %d", ErrInvalidLimit, cfg.Algorithm, cfg.Limit.Rate, cfg.Limit.Burst)
@@ -181,6 +194,9 @@ func (l *Redis) Config() Config { return l.cfg }
 // Key is the Redis key (or, for the window counters, the base key) that
 // holds key's state.
 func (l *Redis) Key(key string) string {
+	if l.cfg.SubWindows > 0 {
+		return l.space.SubWindows(l.cfg.SubWindows, l.cfg.Name, key)
+	}
 	return l.space.Limiter(l.cfg.Algorithm.short(), l.cfg.Name, key)
 }
 
@@ -237,8 +253,11 @@ func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS
 		defer cancel()
 	}
 	start := time.Now()
-	v, err := l.cfg.Algorithm.script().Run(ctx, l.rdb, []string{l.Key(key)},
-		l.a1, l.a2, cost*l.p, mode, nowUS, token).Int64Slice()
+	args := []any{l.a1, l.a2, cost * l.p, mode, nowUS, token}
+	if l.cfg.SubWindows > 0 {
+		args = append(args, l.cfg.SubWindows)
+	}
+	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, args...).Int64Slice()
 	if err == nil && len(v) < 5 {
 		err = fmt.Errorf("reply has %d fields, want at least 5", len(v))
 	}
@@ -276,6 +295,35 @@ func (l *Redis) fail(res Result, err error) (Result, error) {
 	res.Allowed = false
 	res.RetryAfter = time.Second
 	return res, fmt.Errorf("%w: %w", ErrFailedClosed, err)
+}
+
+// MaxSubWindows is the most sub-windows a sliding counter may have: each
+// decision reads every one of them.
+const MaxSubWindows = 1000
+
+// CheckSubWindows reports whether n sub-windows suit a limiter of algorithm
+// alg and limit l: n is 0 (none), or 2 to MaxSubWindows with the sliding
+// counter, each sub-window at least 1µs long and the window small enough
+// for exact arithmetic. Errors wrap ErrInvalidLimit; internal/config uses it
+// too, so the YAML and Go APIs refuse the same values.
+func CheckSubWindows(alg Algorithm, l Limit, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if n < 2 || n > MaxSubWindows {
+		return fmt.Errorf("%w: sub-windows must be 2 to %d (or 0 for the two-window counter), got %d", ErrInvalidLimit, MaxSubWindows, n)
+	}
+	if cmp.Or(alg, TokenBucket) != SlidingCounter {
+		return fmt.Errorf("%w: %d sub-windows need algorithm %s, got %s", ErrInvalidLimit, n, SlidingCounter, cmp.Or(alg, TokenBucket))
+	}
+	w := int64(l.Period / time.Microsecond)
+	if w < int64(n) {
+		return fmt.Errorf("%w: a window of %s cannot hold %d sub-windows of at least 1µs", ErrInvalidLimit, l.Period, n)
+	}
+	if float64(w)*float64(n) > maxExact {
+		return fmt.Errorf("%w: a window of %s with %d sub-windows is too long for exact arithmetic (window in µs × sub-windows must stay below 2^52)", ErrInvalidLimit, l.Period, n)
+	}
+	return nil
 }
 
 // Usable reports whether a Result returned beside err may be acted on: err

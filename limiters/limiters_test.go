@@ -58,7 +58,11 @@ func checkTTLs(t *testing.T, rdb redis.UniversalClient, prefix string) {
 func runSteps(t *testing.T, alg limiters.Algorithm, l limiters.Limit, steps []step) {
 	t.Helper()
 	rdb := redistest.Client(t)
-	lim := newLimiter(t, rdb, alg, l)
+	playSteps(t, rdb, newLimiter(t, rdb, alg, l), steps)
+}
+
+func playSteps(t *testing.T, rdb redis.UniversalClient, lim *limiters.Redis, steps []step) {
+	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
 		key := s.key

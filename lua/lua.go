@@ -20,6 +20,8 @@ var (
 	slidingLogSrc string
 	//go:embed sliding_counter.lua
 	slidingCounterSrc string
+	//go:embed sliding_subwindows.lua
+	slidingSubwindowsSrc string
 	//go:embed token_bucket.lua
 	tokenBucketSrc string
 	//go:embed leaky_bucket.lua
@@ -42,6 +44,9 @@ var (
 	SlidingLog = redis.NewScript(slidingLogSrc)
 	// SlidingCounter: KEYS[1] base of two STRING counters (N, N-1).
 	SlidingCounter = redis.NewScript(slidingCounterSrc)
+	// SlidingSubwindows: KEYS[1] HASH, a field per sub-window number;
+	// ARGV[7] the number of sub-windows per window.
+	SlidingSubwindows = redis.NewScript(slidingSubwindowsSrc)
 	// TokenBucket: KEYS[1] HASH {t, ts}, fixed-point amounts.
 	TokenBucket = redis.NewScript(tokenBucketSrc)
 	// LeakyBucket: KEYS[1] HASH {l, ts}, policing mode, fixed-point amounts.
@@ -67,5 +72,5 @@ const (
 
 // All lists every script, for loading on every node of a cluster.
 func All() []*redis.Script {
-	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Shaping, Control, Adaptive}
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive}
 }

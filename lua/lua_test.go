@@ -81,23 +81,30 @@ type admission struct {
 	p        int64 // scale of a cost: ARGV[3] = cost*p
 	capacity int64 // largest cost the client lets through
 	period   int64 // µs, for time steps that land on window edges
+	sub      int64 // the sliding counter's sub-windows (0: two windows)
 	maxTTL   time.Duration
 }
 
-func newAdmission(tb testing.TB, alg limiters.Algorithm, l limiters.Limit) admission {
+func newAdmission(tb testing.TB, v variant, l limiters.Limit) admission {
 	tb.Helper()
+	alg := v.alg
 	if windowed(alg) {
 		l.Burst = 0 // the windows count Rate per Period; Burst must be 0 or Rate
 	}
 	// limiters.New validates the limit as production does; it does not
 	// touch Redis, so no client is needed.
-	if _, err := limiters.New(nil, limiters.Config{Name: "diff", Algorithm: alg, Limit: l}); err != nil {
-		tb.Fatalf("%s %v: %v", alg, l, err)
+	if _, err := limiters.New(nil, limiters.Config{Name: "diff", Algorithm: alg, Limit: l, SubWindows: v.sub}); err != nil {
+		tb.Fatalf("%s %v: %v", v, l, err)
 	}
-	a := admission{alg: alg, limit: l, capacity: l.Capacity(), period: int64(l.Period / time.Microsecond)}
+	a := admission{alg: alg, limit: l, capacity: l.Capacity(), period: int64(l.Period / time.Microsecond), sub: int64(v.sub)}
 	if windowed(alg) {
 		a.a1, a.a2, a.p = l.Rate, a.period, 1
 		a.maxTTL = ttlOf(2 * a.period) // the sliding counter's previous window lives 2 windows
+		if a.sub > 0 {
+			// a window and a sub-window, from the newest field (which a
+			// clock step back may put ahead of now)
+			a.maxTTL = ttlOf(a.period + (a.period+a.sub-1)/a.sub + maxBack)
+		}
 	} else {
 		n, p := l.Scaled()
 		a.a1, a.a2, a.p = l.Capacity()*p, n, p
@@ -190,11 +197,11 @@ func newClock() *clock {
 }
 
 // advance moves the clock for o and returns the step's now (which lags the
-// clock by o.back, a clock step back).
-func (c *clock) advance(o op, period int64) int64 {
+// clock by o.back, a clock step back). edge(t) is the first edge after t.
+func (c *clock) advance(o op, edge func(t int64) int64) int64 {
 	prev := c.now
 	if o.edge {
-		next := (c.now/period+1)*period + o.off
+		next := edge(c.now) + o.off
 		if next > c.now {
 			c.now = next
 		}
@@ -236,6 +243,9 @@ func newAdmissionRun(tb testing.TB, rdb redis.UniversalClient, prefix string, a 
 		script: scriptOf(a.alg), model: refmodel.New(string(a.alg)),
 		prefix: prefix, clock: newClock(),
 	}
+	if a.sub > 0 {
+		r.script, r.model = lua.SlidingSubwindows, refmodel.NewSubWindows(a.sub)
+	}
 	sp := keys.New(prefix)
 	for i := range r.keys {
 		r.keys[i] = sp.Limiter(string(a.alg), "diff", fmt.Sprint("k", i))
@@ -250,7 +260,7 @@ func (r *admissionRun) fail(format string, args ...any) {
 
 func (r *admissionRun) step(i int, o op) {
 	r.tb.Helper()
-	now := r.clock.advance(o, r.a.period)
+	now := r.clock.advance(o, r.a.nextEdge)
 	mode, cost, token := o.mode, o.cost, int64(0)
 	if mode == lua.ModeRefund {
 		open := r.open[o.key]
@@ -266,6 +276,9 @@ func (r *admissionRun) step(i int, o op) {
 	}
 	key := r.keys[o.key]
 	args := []any{r.a.a1, r.a.a2, cost * r.a.p, mode, now, token}
+	if r.a.sub > 0 {
+		args = append(args, r.a.sub)
+	}
 	got, err := r.script.Run(r.ctx, r.rdb, []string{key}, args...).Int64Slice()
 	if err != nil {
 		r.fail("step %d: script: %v", i, err)
@@ -300,7 +313,7 @@ func (r *admissionRun) step(i int, o op) {
 		// or empty) by the scripts' margin; allow half of the margin for
 		// the real time between the script and this PTTL.
 		k := key
-		if r.a.alg == limiters.FixedWindow || r.a.alg == limiters.SlidingCounter {
+		if r.a.alg == limiters.FixedWindow || r.a.alg == limiters.SlidingCounter && r.a.sub == 0 {
 			k = fmt.Sprint(key, ":", got[4])
 		}
 		ms, err := r.rdb.Do(r.ctx, "PTTL", k).Int64()
@@ -310,6 +323,9 @@ func (r *admissionRun) step(i int, o op) {
 		if need := time.Duration(got[3])*time.Microsecond + margin/2; time.Duration(ms)*time.Millisecond < need {
 			r.fail("%s: charged key %s has PTTL %dms, want at least %v (reset_after plus most of the margin)", in, k, ms, need)
 		}
+	}
+	if r.a.sub > 0 && mode == lua.ModeCharge && got[0] == 0 {
+		r.checkRetry(in, now, key, cost, got[2])
 	}
 	switch {
 	case mode == lua.ModeRefund:
@@ -375,15 +391,18 @@ func TestAdmissionMatchesModel(t *testing.T) {
 	t.Parallel()
 	const steps = 300
 	rdb := redistest.Client(t)
-	for ai, alg := range limiters.Algorithms() {
+	for ai, v := range variants() {
 		for si, sh := range shapes {
-			t.Run(string(alg)+"/"+sh.name, func(t *testing.T) {
+			t.Run(v.String()+"/"+sh.name, func(t *testing.T) {
 				t.Parallel()
 				seed := int64(1000*ai + si + 1)
 				rng := rand.New(rand.NewSource(seed))
 				data := make([]byte, steps*opBytes)
 				rng.Read(data)
-				a := newAdmission(t, alg, sh.limit)
+				if !v.fits(sh.limit) {
+					t.Skipf("%v has no room for %d sub-windows of 1µs", sh.limit.Period, v.sub)
+				}
+				a := newAdmission(t, v, sh.limit)
 				r := newAdmissionRun(t, rdb, redistest.Prefix(t), a)
 				for i, o := range decodeOps(data, a.capacity, a.period) {
 					r.step(i, o)
@@ -398,27 +417,34 @@ func TestAdmissionMatchesModel(t *testing.T) {
 	}
 }
 
-// FuzzAdmission decodes the input as an algorithm, a limit shape and a step
-// sequence, and checks script against model as TestAdmissionMatchesModel.
+// FuzzAdmission decodes the input as a variant (an algorithm, or the
+// sliding counter with sub-windows), a limit shape and a step sequence, and checks script against model as TestAdmissionMatchesModel.
 func FuzzAdmission(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0})
 	f.Add([]byte{2, 1, 5, 255, 0, 200, 3, 0, 5, 0, 9, 0, 3, 0, 255, 1, 0, 9, 0, 0})
 	f.Add([]byte{3, 4, 1, 10, 3, 255, 7, 0, 0, 0, 11, 255, 7, 0, 5, 0, 3, 200, 9, 0, 244, 9, 4, 255, 1, 0})
 	f.Add([]byte{1, 3, 5, 3, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 5, 250, 0, 0, 0, 0, 0, 0, 5, 4, 0, 1, 0, 0})
 	f.Add([]byte{4, 2, 2, 50, 1, 200, 0, 0, 12, 255, 9, 200, 0, 0, 7, 100, 10, 0, 9, 0, 4, 128, 2, 130})
+	for v := byte(5); v < 8; v++ { // sub-windows: fill, reject, an edge, a clock step back, refund, peek
+		f.Add([]byte{v, 1, 0, 0, 0, 137, 0, 0, 1, 50, 0, 137, 0, 0, 1, 50, 0, 0, 0, 0, 5, 3, 0, 137, 0, 0,
+			244, 9, 0, 0, 0, 0, 4, 128, 9, 0, 0, 0, 0, 0, 6, 0, 0, 0})
+	}
 	rdb := redistest.Client(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
 			return
 		}
-		algs := limiters.Algorithms()
-		alg := algs[int(data[0])%len(algs)]
+		vs := variants()
+		v := vs[int(data[0])%len(vs)]
 		sh := shapes[int(data[1])%len(shapes)]
 		data = data[2:]
 		if len(data) > 64*opBytes {
 			data = data[:64*opBytes]
 		}
-		a := newAdmission(t, alg, sh.limit)
+		if !v.fits(sh.limit) {
+			return
+		}
+		a := newAdmission(t, v, sh.limit)
 		r := newAdmissionRun(t, rdb, redistest.Prefix(t), a)
 		for i, o := range decodeOps(data, a.capacity, a.period) {
 			r.step(i, o)
@@ -448,7 +474,7 @@ type shapingRun struct {
 
 func (r *shapingRun) step(i int, o op) {
 	r.tb.Helper()
-	now := r.clock.advance(o, r.period)
+	now := r.clock.advance(o, func(t int64) int64 { return (t/r.period + 1) * r.period })
 	mode := o.mode
 	cost := max(o.cost, 1)
 	interval := int64(r.limit.Interval(cost) / time.Microsecond)

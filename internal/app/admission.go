@@ -24,7 +24,7 @@ func BuildAdmission(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Me
 		var layers []limiters.Layer
 		for _, lc := range a.Limiters {
 			lim, err := limiters.New(rdb, limiters.Config{
-				Name: lc.Name, Algorithm: lc.Algorithm, Limit: lc.Limit(), Prefix: cfg.Redis.Prefix,
+				Name: lc.Name, Algorithm: lc.Algorithm, Limit: lc.Limit(), SubWindows: lc.SubWindows, Prefix: cfg.Redis.Prefix,
 				Failure: a.Policy(), Timeout: time.Duration(cfg.Redis.Timeout),
 				Observe: func(alg limiters.Algorithm, name string, d time.Duration, err error) {
 					m.ObserveScript(string(alg), d, err)

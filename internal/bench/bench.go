@@ -88,7 +88,7 @@ type Options struct {
 	// BigFamilies are the only families run at levels above 100k keys
 	// (filling 1M keys takes ~20 s per family); default token_bucket.
 	BigFamilies    []string
-	EntryBudget    int64 // most sliding-log entries in Redis at once; default 1M
+	EntryBudget    int64 // most sliding-log entries or sub-window fields in Redis at once; default 1M
 	LatencySamples int   // decisions timed per level; default 2000 (quick 300)
 
 	// Progress receives one line per step; nil is silent.
@@ -351,7 +351,7 @@ func (r *Report) Markdown() string {
 		w("Enqueue (%d interleaved rounds of %d enqueues):\n\n%s\n", o.EnqueueRounds, o.EnqueueTasks, et)
 	}
 	if len(r.Memory) > 0 {
-		w("### 5. Memory per key (%s keys, state after one decision; sliding counter after one decision in each of two windows)\n\n", inum(int64(r.MemKeys)))
+		w("### 5. Memory per key (%s keys, state after one decision; sliding counter after one decision in each of two windows, or with sub-windows in each of its last N sub-windows)\n\n", inum(int64(r.MemKeys)))
 		w("%s\n", memoryTable(r.Memory, r.MemKeys))
 	}
 	if len(r.Growth) > 0 {

@@ -64,7 +64,7 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 			t.Errorf("processing %s: ratio %v (error %q)", r.Handler, r.Ratio, r.Error)
 		}
 	}
-	if got, want := len(rep.Memory), len(limiters.Algorithms())+1; got != want {
+	if got, want := len(rep.Memory), len(limiters.Algorithms())+3; got != want { // + redis_rate, 2 sub-window counters
 		t.Errorf("memory rows = %d, want %d", got, want)
 	}
 	for _, r := range rep.Memory {
@@ -72,10 +72,11 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 			t.Errorf("memory %s: %+v", r.Family, r)
 		}
 	}
-	// 9 families (five algorithms, redis_rate, three full sliding logs) at
-	// 2 levels; the log of 1000 at 200 keys passes the entry budget.
-	if got := len(rep.Growth); got != 18 {
-		t.Errorf("growth rows = %d, want 18", got)
+	// 11 families (five algorithms, redis_rate, two sub-window counters,
+	// three full sliding logs) at 2 levels; the log of 1000 at 200 keys
+	// passes the entry budget.
+	if got := len(rep.Growth); got != 22 {
+		t.Errorf("growth rows = %d, want 22", got)
 	}
 	skipped := 0
 	for _, r := range rep.Growth {

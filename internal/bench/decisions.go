@@ -46,6 +46,20 @@ func limiterDecider(alg limiters.Algorithm, prefix string, l limiters.Limit, cos
 	}}
 }
 
+func subWindowDecider(prefix string, l limiters.Limit, n int, name string) decider {
+	return decider{name: name, limit: l.String(), mk: func(rdb *redis.Client) decideFunc {
+		lim, err := limiters.New(rdb, limiters.Config{Name: "bench", Algorithm: limiters.SlidingCounter, Limit: l,
+			SubWindows: n, Prefix: prefix})
+		if err != nil {
+			return func(context.Context, string) error { return err }
+		}
+		return func(ctx context.Context, key string) error {
+			_, err := lim.Allow(ctx, key, 1)
+			return err
+		}
+	}}
+}
+
 func redisRateDecider(prefix string, l redis_rate.Limit) decider {
 	return decider{name: "redis_rate (GCRA)", limit: l.String(), mk: func(rdb *redis.Client) decideFunc {
 		rl := redis_rate.NewLimiter(rdb)

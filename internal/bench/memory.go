@@ -25,7 +25,10 @@ type keyFamily struct {
 	// twoWindows: fill each key twice, one window apart (the sliding
 	// counter then holds its steady state: windows N-1 and N).
 	twoWindows bool
-	entries    int64 // sliding-log entries per key (for the memory budget)
+	// subWindows: fill each key once in each of its last n sub-windows of
+	// an hour, so its HASH holds n fields.
+	subWindows int
+	entries    int64 // sliding-log entries or sub-window fields per key (for the budget)
 	base       bool  // one of the scenario 5 rows
 }
 
@@ -40,6 +43,14 @@ func keyFamilies(prefix string) []keyFamily {
 	}
 	rr := redisRateDecider(prefix, redis_rate.PerHour(10))
 	fs = append(fs, keyFamily{name: rr.name, limit: rr.limit, fill: rr, decide: rr, entries: 1, base: true})
+	for _, n := range []int{10, 60} {
+		// a limit above n, so that every fill is admitted; the n fields
+		// per key count against the entry budget (filling is the slow part)
+		lim := limiters.Limit{Rate: 100, Period: time.Hour}
+		name := fmt.Sprintf("sliding_counter, %d sub-windows filled", n)
+		d := subWindowDecider(prefix, lim, n, name)
+		fs = append(fs, keyFamily{name: name, limit: lim.String(), fill: d, decide: d, subWindows: n, entries: int64(n), base: true})
+	}
 	for _, n := range []int64{10, 100, 1000} {
 		lim := limiters.Limit{Rate: n, Period: time.Hour}
 		name := fmt.Sprintf("sliding_log, full at %d", n)
@@ -110,6 +121,19 @@ func (e *env) scaleFamily(ctx context.Context, f keyFamily, levels []int, latenc
 		prev := slices.Clone(tmpl)
 		prev[8] = t.Add(-time.Hour).UnixMicro()
 		calls = append(calls, prev)
+	}
+	if f.subWindows > 0 {
+		// one call in each of the n sub-windows up to now (ARGV[5], as above)
+		t, err := e.rdb.Time(ctx).Result()
+		if err != nil {
+			return fail(err)
+		}
+		sub := time.Hour / time.Duration(f.subWindows)
+		for j := f.subWindows - 1; j > 0; j-- {
+			c := slices.Clone(tmpl)
+			c[8] = t.Add(-time.Duration(j) * sub).UnixMicro()
+			calls = append(calls, c)
+		}
 	}
 	calls = append(calls, tmpl)
 	if err := e.flush(ctx); err != nil { // drop the probe's state
@@ -267,6 +291,10 @@ func memoryTable(rows []GrowthRow, keys int) string {
 		}
 		if r.Error != "" {
 			t.add(r.Family, r.Limit, inum(int64(r.Keys)), "error: "+r.Error, "", "")
+			continue
+		}
+		if r.Skipped != "" {
+			t.add(r.Family, r.Limit, inum(int64(r.Keys)), "skipped: "+r.Skipped, "", "")
 			continue
 		}
 		t.add(r.Family, r.Limit, inum(int64(r.Keys)), num(r.MemoryUsage, 0), num(r.UsedPerKey, 0), num(r.RedisKeysPerKey, 2))

@@ -251,8 +251,8 @@ const (
 type Limiter struct {
 	// Name names the limiter's keys and metrics. Default
 	// "<downstream>-<index>". Limiters of several downstreams may share a
-	// name, and so their Redis state, if they agree on algorithm, rate and
-	// burst.
+	// name, and so their Redis state, if they agree on algorithm, rate,
+	// burst and sub-windows.
 	Name string `yaml:"name"`
 	// Algorithm is one of limiters.Algorithms(). Default token_bucket.
 	Algorithm limiters.Algorithm `yaml:"algorithm"`
@@ -263,6 +263,10 @@ type Limiter struct {
 	// Burst is the bucket capacity; 0 means the rate's count. The window
 	// algorithms count Rate per window, so Burst must be 0 or equal it.
 	Burst int64 `yaml:"burst,omitempty"`
+	// SubWindows, with sliding_counter only, splits the window into that
+	// many sub-windows (2 to limiters.MaxSubWindows); 0 (the default) is
+	// the two-window counter. See limiters.Config.SubWindows.
+	SubWindows int `yaml:"sub_windows,omitempty"`
 }
 
 // Load reads and parses the file at path. Errors about its content name
@@ -743,7 +747,7 @@ func (c *Config) validateDownstreams() *Error {
 		}
 		for j, l := range d.Admission.Limiters {
 			lp := fmt.Sprintf("%s.admission.limiters[%d]", p, j)
-			u := limiterUse{downstream: i, path: lp, alg: l.Algorithm, limit: l.Limit()}
+			u := limiterUse{downstream: i, path: lp, alg: l.Algorithm, limit: l.Limit(), sub: l.SubWindows}
 			first, ok := lims[l.Name]
 			if !ok {
 				lims[l.Name] = u
@@ -752,7 +756,7 @@ func (c *Config) validateDownstreams() *Error {
 			if first.downstream == i {
 				return errf(lp+".name", "duplicate name %s (first at %s)", q(l.Name), first.path)
 			}
-			if first.alg != u.alg || first.limit != u.limit {
+			if first.alg != u.alg || first.limit != u.limit || first.sub != u.sub {
 				return errf(lp+".name", "%s is also the name of %s, which has another algorithm or limit (a name is one limiter: its Redis state and metrics)", q(l.Name), first.path)
 			}
 		}
@@ -765,6 +769,7 @@ type limiterUse struct {
 	path       string
 	alg        limiters.Algorithm
 	limit      limiters.Limit
+	sub        int
 }
 
 func (r *Redis) validate() *Error {
@@ -1081,6 +1086,9 @@ func (l *Limiter) validate(p string) *Error {
 	}
 	if err := lim.Validate(); err != nil {
 		return errf(p+".burst", "burst %d with rate %s: %s", lim.Capacity(), q(l.Rate), limitMsg(err))
+	}
+	if err := limiters.CheckSubWindows(l.Algorithm, lim, l.SubWindows); err != nil {
+		return errf(p+".sub_windows", "%s", limitMsg(err))
 	}
 	return nil
 }

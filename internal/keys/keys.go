@@ -8,6 +8,7 @@ package keys
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -47,6 +48,14 @@ func tag(family, name, key string) string {
 // counters); swl is a ZSET; tb and lb are HASHes.
 func (s Space) Limiter(alg, name, key string) string {
 	return s.prefix() + ":lim:" + tag(alg, name, key)
+}
+
+// SubWindows is the HASH of limiter name's sliding counter over n
+// sub-windows for the admission key key, a field per sub-window number.
+// n is part of the tag's family ("swc60"), so a limiter whose n changes
+// starts afresh instead of misreading fields numbered for another n.
+func (s Space) SubWindows(n int, name, key string) string {
+	return s.prefix() + ":lim:" + tag("swc"+strconv.Itoa(n), name, key)
 }
 
 // Bucket is the shaping bucket of downstream ds: a STRING holding next_free

@@ -219,6 +219,11 @@ func TestKeysAreDistinct(t *testing.T) {
 						add(base+":"+fmt.Sprint(n), who)
 					}
 				}
+				if alg == "swc" {
+					for _, n := range []int{2, 10, 60} { // the sub-window counters' HASHes
+						add(s.SubWindows(n, name, k), fmt.Sprintf("%s/%d", who, n))
+					}
+				}
 			}
 		}
 	}
