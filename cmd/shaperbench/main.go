@@ -4,7 +4,9 @@
 // results as JSON. See internal/bench and docs/benchmarks.md.
 //
 //	go run ./cmd/shaperbench -quick      # 2-3 minutes on a busy 2-core machine
-//	go run ./cmd/shaperbench             # the full run, about 7 minutes there
+//	go run ./cmd/shaperbench             # the full run, about 13 minutes there
+//	go run ./cmd/shaperbench -rounds economy,keepup,idle,kill
+//	                                     # the release path only (scenario 7), about 6 minutes
 package main
 
 import (
@@ -33,21 +35,23 @@ func main() {
 	rate := fs.Int("rate", 0, "fidelity rate per second (default 50)")
 	backlog := fs.Int("backlog", 0, "fidelity backlog (default 1500, -quick 300)")
 	procs := fs.String("procs", "1,3", "process counts of the fidelity scenario")
+	rounds := fs.String("rounds", strings.Join(bench.AllRounds(), ","), "comma-separated rounds of the release scenario; given without -scenarios, only the release scenario runs")
+	idle := fs.String("idle-downstreams", "1,100,500", "downstream counts of the idle round")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["rounds"] && !set["scenarios"] {
+		*scenarios = bench.ScenarioRelease
+	}
 	opts := bench.Options{Quick: *quick, Scenarios: split(*scenarios), Contenders: split(*contenders),
 		ShaperMode: *mode, ShaperBin: *bin, Rate: *rate, Backlog: *backlog,
 		Command: "go run ./cmd/shaperbench " + strings.Join(os.Args[1:], " ")}
-	for _, p := range split(*procs) {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "shaperbench: -procs: %q is not a process count\n", p)
-			os.Exit(2)
-		}
-		opts.Procs = append(opts.Procs, n)
-	}
+	opts.Procs = counts("procs", *procs, "a process count")
+	opts.ReleaseRounds = split(*rounds)
+	opts.IdleLevels = counts("idle-downstreams", *idle, "a downstream count")
 	if !*quiet {
 		opts.Progress = os.Stderr
 	}
@@ -68,6 +72,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "shaperbench:", err)
 		os.Exit(1)
 	}
+}
+
+// counts parses a comma-separated list of positive integers, or exits
+// with one line naming the flag and the bad value.
+func counts(flagName, s, what string) []int {
+	var out []int
+	for _, p := range split(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "shaperbench: -%s: %q is not %s\n", flagName, p, what)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func split(s string) []string {

@@ -18,7 +18,11 @@
 //     processing, and admission+enqueue vs asynq.Client.Enqueue;
 //  5. memory: bytes per key of each algorithm's state;
 //  6. growth: decision latency and memory as keys grow, and sliding logs
-//     filled to 10, 100 and 1000 entries.
+//     filled to 10, 100 and 1000 entries;
+//  7. release: the release path of real `shaper` processes, in rounds
+//     (see release.go): Redis commands per released task next to raw
+//     asynq, keep-up and bursts, idle cost by downstream count, and a
+//     kill -9.
 //
 // cmd/shaperbench is the command; Run is the whole benchmark.
 package bench
@@ -40,11 +44,12 @@ const (
 	ScenarioOverhead  = "overhead"
 	ScenarioMemory    = "memory"
 	ScenarioGrowth    = "growth"
+	ScenarioRelease   = "release" // rounds: Options.ReleaseRounds
 )
 
 // AllScenarios lists the scenarios in run order.
 func AllScenarios() []string {
-	return []string{ScenarioFidelity, ScenarioDecisions, ScenarioOverhead, ScenarioMemory, ScenarioGrowth}
+	return []string{ScenarioFidelity, ScenarioDecisions, ScenarioOverhead, ScenarioMemory, ScenarioGrowth, ScenarioRelease}
 }
 
 // Shaper hosting modes for the fidelity scenario.
@@ -90,6 +95,22 @@ type Options struct {
 	BigFamilies    []string
 	EntryBudget    int64 // most sliding-log entries or sub-window fields in Redis at once; default 1M
 	LatencySamples int   // decisions timed per level; default 2000 (quick 300)
+	// Release path (scenario 7).
+	ReleaseRounds []string      // nil: AllRounds
+	ReleaseProcs  []int         // keepup and idle process counts; default {1, 3}
+	EconomyRates  []int         // default {50, 200}
+	EconomyProcs  int           // default 3
+	EconomyDrain  time.Duration // backlog = rate × this; default 10s (quick 5s)
+	KeepupRates   []int         // default {50, 200, 1000}
+	KeepupDrain   time.Duration // backlog = rate × this; default 10s (quick 5s)
+	IdleLevels    []int         // downstream counts; default {1, 100, 500}
+	IdleWarmup    time.Duration // default 3s
+	IdleWindow    time.Duration // commands counted over this; default 10s (quick 5s)
+	KillRate      int           // default 50
+	KillProcs     int           // default 3
+	KillBacklog   int           // default 1000
+	KillAfter     time.Duration // after the first delivery; default 5s
+	KillLimit     time.Duration // most to wait after the kill; default 150s
 
 	// Progress receives one line per step; nil is silent.
 	Progress interface{ Write([]byte) (int, error) }
@@ -171,7 +192,7 @@ func (o Options) Defaults() Options {
 	if o.LatencySamples == 0 {
 		o.LatencySamples = pick(2000, 300)
 	}
-	return o
+	return o.releaseDefaults()
 }
 
 func (o Options) validate() error {
@@ -191,7 +212,7 @@ func (o Options) validate() error {
 	if o.Rate < 1 || o.Workers < 1 || o.Backlog < 2 {
 		return fmt.Errorf("bench: rate, workers must be >= 1 and backlog >= 2, got %d, %d, %d", o.Rate, o.Workers, o.Backlog)
 	}
-	return nil
+	return o.validateRelease()
 }
 
 // Report is the whole result; it is what the JSON file holds.
@@ -209,6 +230,7 @@ type Report struct {
 	MemKeys    int             `json:"memory_keys,omitempty"`
 	Memory     []GrowthRow     `json:"memory,omitempty"`
 	Growth     []GrowthRow     `json:"growth,omitempty"`
+	Release    *ReleaseReport  `json:"release,omitempty"`
 	Headlines  []string        `json:"headlines,omitempty"`
 	opts       Options
 }
@@ -288,6 +310,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 		}
 	}
+	if has(ScenarioRelease) && ctx.Err() == nil {
+		rep.Release = e.release(ctx)
+	}
 	rep.Headlines = headlines(rep)
 	rep.Machine.LoadEnd = loadavg()
 	rep.DurationS = round(time.Since(rep.Started).Seconds(), 1)
@@ -357,6 +382,9 @@ func (r *Report) Markdown() string {
 	if len(r.Growth) > 0 {
 		w("### 6. Cost growth (decision latency at 1 goroutine on random populated keys; sliding logs filled to their limit, so their decisions are rejections)\n\n")
 		w("%s\n", growthTable(r.Growth))
+	}
+	if r.Release != nil {
+		b.WriteString(r.Release.markdown(o))
 	}
 	return b.String()
 }

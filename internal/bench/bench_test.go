@@ -20,6 +20,7 @@ func TestSmallestRunHasEveryRow(t *testing.T) {
 	defer cancel()
 	opts := Options{
 		Quick:      true,
+		Scenarios:  []string{ScenarioFidelity, ScenarioDecisions, ScenarioOverhead, ScenarioMemory, ScenarioGrowth},
 		ShaperMode: ModeDispatchers, // no go build inside a test
 		Backlog:    20, Procs: []int{1}, BurstOneLimit: time.Second,
 		DecisionTime: 20 * time.Millisecond, DecisionRounds: 1, BenchmarkRequests: 200, Rounds: 1,
