@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/testsink"
+)
+
+// Every release-path round at toy sizes on real shaper processes (built
+// from cmd/shaper): each row is filled and the section renders.
+func TestReleaseRoundsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/shaper and runs shaper processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	opts := Options{
+		Scenarios: []string{ScenarioRelease}, ReleaseProcs: []int{1},
+		EconomyRates: []int{20}, EconomyProcs: 2, EconomyDrain: time.Second,
+		KeepupRates: []int{20}, KeepupDrain: time.Second,
+		IdleLevels: []int{1, 3}, IdleWarmup: 500 * time.Millisecond, IdleWindow: time.Second,
+		KillRate: 20, KillProcs: 2, KillBacklog: 60, KillAfter: time.Second, KillLimit: 8 * time.Second,
+		Progress: logWriter{t, start},
+	}
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r := rep.Release
+	if r == nil {
+		t.Fatal("no release report")
+	}
+	if len(r.Economy) != 3 {
+		t.Fatalf("economy rows = %d, want 3 (raw asynq, shaper default, shaper workers: 20)", len(r.Economy))
+	}
+	for _, x := range r.Economy {
+		if x.Error != "" || x.Delivered != 20 || x.CmdsPerTask <= 0 {
+			t.Errorf("economy %s: %d/20 delivered, %.1f commands per task, error %q", x.Contender, x.Delivered, x.CmdsPerTask, x.Error)
+		}
+		if x.Contender != econRaw && (x.ScriptsPerTask <= 0 || x.VsRaw <= 0) {
+			t.Errorf("economy %s: %.2f scripts per task, %.2f× raw; want both > 0", x.Contender, x.ScriptsPerTask, x.VsRaw)
+		}
+	}
+	if got := r.Economy[2].Workers; got != 20 {
+		t.Errorf("economy with workers: 20 logged %d workers", got)
+	}
+	if len(r.Keepup) != 1 || r.Keepup[0].Delivered != 20 || r.Keepup[0].MaxIn1sRelease == 0 || r.Keepup[0].Workers == 0 {
+		t.Errorf("keepup rows: %+v, want one with 20 delivered, release times and the worker count", r.Keepup)
+	}
+	if len(r.Idle) != 3 {
+		t.Fatalf("idle rows = %d, want 3 (1 and 3 downstreams, raw asynq)", len(r.Idle))
+	}
+	for _, x := range r.Idle {
+		if x.Error != "" || x.CmdsPerS <= 0 || x.Connections <= 0 {
+			t.Errorf("idle %s × %d: %+v", x.Who, x.Downstreams, x)
+		}
+		if x.Who == "shaper" && (x.Goroutines <= 0 || x.RSSMB <= 0 || x.StartS <= 0) {
+			t.Errorf("idle shaper × %d: goroutines %v, RSS %v MB, start %v s; want all > 0", x.Downstreams, x.Goroutines, x.RSSMB, x.StartS)
+		}
+	}
+	k := r.Kill
+	if k == nil || k.Error != "" || k.Delivered == 0 || k.KilledAtS < 1 || k.Workers == 0 {
+		t.Errorf("kill row: %+v", k)
+	}
+	md := rep.Markdown()
+	for _, want := range []string{"### 7. Release path", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "| 20/s | asynq, no limit |",
+		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestKeepUpRateSkipsTheFirstSecond(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var ts []time.Time
+	for i := 0; i < 5; i++ { // a slow first second: 5 releases
+		ts = append(ts, t0.Add(time.Duration(i)*200*time.Millisecond))
+	}
+	for i := 0; i <= 40; i++ { // then 20/s for 2 s
+		ts = append(ts, t0.Add(time.Second+time.Duration(i)*50*time.Millisecond))
+	}
+	if got := keepUpRate(ts, time.Second); got < 19.99 || got > 20.01 {
+		t.Errorf("keepUpRate = %v, want 20", got)
+	}
+	if got := keepUpRate(ts, 0); got > 15.5 { // 45 events over 3 s
+		t.Errorf("keepUpRate without a skip = %v, want ~15 (the slow start counted)", got)
+	}
+	if got := keepUpRate(ts[:1], time.Second); got != 0 {
+		t.Errorf("keepUpRate of one event = %v, want 0", got)
+	}
+}
+
+func TestFillKill(t *testing.T) {
+	kill := time.Unix(2000, 0)
+	at := func(s float64) time.Time { return kill.Add(time.Duration(s * float64(time.Second))) }
+	hits := []testsink.Hit{
+		{At: at(-5), TaskID: "a", Payload: "0"},
+		{At: at(0.5), TaskID: "b", Payload: "1"}, // held by a survivor
+		{At: at(12), TaskID: "c", Payload: "2"},  // stranded, back after 12 s
+		{At: at(12.1), TaskID: "c", Payload: "2"},
+		{At: at(14), TaskID: "e", Payload: "4"},
+	}
+	row := KillRow{Backlog: 5, IdealS: 4}
+	fillKill(&row, hits, []string{"b", "c"}, kill)
+	want := KillRow{Backlog: 5, IdealS: 4, ActiveAtKill: 2, Stranded: 1, LastActiveS: 12, RunS: 19, ExtraS: 15,
+		Delivered: 4, Lost: 1, Duplicates: 1}
+	if row != want {
+		t.Errorf("fillKill:\n got %+v\nwant %+v", row, want)
+	}
+	row = KillRow{Backlog: 5, LastActiveS: -1}
+	fillKill(&row, hits, []string{"b", "d"}, kill) // d never delivered
+	if row.LastActiveS != -1 || row.Stranded != 1 {
+		t.Errorf("with a task never delivered: last %v, stranded %d; want -1 and 1", row.LastActiveS, row.Stranded)
+	}
+}
+
+// The start line is found even when a write splits it and hundreds of
+// lines follow it (the tail buffer alone would lose it).
+func TestLogWatchFindsStartLine(t *testing.T) {
+	w := &logWatch{started: time.Now().Add(-time.Second)}
+	line := `{"time":"x","level":"INFO","msg":"shaper started","redis":"r","http":"127.0.0.1:4567","downstreams":2}` + "\n"
+	w.Write([]byte(line[:30]))
+	if d, _, _ := w.state(); d != 0 {
+		t.Errorf("ready after half a line: %v", d)
+	}
+	w.Write([]byte(line[30:]))
+	for i := 0; i < 200; i++ {
+		w.Write([]byte(`{"msg":"downstream","name":"ds","workers":11}` + "\n"))
+	}
+	d, addr, workers := w.state()
+	if d < time.Second || addr != "127.0.0.1:4567" || workers != 11 {
+		t.Errorf("state = %v, %q, %d; want >= 1s, 127.0.0.1:4567, 11", d, addr, workers)
+	}
+	if strings.Contains(w.tail.String(), "shaper started") {
+		t.Error("the tail still holds the start line; the test does not cover a rolled-over tail")
+	}
+}
