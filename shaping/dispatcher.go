@@ -113,6 +113,14 @@ type Config struct {
 	// all downstreams) and applies the schedules; zero means 250ms, so a
 	// change reaches every process within a second.
 	ControlInterval time.Duration
+	// RecoverAfter is how long a process may go without announcing itself
+	// (every 2s) and without extending its tasks' leases (every 5s) before
+	// the others return the tasks it held to the front of their queues;
+	// zero means 10s. Each held task is delivered at least once: a process
+	// stalled (not dead) for longer may deliver a task another process
+	// also delivers, so handlers send Idempotency-Key (the http handler
+	// does). Must be at least 6s (one lease extension plus margin).
+	RecoverAfter time.Duration
 	// Now is the clock schedules are read with; nil means time.Now.
 	Now func() time.Time
 }
@@ -133,6 +141,7 @@ type Dispatcher struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 	control  *Control
+	pid      string // this process in the liveness ZSET
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
@@ -155,9 +164,13 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RecoverAfter <= 0 {
+		cfg.RecoverAfter = 10 * time.Second
+	}
+	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
 		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger, m: cfg.Metrics,
-		runners: map[string]*runner{}, stopping: make(chan struct{}),
+		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
 	}
 	d.control = NewControl(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
@@ -320,6 +333,7 @@ func (d *Dispatcher) Start() error {
 		runners = append(runners, d.runners[name])
 	}
 	go d.controlLoop(runners)
+	go d.livenessLoop(runners)
 	return nil
 }
 

@@ -79,6 +79,14 @@ func (s Space) ControlVersions() string {
 	return s.prefix() + ":ctl:versions"
 }
 
+// Processes is a ZSET of the live dispatcher processes (member: host:pid:
+// random, score: unix seconds of its last announcement), read with plain
+// commands: a process silent for a while is dead, and the others recover
+// the tasks it held.
+func (s Space) Processes() string {
+	return s.prefix() + ":procs"
+}
+
 // CronLock is a STRING lock taken by the process that enqueues the tick at
 // unix second tick of cron entry name.
 func (s Space) CronLock(name string, tick int64) string {
