@@ -32,6 +32,8 @@ var (
 	controlSrc string
 	//go:embed adaptive.lua
 	adaptiveSrc string
+	//go:embed recover.lua
+	recoverSrc string
 )
 
 // Admission scripts share one ARGV layout:
@@ -60,6 +62,10 @@ var (
 	// Adaptive: KEYS[1] the same HASH. AIMD of the shared rate; reply: the
 	// rate in milli-units per second.
 	Adaptive = redis.NewScript(adaptiveSrc)
+	// Recover: KEYS asynq's lease, active, pending of one queue. Returns
+	// a dead process's held tasks to the front of the queue; reply
+	// {moved, dropped}.
+	Recover = redis.NewScript(recoverSrc)
 )
 
 // Modes for ARGV[4].
@@ -72,5 +78,5 @@ const (
 
 // All lists every script, for loading on every node of a cluster.
 func All() []*redis.Script {
-	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive}
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive, Recover}
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -29,12 +30,35 @@ func (b Backlog) Total() int { return b.Pending + b.Active + b.Scheduled + b.Ret
 // Inspector reads backlogs. Safe for concurrent use.
 type Inspector struct {
 	in    *asynq.Inspector
+	rdb   redis.UniversalClient
 	space keys.Space
 }
 
 // NewInspector returns an Inspector over rdb for keys under prefix.
 func NewInspector(rdb redis.UniversalClient, prefix string) *Inspector {
-	return &Inspector{in: asynq.NewInspectorFromRedisClient(rdb), space: keys.New(prefix)}
+	return &Inspector{in: asynq.NewInspectorFromRedisClient(rdb), rdb: rdb, space: keys.New(prefix)}
+}
+
+// Counts is Backlog's five counts (pending, active, scheduled, retry,
+// archived) in one pipelined round trip of five O(1) commands, for
+// samplers that run every few seconds in every process (asynq's
+// GetQueueInfo, behind Backlog, runs a dozen commands and samples memory).
+func (i *Inspector) Counts(ctx context.Context, downstream string) (Backlog, error) {
+	q := i.space.Queue(downstream)
+	var cmds [5]*redis.IntCmd
+	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds[0] = p.LLen(ctx, keys.Asynq(q, "pending"))
+		cmds[1] = p.LLen(ctx, keys.Asynq(q, "active"))
+		cmds[2] = p.ZCard(ctx, keys.Asynq(q, "scheduled"))
+		cmds[3] = p.ZCard(ctx, keys.Asynq(q, "retry"))
+		cmds[4] = p.ZCard(ctx, keys.Asynq(q, "archived"))
+		return nil
+	})
+	if err != nil {
+		return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", downstream, err)
+	}
+	return Backlog{Downstream: downstream, Pending: int(cmds[0].Val()), Active: int(cmds[1].Val()),
+		Scheduled: int(cmds[2].Val()), Retry: int(cmds[3].Val()), Archived: int(cmds[4].Val())}, nil
 }
 
 // Backlog reports a downstream's queue. A queue that does not exist yet

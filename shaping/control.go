@@ -51,7 +51,28 @@ func (c *Control) set(ctx context.Context, ds string, kv ...string) error {
 	if err := lua.Control.Run(ctx, c.rdb, []string{c.space.DownstreamState(ds)}, args...).Err(); err != nil {
 		return fmt.Errorf("shaping: control %q: %w", ds, err)
 	}
+	return c.bump(ctx, ds)
+}
+
+// bump tells every process that ds's state changed: they re-read it on
+// their next control tick (processes also re-read everything every
+// fullRefresh, so a lost bump delays a change, never loses it).
+func (c *Control) bump(ctx context.Context, ds string) error {
+	k := c.space.ControlVersions()
+	_, err := c.rdbCmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, k, ds, 1)
+		p.PExpire(ctx, k, StateTTL)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("shaping: control %q: %w", ds, err)
+	}
 	return nil
+}
+
+// versions reads every downstream's change counter (one command).
+func (c *Control) versions(ctx context.Context) (map[string]string, error) {
+	return c.rdbCmd().HGetAll(ctx, c.space.ControlVersions()).Result()
 }
 
 // Pause stops releases of ds in every process; held tasks stay held and

@@ -26,37 +26,74 @@ func (r *runner) seedOffset() {
 	}
 }
 
-// controlLoop re-reads the runtime state and schedule every
-// ControlInterval until the dispatcher stops.
-func (r *runner) controlLoop() {
-	t := time.NewTicker(r.d.cfg.ControlInterval)
+// fullRefresh is how often every downstream's state is re-read even
+// when its version did not change (a lost bump, a flushed Redis).
+const fullRefresh = 10 * time.Second
+
+// controlLoop keeps every downstream's rate and pause current: each
+// ControlInterval it reads the one versions hash and re-reads the state
+// of the downstreams whose version moved; the schedule is applied from
+// the cached state without Redis. Idle, that is one command per tick per
+// process, however many downstreams it serves.
+func (d *Dispatcher) controlLoop(runners []*runner) {
+	t := time.NewTicker(d.cfg.ControlInterval)
 	defer t.Stop()
+	seen := map[string]string{}
+	last := time.Now()
 	for {
 		select {
-		case <-r.d.stopping:
+		case <-d.stopping:
 			return
 		case <-t.C:
-			r.refresh(context.Background())
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+		vers, err := d.control.versions(ctx)
+		full := time.Since(last) >= fullRefresh
+		if full {
+			last = time.Now()
+		}
+		for _, r := range runners {
+			v, changed := vers[r.ds.Name], false
+			if err == nil && (full || v != seen[r.ds.Name]) {
+				changed = r.refresh(ctx)
+			}
+			if changed {
+				seen[r.ds.Name] = v
+			} else {
+				r.apply()
+			}
+		}
+		cancel()
 	}
 }
 
-// refresh computes the rate in force: the schedule's (or the configured)
-// rate, replaced by a runtime override, capped by the adaptive rate.
-func (r *runner) refresh(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, r.d.cfg.RedisTimeout)
-	defer cancel()
+// refresh re-reads the runtime state from Redis and applies it; false
+// when Redis did not answer (the last known state stays: reservations fail
+// closed anyway).
+func (r *runner) refresh(ctx context.Context) bool {
+	st, err := r.d.control.State(ctx, r.ds.Name)
+	if err != nil {
+		return false
+	}
+	r.smu.Lock()
+	r.st = st
+	r.smu.Unlock()
+	r.apply()
+	return true
+}
+
+// apply computes the rate in force from the cached state: the schedule's
+// (or the configured) rate, replaced by a runtime override, capped by the
+// adaptive rate.
+func (r *runner) apply() {
+	r.smu.Lock()
+	st := r.st
+	r.smu.Unlock()
 	base := r.ds.Rate
 	if len(r.ds.Schedule) > 0 {
 		if l, _, ok := r.ds.Schedule.At(r.d.cfg.Now()); ok {
 			base = l
 		}
-	}
-	st, err := r.d.control.State(ctx, r.ds.Name)
-	if err != nil {
-		// Keep the last known state: Redis is away, and reservations fail
-		// closed anyway.
-		return
 	}
 	if !st.Override.IsZero() {
 		base = st.Override
@@ -140,6 +177,12 @@ func (r *runner) adapt(event string) {
 	if err != nil {
 		r.d.log.Warn("shaping: adaptive rate update failed", "downstream", r.ds.Name, "err", err)
 		return
+	}
+	if prev := r.lastAR.Swap(ar.Rate); prev != ar.Rate {
+		// the shared rate moved: the other processes re-read it
+		if err := r.d.control.bump(ctx, r.ds.Name); err != nil {
+			r.d.log.Warn("shaping: adaptive rate announce failed", "downstream", r.ds.Name, "err", err)
+		}
 	}
 	r.setRate(slower(base, ar))
 	if m := r.d.m; m != nil && event == "dec" {

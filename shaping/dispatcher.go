@@ -98,16 +98,29 @@ type Config struct {
 	// finish; zero means 10s. Tasks still waiting for their slot go back
 	// to the queue at once.
 	ShutdownTimeout time.Duration
-	// PollInterval is how often an idle worker looks for new tasks when
-	// its queue is empty; zero means 100ms. (With a backlog there is no
-	// polling: a worker takes the next task as soon as it is free.)
+	// PollInterval is how often an idle downstream looks for new tasks
+	// when its queue is empty (asynq's TaskCheckInterval); zero means 1s,
+	// asynq's own default. It is the idle cost's largest part (a dequeue
+	// is 3 Redis commands) against the first release after an idle spell
+	// (up to 1.5 × PollInterval late); see docs/operations.md. With a
+	// backlog there is no polling: a worker takes the next task as soon as
+	// it is free.
 	PollInterval time.Duration
 	// RedisTimeout bounds each bucket script call; zero means 2s.
 	RedisTimeout time.Duration
-	// ControlInterval is how often each downstream re-reads its runtime
-	// state (pause, rate override, adaptive rate) and schedule; zero means
-	// 250ms, so a change reaches every process within a second.
+	// ControlInterval is how often the dispatcher looks for runtime state
+	// changes (pause, rate override, adaptive rate; one Redis command for
+	// all downstreams) and applies the schedules; zero means 250ms, so a
+	// change reaches every process within a second.
 	ControlInterval time.Duration
+	// RecoverAfter is how long a process may go without announcing itself
+	// (every 2s) and without extending its tasks' leases (every 5s) before
+	// the others return the tasks it held to the front of their queues;
+	// zero means 10s. Each held task is delivered at least once: a process
+	// stalled (not dead) for longer may deliver a task another process
+	// also delivers, so handlers send Idempotency-Key (the http handler
+	// does). Must be at least 6s (one lease extension plus margin).
+	RecoverAfter time.Duration
 	// Now is the clock schedules are read with; nil means time.Now.
 	Now func() time.Time
 }
@@ -128,6 +141,7 @@ type Dispatcher struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 	control  *Control
+	pid      string // this process in the liveness ZSET
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
@@ -139,7 +153,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 100 * time.Millisecond
+		cfg.PollInterval = time.Second
 	}
 	if cfg.RedisTimeout <= 0 {
 		cfg.RedisTimeout = 2 * time.Second
@@ -150,9 +164,13 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RecoverAfter <= 0 {
+		cfg.RecoverAfter = 10 * time.Second
+	}
+	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
 		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger, m: cfg.Metrics,
-		runners: map[string]*runner{}, stopping: make(chan struct{}),
+		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
 	}
 	d.control = NewControl(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
@@ -299,14 +317,23 @@ func (d *Dispatcher) Start() error {
 			acfg.GroupGracePeriod = max(b.Grace, time.Second)
 		}
 		r.srv = asynq.NewServerFromRedisClient(d.rdb, acfg)
-		r.refresh(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+		if !r.refresh(ctx) {
+			r.apply()
+		}
+		cancel()
 		r.seedOffset()
 		if err := r.srv.Start(asynq.HandlerFunc(r.process)); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
-		go r.controlLoop()
 		go r.lane.run()
 	}
+	runners := make([]*runner, 0, len(d.order))
+	for _, name := range d.order {
+		runners = append(runners, d.runners[name])
+	}
+	go d.controlLoop(runners)
+	go d.livenessLoop(runners)
 	return nil
 }
 
@@ -326,9 +353,14 @@ func (d *Dispatcher) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	d.stopOnce.Do(func() { close(d.stopping) })
+	// Stop waits for each processor's current poll sleep (up to 1.5 ×
+	// PollInterval): stop them all at once, not one after another.
+	var stops sync.WaitGroup
 	for _, r := range runners {
-		r.srv.Stop()
+		stops.Add(1)
+		go func() { defer stops.Done(); r.srv.Stop() }()
 	}
+	stops.Wait()
 	deadline := time.NewTimer(d.cfg.ShutdownTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -389,6 +421,19 @@ func (d *Dispatcher) Paused(downstream string) (bool, error) {
 	return r.pauseGate() != nil, nil
 }
 
+// State is a downstream's runtime state as this process last read it from
+// Redis (at most ControlInterval old after a change, fullRefresh
+// otherwise), without a Redis call: for status pages that sample often.
+func (d *Dispatcher) State(downstream string) (State, error) {
+	r, err := d.runner(downstream)
+	if err != nil {
+		return State{}, err
+	}
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	return r.st, nil
+}
+
 // Downstreams lists the downstreams in the order they were added.
 func (d *Dispatcher) Downstreams() []Downstream {
 	d.mu.Lock()
@@ -432,6 +477,10 @@ type runner struct {
 	offset  clockOffset
 	lastInc atomic.Int64 // unix ns of the last "inc" sent
 	lane    *lane
+	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
+
+	smu sync.Mutex
+	st  State // runtime state as last read from Redis
 }
 
 func (r *runner) setPaused(p bool) {

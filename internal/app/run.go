@@ -150,12 +150,16 @@ func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shapin
 	return nil, fmt.Errorf("unknown type %q", dc.Handler.Type)
 }
 
+// backlogInterval spaces the backlog gauges' samples: five commands per
+// downstream per sample in every process.
+const backlogInterval = 5 * time.Second
+
 func collectBacklog(ctx context.Context, in *queue.Inspector, d *shaping.Dispatcher, m *metrics.Metrics) {
-	t := time.NewTicker(2 * time.Second)
+	t := time.NewTicker(backlogInterval)
 	defer t.Stop()
 	for {
 		for _, ds := range d.Downstreams() {
-			b, err := in.Backlog(ds.Name)
+			b, err := in.Counts(ctx, ds.Name)
 			if err != nil {
 				continue
 			}

@@ -70,6 +70,23 @@ func (s Space) DownstreamState(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":state"
 }
 
+// ControlVersions is a HASH of downstream name → a counter bumped on
+// every change of that downstream's runtime state, so each process reads
+// one key per control tick and the state hashes only when they changed.
+// One key for all downstreams: it is read with one plain command, never
+// from a script, so it needs no hash tag.
+func (s Space) ControlVersions() string {
+	return s.prefix() + ":ctl:versions"
+}
+
+// Processes is a ZSET of the live dispatcher processes (member: host:pid:
+// random, score: unix seconds of its last announcement), read with plain
+// commands: a process silent for a while is dead, and the others recover
+// the tasks it held.
+func (s Space) Processes() string {
+	return s.prefix() + ":procs"
+}
+
 // CronLock is a STRING lock taken by the process that enqueues the tick at
 // unix second tick of cron entry name.
 func (s Space) CronLock(name string, tick int64) string {
@@ -90,4 +107,14 @@ func (s Space) DownstreamOfQueue(q string) (string, bool) {
 		return "", false
 	}
 	return q[len(p):], true
+}
+
+// Asynq is asynq's own key of the given kind for queue q, as asynq builds
+// it (internal/base): "asynq:{q}:pending" (LIST), "active" (LIST), "lease"
+// (ZSET of id → lease expiry, unix seconds), "scheduled", "retry",
+// "archived" (ZSETs); kind "t:" + id is a task's HASH. asynq owns these
+// keys; shaper reads them for backlogs and moves entries between them only
+// in scripts that keep asynq's own invariants (crash recovery).
+func Asynq(q, kind string) string {
+	return "asynq:{" + q + "}:" + kind
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	Lateness          *prometheus.HistogramVec // downstream
 	BucketFull        *prometheus.CounterVec   // downstream
 	LateSkips         *prometheus.CounterVec   // downstream
+	Recovered         *prometheus.CounterVec   // downstream
 	Pushbacks         *prometheus.CounterVec   // downstream
 	AdaptiveDecreases *prometheus.CounterVec   // downstream
 	Outcomes          *prometheus.CounterVec   // downstream, outcome
@@ -47,6 +48,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Release time minus the reserved slot's time.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}}, []string{"downstream"}),
 		BucketFull: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "bucket_full_total",
 			Help: "Reservations refused because the wait would pass the bucket's capacity; the task stays held and tries again."}, []string{"downstream"}),
+		Recovered: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "recovered_tasks_total",
+			Help: "Tasks a dead process held, returned to the front of their queue by another process (no attempt consumed)."}, []string{"downstream"}),
 		LateSkips: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "late_skips_total",
 			Help: "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases)."}, []string{"downstream"}),
 		Pushbacks: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "pushbacks_total",

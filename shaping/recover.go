@@ -1,0 +1,136 @@
+package shaping
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/lua"
+)
+
+// Crash recovery, faster than asynq's. asynq returns a dead worker's
+// tasks 60-120 s after the crash (a 30 s lease, a further 30 s cutoff, a
+// recoverer that runs once a minute) and counts a retry. Each dispatcher
+// instead announces itself in a ZSET of live processes every
+// livenessInterval; when one stops announcing, the others scan their
+// queues for leases that stopped being extended and put those tasks back
+// at the front (recover.lua), without consuming an attempt.
+
+const (
+	// livenessInterval: how often a process announces itself (one ZADD,
+	// one ZRANGEBYSCORE and one EXPIRE per process, whatever the number of
+	// downstreams).
+	livenessInterval = 2 * time.Second
+	// asynqLease is asynq's lease duration (rdb.LeaseDuration); its
+	// heartbeat extends held tasks' leases to now + this every 5 s.
+	asynqLease = 30 * time.Second
+	// recoverBatch bounds the tasks one script call moves.
+	recoverBatch = 200
+)
+
+// newProcessID names this process in the liveness ZSET.
+func newProcessID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	rand.Read(b)
+	return host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b)
+}
+
+// livenessLoop announces this process and, when another one has gone
+// silent for RecoverAfter, recovers stale leases on every downstream for
+// the next lease duration (a dead process's last extensions go stale over
+// that span). It also scans once at start, for tasks stranded before this
+// process ran, and then every minute as a fallback.
+func (d *Dispatcher) livenessLoop(runners []*runner) {
+	t := time.NewTicker(livenessInterval)
+	defer t.Stop()
+	var scanUntil time.Time
+	lastScan := time.Time{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+		dead, err := d.announce(ctx)
+		if err == nil && dead > 0 {
+			d.log.Info("shaping: a worker process stopped announcing itself; returning its held tasks to their queues", "processes", dead)
+			scanUntil = time.Now().Add(asynqLease)
+		}
+		if time.Now().Before(scanUntil) || time.Since(lastScan) > time.Minute {
+			d.recoverAll(ctx, runners)
+			lastScan = time.Now()
+		}
+		cancel()
+		select {
+		case <-d.stopping:
+			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+			d.rdbCmd().ZRem(ctx, d.space.Processes(), d.pid)
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// announce records this process as alive and removes (and counts) the
+// processes that have been silent for RecoverAfter.
+func (d *Dispatcher) announce(ctx context.Context) (int64, error) {
+	k := d.space.Processes()
+	now := time.Now()
+	var gone *redis.IntCmd
+	_, err := d.rdbCmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Unix()), Member: d.pid})
+		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-d.cfg.RecoverAfter).Unix(), 10))
+		p.Expire(ctx, k, time.Hour)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return gone.Val(), nil
+}
+
+// recoverAll runs recover.lua on every downstream's queue.
+func (d *Dispatcher) recoverAll(ctx context.Context, runners []*runner) {
+	for _, r := range runners {
+		moved, dropped, err := d.recoverQueue(ctx, r.ds.Name, 0)
+		if err != nil {
+			d.log.Warn("shaping: recovery scan failed", "downstream", r.ds.Name, "err", err)
+			continue
+		}
+		if moved+dropped > 0 {
+			d.log.Info("shaping: returned a dead process's held tasks to the front of the queue", "downstream", r.ds.Name, "tasks", moved, "without_hash", dropped)
+			if m := d.m; m != nil {
+				m.Recovered.WithLabelValues(r.ds.Name).Add(float64(moved))
+			}
+		}
+	}
+}
+
+// recoverQueue moves downstream ds's tasks whose leases have not been
+// extended for RecoverAfter back to the front of its queue (now: unix
+// seconds for tests, 0 for Redis TIME).
+func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (moved, dropped int64, err error) {
+	q := d.space.Queue(ds)
+	total := int64(0)
+	for {
+		v, err := lua.Recover.Run(ctx, d.rdb, []string{keys.Asynq(q, "lease"), keys.Asynq(q, "active"), keys.Asynq(q, "pending")},
+			keys.Asynq(q, "t:"), int64(asynqLease/time.Second), int64(d.cfg.RecoverAfter/time.Second), recoverBatch, now).Int64Slice()
+		if err != nil {
+			return moved, dropped, fmt.Errorf("shaping: recover %q: %w", ds, err)
+		}
+		if len(v) != 2 {
+			return moved, dropped, fmt.Errorf("shaping: recover %q: reply has %d fields, want 2", ds, len(v))
+		}
+		moved, dropped = moved+v[0], dropped+v[1]
+		if total += v[0] + v[1]; v[0]+v[1] < recoverBatch || total > 100*recoverBatch {
+			return moved, dropped, nil
+		}
+	}
+}
+
+func (d *Dispatcher) rdbCmd() redis.Cmdable { return d.rdb }
