@@ -143,7 +143,7 @@ func (r *ReleaseReport) markdown(o Options) string {
 			}
 			ach := num(x.Achieved, 1)
 			if x.Contender == econRaw {
-				ach = "unlimited: " + ach
+				ach += " (no limit)"
 			}
 			t.add(fmt.Sprintf("%d/s", x.Rate), x.Contender, fmt.Sprint(x.Workers), del, num(x.CmdsPerTask, 1),
 				num(x.ScriptsPerTask, 2), vs, ach, "`"+x.Top+"`")
@@ -153,14 +153,14 @@ func (r *ReleaseReport) markdown(o Options) string {
 	if len(r.Keepup) > 0 {
 		w("#### 7b. Keep-up and bursts (default workers, %s of backlog per rate; achieved over the drain without its first second)\n\n", o.KeepupDrain)
 		t := table{head: []string{"rate", "P", "workers per process", "delivered", "achieved (/s)", "keep-up",
-			"max in any 1 s at release", "max in any 1 s at the sink", "duplicates"}, align: "rrrrrrrrr"}
+			"max in any 1 s at release", "max in any 1 s by slot", "max in any 1 s at the sink", "duplicates"}, align: "rrrrrrrrrr"}
 		for _, x := range r.Keepup {
 			del := fmt.Sprintf("%d/%d", x.Delivered, x.Backlog)
 			if x.Error != "" {
 				del += " (" + x.Error + ")"
 			}
 			t.add(fmt.Sprintf("%d/s", x.Rate), fmt.Sprint(x.Processes), fmt.Sprint(x.Workers), del, num(x.Achieved, 1),
-				num(x.KeepUpPct, 1)+"%", fmt.Sprintf("%d (limit %d)", x.MaxIn1sRelease, x.Rate+1), fmt.Sprint(x.MaxIn1sSink),
+				num(x.KeepUpPct, 1)+"%", fmt.Sprintf("%d (limit %d)", x.MaxIn1sRelease, x.Rate+1), fmt.Sprint(x.MaxIn1sSlot), fmt.Sprint(x.MaxIn1sSink),
 				fmt.Sprint(x.Releases-x.Delivered))
 		}
 		w("%s\n", t.String())

@@ -48,8 +48,9 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 	if got := r.Economy[2].Workers; got != 20 {
 		t.Errorf("economy with workers: 20 logged %d workers", got)
 	}
-	if len(r.Keepup) != 1 || r.Keepup[0].Delivered != 20 || r.Keepup[0].MaxIn1sRelease == 0 || r.Keepup[0].Workers == 0 {
-		t.Errorf("keepup rows: %+v, want one with 20 delivered, release times and the worker count", r.Keepup)
+	if len(r.Keepup) != 1 || r.Keepup[0].Delivered != 20 || r.Keepup[0].MaxIn1sRelease == 0 ||
+		r.Keepup[0].MaxIn1sSlot == 0 || r.Keepup[0].Workers == 0 {
+		t.Errorf("keepup rows: %+v, want one with 20 delivered, release and slot times and the worker count", r.Keepup)
 	}
 	if len(r.Idle) != 3 {
 		t.Fatalf("idle rows = %d, want 3 (1 and 3 downstreams, raw asynq)", len(r.Idle))
