@@ -30,6 +30,8 @@ var (
 	controlSrc string
 	//go:embed adaptive.lua
 	adaptiveSrc string
+	//go:embed quarantine.lua
+	quarantineSrc string
 )
 
 // Admission scripts share one ARGV layout:
@@ -55,6 +57,11 @@ var (
 	// Adaptive: KEYS[1] the same HASH. AIMD of the shared rate; reply: the
 	// rate in milli-units per second.
 	Adaptive = redis.NewScript(adaptiveSrc)
+	// Quarantine: KEYS[1..8] a task HASH and its asynq queue's pending,
+	// active, scheduled, retry, archived, lease and completed; KEYS[9] the
+	// quarantine LIST. ARGV {id, reason, judged msg, max entries, ttl_ms,
+	// max msg bytes}; reply: structures the id left, 0 if it changed.
+	Quarantine = redis.NewScript(quarantineSrc)
 )
 
 // Modes for ARGV[4].
@@ -66,5 +73,5 @@ const (
 
 // All lists every script, for loading on every node of a cluster.
 func All() []*redis.Script {
-	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Shaping, Control, Adaptive}
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, TokenBucket, LeakyBucket, Shaping, Control, Adaptive, Quarantine}
 }
