@@ -3,8 +3,8 @@
 // snapshot every second. It shows, per downstream, the configured rate, the
 // rate in force, the achieved release rate over the last minute (with a
 // sparkline of releases per second), the backlog by state, lateness,
-// pushbacks, full-bucket and late-skip counts and the paused/adaptive
-// state; and per admission limiter the allowed/rejected/deferred counts.
+// pushbacks, waits for a slot (reservations that found the bucket full),
+// late skips, quarantined entries and the paused/adaptive state; and per admission limiter the allowed/rejected/deferred counts.
 //
 // Everything on it is this process's view: counters come from the process's
 // Prometheus registry, so a fleet of shaper processes has one page each,
@@ -53,6 +53,8 @@ const (
 	mDeferrals  = "shaper_admission_deferrals_total"
 	mFailOpen   = "shaper_admission_fail_open_total"
 	mEnqueued   = "shaper_queue_enqueued_total"
+	mQuarantine = "shaper_queue_quarantined_total"
+	mQuarList   = "shaper_queue_quarantine_entries"
 )
 
 // BacklogStates are the queue states the page shows, in order.
@@ -248,9 +250,19 @@ type Snapshot struct {
 	Scripts       []ScriptSnapshot     `json:"scripts"`
 	// Warning is set when the runtime state could not be read from Redis.
 	Warning string `json:"warning,omitempty"`
+	// Redis is whether the sampler's last read of Redis worked; while it
+	// does not, the backlog and runtime state on the page are stale.
+	Redis RedisState `json:"redis"`
 	// View is the page's formatted text, by element key, and the
 	// sparklines' SVG points; the page's script copies it into the DOM.
 	View View `json:"view"`
+}
+
+// RedisState is the sampler's view of Redis.
+type RedisState struct {
+	Reachable bool `json:"reachable"`
+	// LastOK is the last successful read; nil before the first one.
+	LastOK *time.Time `json:"last_ok,omitempty"`
 }
 
 // DownstreamSnapshot is one downstream. Counters (…_total) count since this
@@ -281,11 +293,18 @@ type DownstreamSnapshot struct {
 	Held     float64          `json:"held"`
 	Lateness LatenessSnapshot `json:"lateness"`
 	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
-	PushbacksTotal  float64 `json:"pushbacks_total"`
+	PushbacksTotal float64 `json:"pushbacks_total"`
+	// BucketFullTotal counts reservation attempts that found the bucket
+	// full (the slot would lie past max_wait): the task stays held and
+	// asks again once a slot frees. It is how a backlog waits, not an error.
 	BucketFullTotal float64 `json:"bucket_full_total"`
 	LateSkipsTotal  float64 `json:"late_skips_total"`
 	DeferralsTotal  float64 `json:"deferrals_total"`
 	EnqueuedTotal   float64 `json:"enqueued_total"`
+	// QuarantinedTotal counts corrupt queue entries this process moved to
+	// the quarantine; QuarantineEntries is the (shared) quarantine's length.
+	QuarantinedTotal  float64 `json:"quarantined_total"`
+	QuarantineEntries float64 `json:"quarantine_entries"`
 	// Outcomes are handler results by outcome (success, retry, throttled,
 	// archived, panic, malformed).
 	Outcomes map[string]float64 `json:"outcomes"`
@@ -316,6 +335,7 @@ type LimiterSnapshot struct {
 	Algorithm  string `json:"algorithm,omitempty"`
 	Key        string `json:"key,omitempty"`
 	Rate       string `json:"rate,omitempty"`
+	Burst      int64  `json:"burst,omitempty"`
 	// Decisions by outcome: allowed, rejected, deferred, error.
 	Decisions map[string]float64 `json:"decisions"`
 	FailOpen  float64            `json:"fail_open"`
@@ -361,6 +381,7 @@ func (p *Page) Snapshot() Snapshot {
 	ring := append([]sample(nil), p.ring...)
 	control := p.control
 	warn := p.ctlErr
+	ctlAt := p.ctlAt
 	p.mu.Unlock()
 
 	base := ring[0]
@@ -373,6 +394,11 @@ func (p *Page) Snapshot() Snapshot {
 	span := now.Sub(base.at).Seconds()
 	snap := Snapshot{GeneratedAt: now.UTC(), UptimeSeconds: now.Sub(p.started).Seconds(),
 		IntervalSeconds: p.opts.Interval.Seconds(), WindowSeconds: span, Warning: warn}
+	snap.Redis.Reachable = warn == ""
+	if !ctlAt.IsZero() {
+		at := ctlAt.UTC()
+		snap.Redis.LastOK = &at
+	}
 
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		l := map[string]string{"downstream": ds.Name}
@@ -386,7 +412,8 @@ func (p *Page) Snapshot() Snapshot {
 			ScheduleChanges: st.schedule, Paused: paused, Workers: ds.Workers, MaxWait: ds.MaxWait.String(),
 			ReleasesTotal: cur.ds[ds.Name].releases, Backlog: map[string]float64{}, Outcomes: map[string]float64{},
 			Held: f.counter(mHeld, l), PushbacksTotal: f.counter(mPushbacks, l), BucketFullTotal: f.counter(mBucketFull, l),
-			LateSkipsTotal: f.counter(mLateSkips, l), DeferralsTotal: f.counter(mDeferrals, l), EnqueuedTotal: f.counter(mEnqueued, l)}
+			LateSkipsTotal: f.counter(mLateSkips, l), DeferralsTotal: f.counter(mDeferrals, l), EnqueuedTotal: f.counter(mEnqueued, l),
+			QuarantinedTotal: f.counter(mQuarantine, l), QuarantineEntries: f.counter(mQuarList, l)}
 		cs := control[ds.Name]
 		if !cs.Override.IsZero() {
 			d.OverrideRate = cs.Override.RateString()
@@ -458,7 +485,7 @@ func (p *Page) limiters(f families) []LimiterSnapshot {
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		for _, lc := range p.static[ds.Name].limiters {
 			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: string(lc.Algorithm),
-				Key: string(lc.Key), Rate: lc.Rate})
+				Key: string(lc.Key), Rate: lc.Rate, Burst: lc.Burst})
 			seen[[2]string{ds.Name, lc.Name}] = true
 		}
 	}

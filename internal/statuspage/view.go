@@ -44,10 +44,20 @@ func view(s Snapshot) View {
 	v.Cells["updated"] = s.GeneratedAt.Format("15:04:05") + " UTC"
 	v.Cells["window"] = strconv.FormatFloat(math.Round(s.WindowSeconds), 'f', 0, 64) + " s"
 	v.Cells["warning"] = s.Warning
+	v.Cells["live"] = "live"
+	if !s.Redis.Reachable {
+		since := "start"
+		if s.Redis.LastOK != nil {
+			since = s.Redis.LastOK.Format("15:04:05") + " UTC"
+		}
+		v.Cells["live"] = "Redis unreachable · figures stale since " + since
+	}
 	for _, d := range s.Downstreams {
 		k := func(f string) string { return DownstreamKey(d.Name, f) }
 		state := "running"
 		switch {
+		case !s.Redis.Reachable:
+			state = "Redis unreachable"
 		case d.Paused:
 			state = "paused"
 		case d.Adaptive != nil:
@@ -89,6 +99,8 @@ func view(s Snapshot) View {
 		v.Cells[k("late_skips")] = count(d.LateSkipsTotal)
 		v.Cells[k("deferrals")] = count(d.DeferralsTotal)
 		v.Cells[k("enqueued")] = count(d.EnqueuedTotal)
+		v.Cells[k("quarantined")] = count(d.QuarantinedTotal)
+		v.Cells[k("quarantine_entries")] = count(d.QuarantineEntries)
 		var outs []string
 		for _, o := range sortedKeys(d.Outcomes) {
 			outs = append(outs, o+" "+count(d.Outcomes[o]))
@@ -134,4 +146,3 @@ func spark(vals []float64, rate float64, slots int) Spark {
 	}
 	return Spark{Points: b.String(), RateY: y(rate), Max: top}
 }
-
