@@ -91,6 +91,35 @@ func (e *qEnv) quarantined(t *testing.T) map[string]string {
 	return out
 }
 
+// plantCorrupt writes a corrupt entry of every kind into the queue (the
+// undecodable one among the expired leases, where it stops asynq's
+// recoverer); good is a valid msg of another task.
+func (e *qEnv) plantCorrupt(t *testing.T, expired float64, good string) {
+	t.Helper()
+	ctx := context.Background()
+	plant := func(id, list, zset string, fields ...string) {
+		t.Helper()
+		if len(fields) > 0 {
+			must(t, e.rdb.HSet(ctx, e.a.Task(id), fields).Err())
+		}
+		if list != "" {
+			must(t, e.rdb.LPush(ctx, list, id).Err())
+		}
+		if zset != "" {
+			must(t, e.rdb.ZAdd(ctx, zset, redis.Z{Score: expired, Member: id}).Err())
+		}
+	}
+	plant("bad-msg", e.a.Active(), e.a.Lease(), "msg", "\xff\xfe not a protobuf", "state", "active")
+	plant("no-hash", "", e.a.Archived())
+	// asynq may dequeue this one before the full scan sees it; its dequeue
+	// script then creates a hash with a state and no msg.
+	plant("no-hash-pending", e.a.Pending(), "")
+	plant("empty-msg", e.a.Pending(), "", "msg", "", "state", "pending")
+	plant("no-msg", "", e.a.Retry(), "state", "retry")
+	plant("wrong-id", "", e.a.Scheduled(), "msg", good, "state", "scheduled")
+
+}
+
 // A crashed process left 10 tasks active with an expired lease, and the
 // queue holds corrupt entries of every kind, one of them (an undecodable
 // msg) among the expired leases, which makes asynq's recoverer fail on the
@@ -122,28 +151,7 @@ func TestQuarantineUnsticksCrashRecovery(t *testing.T) {
 	}
 	good, err := e.rdb.HGet(ctx, e.a.Task(ids[0]), "msg").Result()
 	must(t, err)
-	// The corrupt entries.
-	plant := func(id, list, zset string, fields ...string) {
-		t.Helper()
-		if len(fields) > 0 {
-			must(t, e.rdb.HSet(ctx, e.a.Task(id), fields).Err())
-		}
-		if list != "" {
-			must(t, e.rdb.LPush(ctx, list, id).Err())
-		}
-		if zset != "" {
-			must(t, e.rdb.ZAdd(ctx, zset, redis.Z{Score: expired, Member: id}).Err())
-		}
-	}
-	plant("bad-msg", e.a.Active(), e.a.Lease(), "msg", "\xff\xfe not a protobuf", "state", "active")
-	plant("no-hash", "", e.a.Archived())
-	// asynq may dequeue this one before the full scan sees it; its dequeue
-	// script then creates a hash with a state and no msg.
-	plant("no-hash-pending", e.a.Pending(), "")
-	plant("empty-msg", e.a.Pending(), "", "msg", "", "state", "pending")
-	plant("no-msg", "", e.a.Retry(), "state", "retry")
-	plant("wrong-id", "", e.a.Scheduled(), "msg", good, "state", "scheduled")
-
+	e.plantCorrupt(t, expired, good)
 	must(t, e.d.Start())
 	waitFor(t, 30*time.Second, "the 10 crashed tasks delivered", func() bool { n, _ := e.delivered(); return n == 10 })
 	if _, bad := e.delivered(); bad > 0 {
