@@ -34,7 +34,11 @@ type QuarantineConfig struct {
 	// round. Negative disables the periodic scans.
 	Interval time.Duration
 	// FullInterval between scans of every structure (pending, scheduled,
-	// retry, archived and completed too); zero means 10m.
+	// retry, archived and completed too); zero means none. A full scan
+	// reads every task's msg (one command per task, in every process), so
+	// on a long backlog it costs more than releasing it; a corrupt entry
+	// outside active and lease is caught when it is dequeued anyway (the
+	// guard, then the next short scan).
 	FullInterval time.Duration
 	// MaxEntries is how many entries a quarantine list keeps (the oldest go
 	// first); zero means 1000.
@@ -104,9 +108,6 @@ func (d *Dispatcher) startQuarantine() *quarantine {
 	if c.Interval == 0 {
 		c.Interval = 30 * time.Second
 	}
-	if c.FullInterval <= 0 {
-		c.FullInterval = 10 * time.Minute
-	}
 	if c.MaxEntries <= 0 {
 		c.MaxEntries = 1000
 	}
@@ -132,14 +133,20 @@ func (q *quarantine) loop() {
 	if tick < 0 {
 		tick = q.cfg.FullInterval
 	}
-	t := time.NewTicker(min(tick, q.cfg.FullInterval))
+	if q.cfg.FullInterval > 0 && (tick < 0 || q.cfg.FullInterval < tick) {
+		tick = q.cfg.FullInterval
+	}
+	if tick <= 0 {
+		tick = time.Minute // only nudges: the ticker just wakes the loop
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
-	var lastFull time.Time // zero: a full scan is due
+	var lastFull time.Time // zero: a full scan is due (when enabled)
 	nudged := false
 	for {
-		full := lastFull.IsZero() || time.Since(lastFull) >= q.cfg.FullInterval
+		full := q.cfg.FullInterval > 0 && (lastFull.IsZero() || time.Since(lastFull) >= q.cfg.FullInterval)
 		if full || nudged || q.cfg.Interval >= 0 {
-			ctx, cancel := context.WithTimeout(stop, q.cfg.FullInterval)
+			ctx, cancel := context.WithTimeout(stop, max(q.cfg.FullInterval, tick))
 			if err := q.scanAll(ctx, full); err == nil && full {
 				lastFull = time.Now()
 			}

@@ -128,9 +128,9 @@ func (e *qEnv) plantCorrupt(t *testing.T, expired float64, good string) {
 // counted by reason, and the crashed tasks are recovered and delivered.
 func TestQuarantineUnsticksCrashRecovery(t *testing.T) {
 	t.Parallel()
-	// Default full scans; the short scan often, for the entry asynq
-	// dequeues while the full scan runs (see no-hash-pending).
-	e := newQEnv(t, shaping.QuarantineConfig{Interval: 200 * time.Millisecond})
+	// Full scans on (they are off by default); the short scan often, for
+	// the entry asynq dequeues while the full scan runs (no-hash-pending).
+	e := newQEnv(t, shaping.QuarantineConfig{Interval: 200 * time.Millisecond, FullInterval: time.Hour})
 	ctx := context.Background()
 	p := queue.NewProducer(e.rdb, queue.ProducerConfig{Prefix: e.prefix})
 	defer p.Close()
