@@ -125,8 +125,13 @@ type HTTP struct {
 	// TokenEnv names the environment variable holding the bearer token
 	// that the enqueue and control endpoints require. "" means no token.
 	TokenEnv string `yaml:"token_env,omitempty"`
-	// MaxBody is the largest request body accepted. Default 1MiB.
+	// MaxBody is the largest request body accepted. Default 1MiB, at most
+	// MaxMaxBody.
 	MaxBody ByteSize `yaml:"max_body"`
+	// AllowUnauthenticated lets Listen be an address reachable beyond this
+	// host (not loopback) while TokenEnv is empty. Without it that is an
+	// error: anyone who reaches the port could enqueue and pause.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated,omitempty"`
 }
 
 // Downstream is one protected system: its own queue, shaping bucket and
@@ -139,8 +144,8 @@ type Downstream struct {
 	// Burst is how many releases may go out back to back. Default 1.
 	Burst int64 `yaml:"burst"`
 	// MaxWait is how long a worker may hold a task waiting for its slot.
-	// Default 1s. Exclusive with Capacity, and zero when Capacity is set;
-	// use MaxWaitDuration.
+	// Default 1s, at most MaxMaxWait. Exclusive with Capacity, and zero
+	// when Capacity is set; use MaxWaitDuration.
 	MaxWait Duration `yaml:"max_wait,omitempty"`
 	// Capacity is the number of tasks the bucket may hold, an alternative
 	// way to say MaxWait: MaxWait = Capacity / rate.
@@ -256,8 +261,10 @@ type Limiter struct {
 	Key KeyScope `yaml:"key"`
 	// Rate is the limit in limiters.ParseLimit syntax, e.g. "10/s".
 	Rate string `yaml:"rate"`
-	// Burst is the bucket capacity; 0 means the rate's count. The window
-	// algorithms count Rate per window, so Burst must be 0 or equal it.
+	// Burst is the bucket capacity. Left out of the file (0 in a Config
+	// built in code) it is the rate's count; written as 0 in the file it is
+	// an error. The window algorithms count Rate per window, so Burst must
+	// be left out or equal it.
 	Burst int64 `yaml:"burst,omitempty"`
 }
 
@@ -673,6 +680,9 @@ func (c *Config) fill(set func(path string) bool) *Error {
 			a.Failure = cmp.Or(a.Failure, FailClosed)
 			for j := range a.Limiters {
 				l := &a.Limiters[j]
+				if lp := fmt.Sprintf("%s.admission.limiters[%d].burst", p, j); set(lp) && l.Burst == 0 {
+					return errf(lp, "must be at least 1, got 0 (leave burst out for the rate's count)")
+				}
 				l.Name = cmp.Or(l.Name, fmt.Sprintf("%s-%d", d.Name, j))
 				l.Algorithm = cmp.Or(l.Algorithm, limiters.TokenBucket)
 				l.Key = cmp.Or(l.Key, KeyTenant)
@@ -914,15 +924,15 @@ func (h *HTTP) validate() *Error {
 	if h.MaxBody <= 0 {
 		return errf("http.max_body", "must be positive, got %s", q(strconv.FormatInt(int64(h.MaxBody), 10)))
 	}
-	return nil
+	if h.MaxBody > MaxMaxBody {
+		return errf("http.max_body", "must be at most %s, got %s", MaxMaxBody, h.MaxBody)
+	}
+	return h.checkExposure()
 }
 
 func (d *Downstream) validate(p string) *Error {
-	switch {
-	case d.Name == "":
-		return errf(p+".name", "required")
-	case !reName.MatchString(d.Name):
-		return errf(p+".name", "invalid name %s (want 1-64 of A-Z a-z 0-9 _ . -)", q(d.Name))
+	if msg := checkName(d.Name); msg != "" {
+		return errf(p+".name", "%s", msg)
 	}
 	if d.Rate == "" {
 		return errf(p+".rate", "required (e.g. 50/s)")
@@ -945,6 +955,10 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".capacity", "%d set together with max_wait %s (use one: capacity = max_wait × rate)", d.Capacity, d.MaxWait)
 	case d.MaxWait == 0 && d.Capacity == 0:
 		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
+	case time.Duration(d.MaxWait) > MaxMaxWait:
+		return errf(p+".max_wait", "must be at most %s, got %s (a task waiting longer belongs in the queue)", MaxMaxWait, d.MaxWait)
+	case d.Capacity > 0 && (d.MaxWaitDuration() > MaxMaxWait || d.MaxWaitDuration() <= 0):
+		return errf(p+".capacity", "%d at rate %s is more than %s of waiting (at most %s)", d.Capacity, q(d.Rate), MaxMaxWait, MaxMaxWait)
 	}
 	if d.Workers < 1 || d.Workers > maxWorkers {
 		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)
@@ -995,8 +1009,11 @@ func (h *Handler) validate(p string) *Error {
 		}
 		shown := q(redactURL(h.URL))
 		u, err := url.Parse(h.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 			return errf(p+".url", "invalid URL %s (want http:// or https://)", shown)
+		}
+		if u.Hostname() == "" {
+			return errf(p+".url", "%s has no host", shown)
 		}
 		if _, ok := u.User.Password(); ok {
 			return errf(p+".url", "%s contains a password (secrets do not belong in the file)", shown)
