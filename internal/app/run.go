@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -171,7 +170,9 @@ func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shapin
 		if h, ok := gos[dc.Name]; ok {
 			return h, nil
 		}
-		return nil, errors.New(`type "go" needs a Go program that registers a handler for this downstream (see examples/embedded)`)
+		// The shaper binary registers none: type go is for programs that
+		// embed shaper (app.Run with Options.Handlers).
+		return nil, fmt.Errorf(`type "go" needs a Go program that embeds shaper and registers a handler for %q (app.Options.Handlers; a Go handler: examples/batchwrites); the shaper command has none, use type http or log`, dc.Name)
 	}
 	return nil, fmt.Errorf("unknown type %q", dc.Handler.Type)
 }

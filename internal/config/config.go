@@ -978,24 +978,21 @@ func (d *Downstream) validate(p string) *Error {
 	return nil
 }
 
-// checkRate reports a rate that limiters.ParseLimit rejects.
+// checkRate reports a rate that limiters.ParseLimit rejects, in its words.
 func checkRate(path, rate string) *Error {
-	_, err := limiters.ParseLimit(rate)
-	switch {
-	case err == nil:
-		return nil
-	case !strings.Contains(rate, "/"):
-		return errf(path, "invalid rate %s (want <number>/<unit>, e.g. 50/s)", q(rate))
+	if _, err := limiters.ParseLimit(rate); err != nil {
+		return errf(path, "%s", limitMsg(err))
 	}
-	// ParseLimit says "limiters: invalid limit: rate "x": why"; keep the why.
-	why := limitMsg(err)
-	why = strings.TrimPrefix(strings.TrimPrefix(why, "rate "+strconv.Quote(rate)), ": ")
-	return errf(path, "invalid rate %s: %s", q(rate), why)
+	return nil
 }
 
-// limitMsg is a limiters error without the package's prefix.
+// goFieldWords turns limiters' Go field names into the file's words.
+var goFieldWords = strings.NewReplacer("Burst ", "burst ", "Period ", "the rate's period ", "Rate ", "the rate's count ")
+
+// limitMsg is a limiters error without the package's prefix, in the
+// file's words rather than Go's field names.
 func limitMsg(err error) string {
-	return strings.Replace(err.Error(), limiters.ErrInvalidLimit.Error()+": ", "", 1)
+	return goFieldWords.Replace(strings.Replace(err.Error(), limiters.ErrInvalidLimit.Error()+": ", "", 1))
 }
 
 func (h *Handler) validate(p string) *Error {
