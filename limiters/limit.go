@@ -208,11 +208,17 @@ func gcd(a, b int64) int64 {
 
 // ParseLimit reads a rate such as "50/s", "3000/m", "2.5/s", "10/1500ms" or
 // "100/h". The burst defaults to the rate. Decimal rates become integer
-// rates over a longer period ("2.5/s" is 5 per 2s).
+// rates over a longer period ("2.5/s" is 5 per 2s). Every error wraps
+// ErrInvalidLimit and, after its prefix, reads `invalid rate "…": why` (or
+// `invalid rate "…" (want …)` when it has no slash at all), the same words
+// wherever a rate is read: config file, CLI flags, HTTP control endpoint.
 func ParseLimit(s string) (Limit, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: invalid rate %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
+	}
 	num, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Limit{}, fmt.Errorf("%w: rate %q: want <number>/<unit>, e.g. 50/s", ErrInvalidLimit, s)
+		return Limit{}, fmt.Errorf("%w: invalid rate %q (want <number>/<unit>, e.g. 50/s)", ErrInvalidLimit, s)
 	}
 	num, per = strings.TrimSpace(num), strings.TrimSpace(per)
 	var period time.Duration
@@ -228,35 +234,40 @@ func ParseLimit(s string) (Limit, error) {
 	default:
 		d, err := time.ParseDuration(per)
 		if err != nil || d <= 0 {
-			return Limit{}, fmt.Errorf("%w: rate %q: unknown period %q (use s, m, h, d or a duration like 500ms)", ErrInvalidLimit, s, per)
+			return Limit{}, bad("unknown period %q (use s, m, h, d or a duration like 500ms)", per)
+		}
+		if d < time.Microsecond {
+			return Limit{}, bad("the period must be at least 1µs, got %s", d)
 		}
 		period = d
 	}
-	rate, scale := int64(0), int64(1)
+	if strings.ContainsAny(num, "eE") && strings.Trim(num, "0123456789.eE+-") == "" {
+		return Limit{}, bad("exponents are not supported (write the count out, e.g. 1000/s)")
+	}
+	scale := int64(1)
 	whole, frac, hasFrac := strings.Cut(num, ".")
 	if len(frac) > 6 {
-		return Limit{}, fmt.Errorf("%w: rate %q: at most 6 decimals", ErrInvalidLimit, s)
+		return Limit{}, bad("at most 6 decimals")
 	}
-	digits := whole + frac
 	for range frac {
 		scale *= 10
 	}
-	v, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || (hasFrac && frac == "") || v <= 0 {
-		return Limit{}, fmt.Errorf("%w: rate %q: count must be a positive number", ErrInvalidLimit, s)
+	rate, err := strconv.ParseInt(whole+frac, 10, 64)
+	if err != nil || (hasFrac && frac == "") || rate <= 0 {
+		return Limit{}, bad("the count must be a positive number, got %q", num)
 	}
-	rate = v
 	if scale > 1 {
 		g := gcd(rate, scale)
 		rate, scale = rate/g, scale/g
 		if float64(period)*float64(scale) > math.MaxInt64 {
-			return Limit{}, fmt.Errorf("%w: rate %q is too slow", ErrInvalidLimit, s)
+			return Limit{}, bad("too slow (the period would pass 292 years)")
 		}
 		period *= time.Duration(scale)
 	}
 	l := Limit{Rate: rate, Period: period, Burst: rate}
-	if err := l.Validate(); err != nil {
-		return Limit{}, fmt.Errorf("rate %q: %w", s, err)
+	if l.Validate() != nil {
+		// Validate's words name Go fields; a rate's reader wrote a string.
+		return Limit{}, bad("out of range (the count times the period in µs must stay below 2^52)")
 	}
 	return l, nil
 }

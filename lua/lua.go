@@ -34,6 +34,8 @@ var (
 	adaptiveSrc string
 	//go:embed recover.lua
 	recoverSrc string
+	//go:embed quarantine.lua
+	quarantineSrc string
 )
 
 // Admission scripts share one ARGV layout:
@@ -54,7 +56,8 @@ var (
 	// LeakyBucket: KEYS[1] HASH {l, ts}, policing mode, fixed-point amounts.
 	LeakyBucket = redis.NewScript(leakyBucketSrc)
 	// Shaping: KEYS[1] STRING next_free. ARGV {interval_us, burst_us,
-	// max_wait_us, mode, now}; reply {reserved, wait_us, next_free_us, now_us}.
+	// max_wait_us, mode, now, slots}; reply {reserved slots, wait_us,
+	// next_free_us, now_us, base_us}.
 	Shaping = redis.NewScript(shapingSrc)
 	// Control: KEYS[1] HASH of a downstream's runtime state. ARGV {ttl_ms,
 	// field, value, …}; reply: fields in the hash.
@@ -66,6 +69,11 @@ var (
 	// a dead process's held tasks to the front of the queue; reply
 	// {moved, dropped}.
 	Recover = redis.NewScript(recoverSrc)
+	// Quarantine: KEYS[1..8] a task HASH and its asynq queue's pending,
+	// active, scheduled, retry, archived, lease and completed; KEYS[9] the
+	// quarantine LIST. ARGV {id, reason, judged msg, max entries, ttl_ms,
+	// max msg bytes}; reply: structures the id left, 0 if it changed.
+	Quarantine = redis.NewScript(quarantineSrc)
 )
 
 // Modes for ARGV[4].
@@ -78,5 +86,5 @@ const (
 
 // All lists every script, for loading on every node of a cluster.
 func All() []*redis.Script {
-	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive, Recover}
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive, Recover, Quarantine}
 }

@@ -44,14 +44,14 @@ func NewInspector(rdb redis.UniversalClient, prefix string) *Inspector {
 // samplers that run every few seconds in every process (asynq's
 // GetQueueInfo, behind Backlog, runs a dozen commands and samples memory).
 func (i *Inspector) Counts(ctx context.Context, downstream string) (Backlog, error) {
-	q := i.space.Queue(downstream)
+	q := i.space.Asynq(downstream)
 	var cmds [5]*redis.IntCmd
 	_, err := i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmds[0] = p.LLen(ctx, keys.Asynq(q, "pending"))
-		cmds[1] = p.LLen(ctx, keys.Asynq(q, "active"))
-		cmds[2] = p.ZCard(ctx, keys.Asynq(q, "scheduled"))
-		cmds[3] = p.ZCard(ctx, keys.Asynq(q, "retry"))
-		cmds[4] = p.ZCard(ctx, keys.Asynq(q, "archived"))
+		cmds[0] = p.LLen(ctx, q.Pending())
+		cmds[1] = p.LLen(ctx, q.Active())
+		cmds[2] = p.ZCard(ctx, q.Scheduled())
+		cmds[3] = p.ZCard(ctx, q.Retry())
+		cmds[4] = p.ZCard(ctx, q.Archived())
 		return nil
 	})
 	if err != nil {

@@ -70,6 +70,13 @@ func (c *Control) bump(ctx context.Context, ds string) error {
 	return nil
 }
 
+// Ping reports whether Redis answers, with the one command the control
+// loop also uses.
+func (c *Control) Ping(ctx context.Context) error {
+	_, err := c.versions(ctx)
+	return err
+}
+
 // versions reads every downstream's change counter (one command).
 func (c *Control) versions(ctx context.Context) (map[string]string, error) {
 	return c.rdbCmd().HGetAll(ctx, c.space.ControlVersions()).Result()

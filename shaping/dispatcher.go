@@ -123,6 +123,8 @@ type Config struct {
 	RecoverAfter time.Duration
 	// Now is the clock schedules are read with; nil means time.Now.
 	Now func() time.Time
+	// Quarantine tunes the scan for corrupt queue entries (quarantine.go).
+	Quarantine QuarantineConfig
 }
 
 // Dispatcher releases the tasks of its downstreams at their rates.
@@ -288,6 +290,7 @@ func (d *Dispatcher) Start() error {
 		return errors.New("shaping: no downstreams")
 	}
 	d.started = true
+	q := d.startQuarantine() // before asynq's recoverer first runs
 	for _, name := range d.order {
 		r := d.runners[name]
 		acfg := asynq.Config{
@@ -323,7 +326,7 @@ func (d *Dispatcher) Start() error {
 		}
 		cancel()
 		r.seedOffset()
-		if err := r.srv.Start(asynq.HandlerFunc(r.process)); err != nil {
+		if err := r.srv.Start(q.guard(r, r.process)); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
 		go r.lane.run()

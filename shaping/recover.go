@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/lua"
 )
 
@@ -115,11 +114,11 @@ func (d *Dispatcher) recoverAll(ctx context.Context, runners []*runner) {
 // extended for RecoverAfter back to the front of its queue (now: unix
 // seconds for tests, 0 for Redis TIME).
 func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (moved, dropped int64, err error) {
-	q := d.space.Queue(ds)
+	q := d.space.Asynq(ds)
 	total := int64(0)
 	for {
-		v, err := lua.Recover.Run(ctx, d.rdb, []string{keys.Asynq(q, "lease"), keys.Asynq(q, "active"), keys.Asynq(q, "pending")},
-			keys.Asynq(q, "t:"), int64(asynqLease/time.Second), int64(d.cfg.RecoverAfter/time.Second), recoverBatch, now).Int64Slice()
+		v, err := lua.Recover.Run(ctx, d.rdb, []string{q.Lease(), q.Active(), q.Pending()},
+			q.TaskPrefix(), int64(asynqLease/time.Second), int64(d.cfg.RecoverAfter/time.Second), recoverBatch, now).Int64Slice()
 		if err != nil {
 			return moved, dropped, fmt.Errorf("shaping: recover %q: %w", ds, err)
 		}

@@ -22,19 +22,19 @@ import (
 func strand(t *testing.T, rdb redis.UniversalClient, p *queue.Producer, prefix, ds string, n int, leaseAge time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	q := keys.New(prefix).Queue(ds)
+	q := keys.New(prefix).Asynq(ds)
 	for i := range n {
 		if _, err := p.Enqueue(ctx, queue.Task{Downstream: ds, Payload: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range n {
-		id, err := rdb.RPopLPush(ctx, keys.Asynq(q, "pending"), keys.Asynq(q, "active")).Result()
+		id, err := rdb.RPopLPush(ctx, q.Pending(), q.Active()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		rdb.HSet(ctx, keys.Asynq(q, "t:"+id), "state", "active")
-		rdb.ZAdd(ctx, keys.Asynq(q, "lease"), redis.Z{Score: float64(time.Now().Add(30*time.Second - leaseAge).Unix()), Member: id})
+		rdb.HSet(ctx, q.Task(id), "state", "active")
+		rdb.ZAdd(ctx, q.Lease(), redis.Z{Score: float64(time.Now().Add(30*time.Second - leaseAge).Unix()), Member: id})
 	}
 }
 

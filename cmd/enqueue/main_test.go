@@ -375,7 +375,7 @@ func TestBadInput(t *testing.T) {
 		{"", append(c, "--payload", "x"), `--downstream is required`},
 		{"", append(c, "--downstream", "web", "--payload", "x"), `unknown downstream "web"`},
 		{"", append(c, "--unique", "u"), `--unique is for one task`},
-		{"", append(c, "--rate", "fast"), `--rate: rate "fast": want <number>/<unit>, e.g. 50/s`},
+		{"", append(c, "--rate", "fast"), `--rate: invalid rate "fast" (want <number>/<unit>, e.g. 50/s)`},
 		{"", append(c, "--bogus"), `flag provided but not defined: -bogus (see enqueue -h)`},
 		{"", append(c, "extra"), `unexpected argument "extra"`},
 		{"", append(c, "--file", "/nonexistent/tasks.jsonl"), `--file: open /nonexistent/tasks.jsonl`},

@@ -250,6 +250,8 @@ func TestConfigErrorsExitBeforeStarting(t *testing.T) {
 		{"redis: {url: \"http://x\"}\ndownstreams:\n  - {name: api, rate: 5/s, handler: {type: log}}\n", "redis.url"},
 		{base + "colour: blue\n", "colour"},
 		{ds(`{name: api, rate: 5/s, handler: {type: go}}`), "downstreams[0].handler"},
+		{"redis: {url: \"redis://127.0.0.1:1\"}\nhttp: {listen: \"0.0.0.0:0\"}\ndownstreams:\n  - {name: api, rate: 5/s, handler: {type: log}}\n", "http.listen"},
+		{ds(`{name: "..", rate: 5/s, handler: {type: log}}`), "downstreams[0].name"},
 	}
 	for i, c := range cases {
 		path := filepath.Join(t.TempDir(), "bad.yaml")

@@ -250,3 +250,107 @@ downstreams:
 		t.Errorf("%d figures on the page, want every downstream's and limiter's (>= 40): %v", len(keys), keys)
 	}
 }
+
+// domCells is the text of every data-k element of a dumped DOM.
+func domCells(dom string) map[string]string {
+	cells := map[string]string{}
+	for _, m := range domCell.FindAllStringSubmatch(dom, -1) {
+		cells[m[1]] = strings.TrimSpace(html.UnescapeString(m[2]))
+	}
+	return cells
+}
+
+var (
+	quickStartURL = regexp.MustCompile(`status page: (http://\S+)/ `)
+	domLive       = regexp.MustCompile(`<span id="live" class="([^"]*)" data-k="live">([^<]*)<`)
+	domDigits     = regexp.MustCompile(`^[0-9]+$`)
+)
+
+// The quick start's page in a browser, as a newcomer first sees it: the
+// backlog cells hold numbers, the admission row names the demo limiter,
+// and the full-bucket count reads "waits for a slot", with a tooltip.
+func TestQuickStartStatusPageInChromium(t *testing.T) {
+	cmd := exec.Command(shaperBin, "-listen", "127.0.0.1:0")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var base string
+	waitFor(t, 15*time.Second, "the status page address", func() bool {
+		if m := quickStartURL.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		}
+		return base != ""
+	})
+	// The backlog gauge is refreshed every 2s from start; give it that
+	// long, and let the page show what it shows if it never comes.
+	eventually(10*time.Second, func() bool {
+		_, ok := scrape(t, base).value("shaper_queue_tasks", "downstream=demo", "state=pending")
+		return ok
+	})
+	dom := chromium(t, base+"/", "--dump-dom")
+	cells := domCells(dom)
+	for _, st := range []string{"pending", "active", "scheduled", "retry", "archived"} {
+		if v := cells["ds/demo/backlog_"+st]; !domDigits.MatchString(v) {
+			t.Errorf("backlog %s on the quick start's page = %q, want a number", st, v)
+		}
+	}
+	if !strings.Contains(dom, "<td>demo-tenant</td><td>token_bucket</td><td>tenant</td><td>4/s (burst 8)</td>") {
+		t.Errorf("the admission row does not name the demo limiter's algorithm, key and rate:\n%s", tail(dom, 3000))
+	}
+	if !regexp.MustCompile(`<dt title="[^"]*not an error[^"]*">waits for a slot</dt>`).MatchString(dom) || strings.Contains(dom, "bucket full</dt>") {
+		t.Error(`the full-bucket count is not shown as "waits for a slot" with a tooltip`)
+	}
+}
+
+// While Redis is down, the browser shows it: the live marker turns into
+// "Redis unreachable · figures stale since T" and every card's state says
+// so, instead of "live" and "running" over stale numbers.
+func TestStatusPageRedisDownInChromium(t *testing.T) {
+	srv, _ := ownRedis(t)
+	p := startShaper(t, fmt.Sprintf(`
+redis: {url: "redis://%s", prefix: %q}
+http: {listen: "127.0.0.1:0"}
+shutdown_timeout: 2s
+downstreams:
+  - {name: api, rate: 5/s, handler: {type: log}}
+`, srv.Addr, redistest.Prefix(t)))
+	base := "http://" + httpAddr(t, p)
+	json := func() string {
+		resp, err := http.Get(base + "/status.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor(t, 10*time.Second, "a page with no Redis warning", func() bool { return !strings.Contains(json(), `"warning":"redis`) })
+	srv.Stop()
+	// The sampler's warning (there before this page knew of Redis being
+	// down) marks its first failed read.
+	waitFor(t, 15*time.Second, "the sampler's Redis warning", func() bool { return strings.Contains(json(), `"warning":"redis unreachable`) })
+	dom := chromium(t, base+"/", "--dump-dom")
+	m := domLive.FindStringSubmatch(dom)
+	if m == nil || !strings.Contains(m[1], "stale") || !strings.HasPrefix(html.UnescapeString(m[2]), "Redis unreachable · figures stale since ") {
+		t.Errorf("live marker %q, want class stale and Redis unreachable · figures stale since …", m)
+	}
+	if got := domCells(dom)["ds/api/state"]; got != "Redis unreachable" {
+		t.Errorf("state of api = %q while Redis is down, want Redis unreachable", got)
+	}
+}
+
+// eventually polls cond until it holds (true) or d passes (false), for a
+// precondition whose absence the assertions after it report.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+	return true
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/server"
@@ -18,14 +19,14 @@ type DownstreamStatus struct {
 	Name string `json:"name"`
 	// Configured is the rate in the config file; InForce the rate this
 	// process releases at now (schedule, override and adaptive applied).
-	Configured string         `json:"configured_rate"`
-	InForce    float64        `json:"rate_per_second"`
-	Override   string         `json:"override_rate,omitempty"`
-	Adaptive   float64        `json:"adaptive_rate_per_second,omitempty"`
-	Paused     bool           `json:"paused"`
-	Workers    int            `json:"workers"`
-	MaxWait    string         `json:"max_wait"`
-	Backlog    *queue.Backlog `json:"backlog,omitempty"`
+	Configured string       `json:"configured_rate"`
+	InForce    float64      `json:"rate_per_second"`
+	Override   string       `json:"override_rate,omitempty"`
+	Adaptive   float64      `json:"adaptive_rate_per_second,omitempty"`
+	Paused     bool         `json:"paused"`
+	Workers    int          `json:"workers"`
+	MaxWait    string       `json:"max_wait"`
+	Backlog    *backlogJSON `json:"backlog,omitempty"`
 }
 
 // Status reads every downstream's status.
@@ -43,7 +44,7 @@ func Status(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, cfg
 			s.Override = st.Override.RateString()
 		}
 		if b, err := in.Backlog(ds.Name); err == nil {
-			s.Backlog = &b
+			s.Backlog = toBacklogJSON(b)
 		}
 		out = append(out, s)
 	}
@@ -97,7 +98,7 @@ func mountControl(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector
 		if *body.Rate != "" {
 			var err error
 			if l, err = limiters.ParseLimit(*body.Rate); err != nil {
-				server.WriteError(w, http.StatusBadRequest, "rate: "+err.Error())
+				server.WriteError(w, http.StatusBadRequest, "rate: "+rateReason(err))
 				return
 			}
 		}
@@ -116,4 +117,10 @@ func respond(w http.ResponseWriter, err error, ok any) {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// rateReason is a limiters.ParseLimit error without the package's prefix:
+// `invalid rate "fast" (want …)`, the words the config file uses.
+func rateReason(err error) string {
+	return strings.TrimPrefix(err.Error(), limiters.ErrInvalidLimit.Error()+": ")
 }

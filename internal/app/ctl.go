@@ -81,7 +81,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate, "paused": st.Paused, "backlog": b}
+			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate, "paused": st.Paused, "backlog": toBacklogJSON(b)}
 			if !st.Override.IsZero() {
 				row["override_rate"] = st.Override.RateString()
 			}
@@ -116,7 +116,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		var l limiters.Limit
 		if rest[2] != "clear" {
 			if l, err = limiters.ParseLimit(rest[2]); err != nil {
-				return fmt.Errorf("%w: %v", ErrUsage, err)
+				return fmt.Errorf("%w: %s", ErrUsage, rateReason(err))
 			}
 		}
 		if err := ctl.SetRate(ctx, rest[1], l); err != nil {

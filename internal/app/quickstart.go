@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/internal/statuspage"
@@ -73,8 +74,8 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		}}); err != nil {
 		return err
 	}
-	tb, err := limiters.New(rdb, limiters.Config{Name: "demo-tenant", Algorithm: limiters.TokenBucket,
-		Limit: limiters.PerSecond(4).WithBurst(8)})
+	tenantLimit := limiters.PerSecond(4).WithBurst(8)
+	tb, err := limiters.New(rdb, limiters.Config{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Limit: tenantLimit})
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,12 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		return err
 	}
 	defer srv.Shutdown(context.Background())
-	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d})
+	// The page reads the demo's limiter from a config, as it would from
+	// shaper.yaml, so the admission row names its algorithm, key and rate.
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: &config.Config{
+		Downstreams: []config.Downstream{{Name: "demo", Rate: opts.Rate.RateString(), Admission: &config.Admission{
+			Limiters: []config.Limiter{{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Key: config.KeyTenant,
+				Rate: tenantLimit.RateString(), Burst: tenantLimit.Burst}}}}}}})
 	page.Mount(srv)
 	go page.Run(ctx)
 
@@ -123,6 +129,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		}
 	}()
 	in := queue.NewInspector(rdb, "")
+	go collectBacklog(ctx, in, d, m) // the page's backlog, as Run keeps it
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := int64(0)

@@ -40,15 +40,19 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 		}
 		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	var dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	if tlsCfg != nil {
+		dialer = tlsDialer(tlsCfg, timeout)
+	}
 	switch {
 	case len(cfg.Cluster) > 0:
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, Username: cfg.Username, Password: password,
-			TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true})
+			TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true})
 		c.AddHook(reloadOnNetError{c})
 		return c, func() { c.Close() }, nil
 	case cfg.Sentinel != nil:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.Sentinel.Master, SentinelAddrs: cfg.Sentinel.Addrs,
-			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 			ContextTimeoutEnabled: true, MaxRetries: 1})
 		return c, func() { c.Close() }, nil
 	case cfg.URL != "":
@@ -68,6 +72,9 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 			}
 			opt.TLSConfig.RootCAs = tlsCfg.RootCAs
 		}
+		if opt.TLSConfig != nil {
+			opt.Dialer = tlsDialer(opt.TLSConfig, timeout)
+		}
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
 		// Honour each call's context deadline on the socket too, so a script
 		// timeout (Config.Timeout, shaping's RedisTimeout) really bounds a
@@ -76,6 +83,10 @@ func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
 		// One retry, not three with backoff: with Redis away, callers (the
 		// HTTP API, the CLI) hear about it in about a timeout, not seconds.
 		opt.MaxRetries = 1
+		// One dial attempt per try, not five: a Redis that accepts TCP but
+		// never answers would hold each call (and a shutdown waiting on
+		// one) for 2×5 dial timeouts.
+		opt.DialerRetries = 1
 		c := redis.NewClient(opt)
 		return c, func() { c.Close() }, nil
 	}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,6 +45,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
+	log = useLogger(log)
 	token, err := cfg.HTTP.Token()
 	if err != nil {
 		return err
@@ -107,8 +107,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}()
 	}
 
-	if err := Ping(rdb, 5*time.Second); err != nil {
-		log.Warn("redis is not answering yet; workers will hold off until it does", "redis", cfg.Redis.String(), "err", err)
+	if warn, err := checkRedisAtStart(rdb, cfg.Redis, 5*time.Second); err != nil {
+		return err
+	} else if warn != nil {
+		log.Warn("redis is not answering yet; workers will hold off until it does", "redis", cfg.Redis.String(), "err", warn)
 	}
 	if err := d.Start(); err != nil {
 		return err
@@ -127,9 +129,32 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	<-ctx.Done()
 	log.Info("shutting down: no new tasks; releases in flight may finish", "timeout", time.Duration(cfg.ShutdownTimeout).String())
-	err = d.Shutdown(context.Background())
+	err = shutdownWithin(d, time.Duration(cfg.ShutdownTimeout)+shutdownMargin, log)
 	log.Info("stopped")
 	return err
+}
+
+// shutdownMargin is what a shutdown may take past shutdown_timeout: the
+// returns of held tasks to their queues after releases in flight finish.
+const shutdownMargin = 2 * time.Second
+
+// shutdownWithin runs d.Shutdown but gives up after limit: with Redis
+// unreachable, asynq's components each wait out their own Redis calls and
+// a shutdown could take many times the configured timeout. Tasks a process
+// still held when it gave up are not lost: their leases expire and any
+// process's recoverer puts them back.
+func shutdownWithin(d *shaping.Dispatcher, limit time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		log.Error("shutdown did not finish in time; held tasks come back when their leases expire", "after", limit.String())
+		return fmt.Errorf("shutdown did not finish within %s", limit)
+	}
 }
 
 func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger, pg *postgresSinks) (shaping.HandlerFunc, error) {
@@ -145,7 +170,9 @@ func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shapin
 		if h, ok := gos[dc.Name]; ok {
 			return h, nil
 		}
-		return nil, errors.New(`type "go" needs a Go program that registers a handler for this downstream (see examples/embedded)`)
+		// The shaper binary registers none: type go is for programs that
+		// embed shaper (app.Run with Options.Handlers).
+		return nil, fmt.Errorf(`type "go" needs a Go program that embeds shaper and registers a handler for %q (app.Options.Handlers; a Go handler: examples/batchwrites); the shaper command has none, use type http or log`, dc.Name)
 	}
 	return nil, fmt.Errorf("unknown type %q", dc.Handler.Type)
 }

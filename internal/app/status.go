@@ -25,3 +25,21 @@ func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher,
 	page.Mount(srv)
 	go page.Run(ctx)
 }
+
+// backlogJSON is a queue.Backlog as the JSON outputs (GET /v1/downstreams,
+// shaper ctl status) show it: snake_case like every other field there.
+type backlogJSON struct {
+	Pending   int `json:"pending"`
+	Active    int `json:"active"`
+	Scheduled int `json:"scheduled"`
+	Retry     int `json:"retry"`
+	Archived  int `json:"archived"`
+	Completed int `json:"completed"`
+	Processed int `json:"processed_today"`
+	Failed    int `json:"failed_today"`
+}
+
+func toBacklogJSON(b queue.Backlog) *backlogJSON {
+	return &backlogJSON{Pending: b.Pending, Active: b.Active, Scheduled: b.Scheduled, Retry: b.Retry,
+		Archived: b.Archived, Completed: b.Completed, Processed: b.Processed, Failed: b.Failed}
+}

@@ -125,8 +125,13 @@ type HTTP struct {
 	// TokenEnv names the environment variable holding the bearer token
 	// that the enqueue and control endpoints require. "" means no token.
 	TokenEnv string `yaml:"token_env,omitempty"`
-	// MaxBody is the largest request body accepted. Default 1MiB.
+	// MaxBody is the largest request body accepted. Default 1MiB, at most
+	// MaxMaxBody.
 	MaxBody ByteSize `yaml:"max_body"`
+	// AllowUnauthenticated lets Listen be an address reachable beyond this
+	// host (not loopback) while TokenEnv is empty. Without it that is an
+	// error: anyone who reaches the port could enqueue and pause.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated,omitempty"`
 }
 
 // Downstream is one protected system: its own queue, shaping bucket and
@@ -139,8 +144,8 @@ type Downstream struct {
 	// Burst is how many releases may go out back to back. Default 1.
 	Burst int64 `yaml:"burst"`
 	// MaxWait is how long a worker may hold a task waiting for its slot.
-	// Default 1s. Exclusive with Capacity, and zero when Capacity is set;
-	// use MaxWaitDuration.
+	// Default 1s, at most MaxMaxWait. Exclusive with Capacity, and zero
+	// when Capacity is set; use MaxWaitDuration.
 	MaxWait Duration `yaml:"max_wait,omitempty"`
 	// Capacity is the number of tasks the bucket may hold, an alternative
 	// way to say MaxWait: MaxWait = Capacity / rate.
@@ -260,8 +265,10 @@ type Limiter struct {
 	Key KeyScope `yaml:"key"`
 	// Rate is the limit in limiters.ParseLimit syntax, e.g. "10/s".
 	Rate string `yaml:"rate"`
-	// Burst is the bucket capacity; 0 means the rate's count. The window
-	// algorithms count Rate per window, so Burst must be 0 or equal it.
+	// Burst is the bucket capacity. Left out of the file (0 in a Config
+	// built in code) it is the rate's count; written as 0 in the file it is
+	// an error. The window algorithms count Rate per window, so Burst must
+	// be left out or equal it.
 	Burst int64 `yaml:"burst,omitempty"`
 	// SubWindows, with sliding_counter only, splits the window into that
 	// many sub-windows (2 to limiters.MaxSubWindows); 0 (the default) is
@@ -681,6 +688,9 @@ func (c *Config) fill(set func(path string) bool) *Error {
 			a.Failure = cmp.Or(a.Failure, FailClosed)
 			for j := range a.Limiters {
 				l := &a.Limiters[j]
+				if lp := fmt.Sprintf("%s.admission.limiters[%d].burst", p, j); set(lp) && l.Burst == 0 {
+					return errf(lp, "must be at least 1, got 0 (leave burst out for the rate's count)")
+				}
 				l.Name = cmp.Or(l.Name, fmt.Sprintf("%s-%d", d.Name, j))
 				l.Algorithm = cmp.Or(l.Algorithm, limiters.TokenBucket)
 				l.Key = cmp.Or(l.Key, KeyTenant)
@@ -909,15 +919,15 @@ func (h *HTTP) validate() *Error {
 	if h.MaxBody <= 0 {
 		return errf("http.max_body", "must be positive, got %s", q(strconv.FormatInt(int64(h.MaxBody), 10)))
 	}
-	return nil
+	if h.MaxBody > MaxMaxBody {
+		return errf("http.max_body", "must be at most %s, got %s", MaxMaxBody, h.MaxBody)
+	}
+	return h.checkExposure()
 }
 
 func (d *Downstream) validate(p string) *Error {
-	switch {
-	case d.Name == "":
-		return errf(p+".name", "required")
-	case !reName.MatchString(d.Name):
-		return errf(p+".name", "invalid name %s (want 1-64 of A-Z a-z 0-9 _ . -)", q(d.Name))
+	if msg := checkName(d.Name); msg != "" {
+		return errf(p+".name", "%s", msg)
 	}
 	if d.Rate == "" {
 		return errf(p+".rate", "required (e.g. 50/s)")
@@ -940,6 +950,10 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".capacity", "%d set together with max_wait %s (use one: capacity = max_wait × rate)", d.Capacity, d.MaxWait)
 	case d.MaxWait == 0 && d.Capacity == 0:
 		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
+	case time.Duration(d.MaxWait) > MaxMaxWait:
+		return errf(p+".max_wait", "must be at most %s, got %s (a task waiting longer belongs in the queue)", MaxMaxWait, d.MaxWait)
+	case d.Capacity > 0 && (d.MaxWaitDuration() > MaxMaxWait || d.MaxWaitDuration() <= 0):
+		return errf(p+".capacity", "%d at rate %s is more than %s of waiting (at most %s)", d.Capacity, q(d.Rate), MaxMaxWait, MaxMaxWait)
 	}
 	if d.MaxCost < 0 {
 		return errf(p+".max_cost", "must be at least 1, got %d", d.MaxCost)
@@ -965,24 +979,21 @@ func (d *Downstream) validate(p string) *Error {
 	return nil
 }
 
-// checkRate reports a rate that limiters.ParseLimit rejects.
+// checkRate reports a rate that limiters.ParseLimit rejects, in its words.
 func checkRate(path, rate string) *Error {
-	_, err := limiters.ParseLimit(rate)
-	switch {
-	case err == nil:
-		return nil
-	case !strings.Contains(rate, "/"):
-		return errf(path, "invalid rate %s (want <number>/<unit>, e.g. 50/s)", q(rate))
+	if _, err := limiters.ParseLimit(rate); err != nil {
+		return errf(path, "%s", limitMsg(err))
 	}
-	// ParseLimit says "limiters: invalid limit: rate "x": why"; keep the why.
-	why := limitMsg(err)
-	why = strings.TrimPrefix(strings.TrimPrefix(why, "rate "+strconv.Quote(rate)), ": ")
-	return errf(path, "invalid rate %s: %s", q(rate), why)
+	return nil
 }
 
-// limitMsg is a limiters error without the package's prefix.
+// goFieldWords turns limiters' Go field names into the file's words.
+var goFieldWords = strings.NewReplacer("Burst ", "burst ", "Period ", "the rate's period ", "Rate ", "the rate's count ")
+
+// limitMsg is a limiters error without the package's prefix, in the
+// file's words rather than Go's field names.
 func limitMsg(err error) string {
-	return strings.Replace(err.Error(), limiters.ErrInvalidLimit.Error()+": ", "", 1)
+	return goFieldWords.Replace(strings.Replace(err.Error(), limiters.ErrInvalidLimit.Error()+": ", "", 1))
 }
 
 func (h *Handler) validate(p string) *Error {
@@ -996,8 +1007,11 @@ func (h *Handler) validate(p string) *Error {
 		}
 		shown := q(redactURL(h.URL))
 		u, err := url.Parse(h.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 			return errf(p+".url", "invalid URL %s (want http:// or https://)", shown)
+		}
+		if u.Hostname() == "" {
+			return errf(p+".url", "%s has no host", shown)
 		}
 		if _, ok := u.User.Password(); ok {
 			return errf(p+".url", "%s contains a password (secrets do not belong in the file)", shown)

@@ -331,6 +331,19 @@ func TestBadConfigs(t *testing.T) {
 		{"duplicate limiter", ds("rate: 1/s\n" + logH + "admission:\n  limiters:\n    - {name: x, rate: 1/s}\n    - {name: x, rate: 1/s}\n"), "downstreams[0].admission.limiters[1].name", 8, []string{`duplicate name "x"`}},
 		{"shared limiter name, other limit", minimal + "    admission: {limiters: [{name: t, rate: 1/s}]}\n  - name: b\n    rate: 1/s\n    handler: {type: log}\n    admission: {limiters: [{name: t, rate: 2/s}]}\n",
 			"downstreams[1].admission.limiters[0].name", 10, []string{`"t"`, "downstreams[0].admission.limiters[0]"}},
+		{"limiter burst zero", ds("rate: 1/s\n" + logH + "admission:\n  limiters:\n    - {rate: 5/s, burst: 0}\n"), "downstreams[0].admission.limiters[0].burst", 7, []string{"got 0", "leave burst out"}},
+		{"limiter burst negative", ds("rate: 1/s\n" + logH + "admission:\n  limiters:\n    - {rate: 5/s, burst: -1}\n"), "downstreams[0].admission.limiters[0].burst", 7, []string{"got -1"}},
+		{"http handler url without host", ds("rate: 1/s\nhandler: {type: http, url: 'http://:80/x'}\n"), "downstreams[0].handler.url", 4, []string{`"http://:80/x" has no host`}},
+		{"name dot dot", "downstreams:\n  - {name: '..', rate: 1/s, handler: {type: log}}\n", "downstreams[0].name", 2, []string{`".."`}},
+		{"name dot", "downstreams:\n  - {name: '.', rate: 1/s, handler: {type: log}}\n", "downstreams[0].name", 2, []string{`"."`}},
+		{"max_wait too long", ds("rate: 1/s\nmax_wait: 100000h\n" + logH), "downstreams[0].max_wait", 4, []string{"at most 1h0m0s", "got 100000h0m0s"}},
+		{"capacity too long a wait", ds("rate: 1/s\ncapacity: 100000\n" + logH), "downstreams[0].capacity", 4, []string{"100000", `"1/s"`, "at most 1h0m0s"}},
+		{"max_body too big", "http: {max_body: 100000MiB}\n" + minimal, "http.max_body", 1, []string{"at most 64MiB", "100000MiB"}},
+		{"listen on all interfaces without token", "http: {listen: '0.0.0.0:8080'}\n" + minimal, "http.listen", 1, []string{`"0.0.0.0:8080"`, "token_env", "allow_unauthenticated"}},
+		{"listen without host without token", "http: {listen: ':8080'}\n" + minimal, "http.listen", 1, []string{`":8080"`, "token_env"}},
+		{"rate with exponent", ds("rate: 1e309/s\n" + logH), "downstreams[0].rate", 3, []string{`invalid rate "1e309/s": exponents are not supported`}},
+		{"rate period under 1us", ds("rate: 1/100ns\n" + logH), "downstreams[0].rate", 3, []string{`invalid rate "1/100ns": the period must be at least 1µs`}},
+		{"burst too large, in the file's words", ds("rate: 1/s\nburst: 10000000000000\n" + logH), "downstreams[0].burst", 4, []string{"burst 10000000000000 over the rate's period 1s is too large"}},
 		{"yaml syntax", "downstreams:\n  - name: a\n    rate: 1/s: x\n", "", 3, []string{"line 3", "mapping values are not allowed"}},
 		{"tab indentation", "downstreams:\n\t- name: a\n", "", 2, []string{"line 2"}},
 		{"second document", minimal + "---\nredis: {}\n", "", 6, []string{"more than one YAML document"}},
@@ -368,6 +381,25 @@ func TestBadConfigs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The edges of the rules TestBadConfigs holds are accepted.
+func TestBoundsAccepted(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{
+		"http: {listen: '0.0.0.0:8080', allow_unauthenticated: true}\n" + minimal,
+		"http: {listen: '0.0.0.0:8080', token_env: SHAPER_TOKEN}\n" + minimal,
+		"http: {listen: 'localhost:8080'}\n" + minimal,
+		"http: {listen: '[::1]:8080', max_body: 64MiB}\n" + minimal,
+		"downstreams:\n  - {name: a.b, rate: 1/s, max_wait: 1h, handler: {type: log}}\n",
+		"downstreams:\n  - {name: a, rate: 1/s, capacity: 3600, handler: {type: log}}\n",
+		"downstreams:\n  - {name: a, rate: 1/s, handler: {type: log}, admission: {limiters: [{rate: 5/s}]}}\n",
+		"downstreams:\n  - {name: a, rate: 1/s, handler: {type: log}}\ncron: [{name: x, schedule: '@every 1s', downstream: a}, {name: y, schedule: '0 0 29 2 *', downstream: a}]\n",
+	} {
+		if _, err := Parse([]byte(doc)); err != nil {
+			t.Errorf("Parse(%q): %v, want it accepted", doc, err)
+		}
 	}
 }
 

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/robfig/cron/v3"
 
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping"
@@ -119,8 +122,8 @@ func (d *Downstream) validateSchedule(p string) *Error {
 		if c.Cron == "" {
 			return errf(cp+".cron", "required (e.g. \"0 8 * * 1-5\")")
 		}
-		if _, err := shaping.CronParser.Parse(c.Cron); err != nil {
-			return errf(cp+".cron", "invalid cron expression %s: %v", q(c.Cron), err)
+		if _, e := checkCronSpec(cp+".cron", c.Cron, loc); e != nil {
+			return e
 		}
 		if c.Rate == "" {
 			return errf(cp+".rate", "required (e.g. 50/s)")
@@ -134,9 +137,8 @@ func (d *Downstream) validateSchedule(p string) *Error {
 		}
 		rs = append(rs, rc)
 	}
-	if i, j, at, found := rs.Overlap(time.Now()); found {
-		return errf(fmt.Sprintf("%s.schedule[%d].cron", p, j), "%s fires at the same time as schedule[%d] (%s), at %s: the rate would be ambiguous",
-			q(d.Schedule[j].Cron), i, q(d.Schedule[i].Cron), at.UTC().Format(time.RFC3339))
+	if e := d.checkOverlap(p, rs); e != nil {
+		return e
 	}
 	if a := d.Adaptive; a != nil {
 		ap := p + ".adaptive"
@@ -172,15 +174,38 @@ func (d *Downstream) validateSchedule(p string) *Error {
 	return nil
 }
 
+// checkOverlap refuses two rate changes that fire at one instant: the rate
+// would be ambiguous then. Within the next year it replays the schedule;
+// for pairs of cron expressions it also checks every day of a 400-year
+// calendar cycle, so a collision years away (29 February on a Monday) is
+// found too.
+func (d *Downstream) checkOverlap(p string, rs shaping.RateSchedule) *Error {
+	fail := func(i, j int, at string) *Error {
+		return errf(fmt.Sprintf("%s.schedule[%d].cron", p, j), "%s fires at the same time as schedule[%d] (%s), at %s: the rate would be ambiguous",
+			q(d.Schedule[j].Cron), i, q(d.Schedule[i].Cron), at)
+	}
+	if i, j, at, found := rs.Overlap(time.Now()); found {
+		return fail(i, j, at.UTC().Format(time.RFC3339))
+	}
+	for j := range rs {
+		b, ok := rs[j].When.(*cron.SpecSchedule)
+		for i := 0; ok && i < j; i++ {
+			if a, ok := rs[i].When.(*cron.SpecSchedule); ok {
+				if at, found := specOverlap(a, b); found {
+					return fail(i, j, at.Format("2006-01-02 15:04:05")+" "+cmp.Or(d.Timezone, "UTC"))
+				}
+			}
+		}
+	}
+	return nil
+}
+
 func (c *Config) validateCron() *Error {
 	names := map[string]string{}
 	for i, j := range c.Cron {
 		p := fmt.Sprintf("cron[%d]", i)
-		switch {
-		case j.Name == "":
-			return errf(p+".name", "required")
-		case !reName.MatchString(j.Name):
-			return errf(p+".name", "invalid name %s (want 1-64 of A-Z a-z 0-9 _ . -)", q(j.Name))
+		if msg := checkName(j.Name); msg != "" {
+			return errf(p+".name", "%s", msg)
 		}
 		if first, dup := names[j.Name]; dup {
 			return errf(p+".name", "duplicate name %s (first at %s)", q(j.Name), first)
@@ -189,13 +214,14 @@ func (c *Config) validateCron() *Error {
 		if j.Schedule == "" {
 			return errf(p+".schedule", "required (e.g. \"0 2 * * *\" or \"@every 10s\")")
 		}
-		if _, err := shaping.CronParser.Parse(j.Schedule); err != nil {
-			return errf(p+".schedule", "invalid cron expression %s: %v", q(j.Schedule), err)
-		}
 		if j.Timezone != "" {
 			if _, err := time.LoadLocation(j.Timezone); err != nil {
 				return errf(p+".timezone", "unknown time zone %s", q(j.Timezone))
 			}
+		}
+		loc, _ := j.Location()
+		if _, e := checkCronSpec(p+".schedule", j.Schedule, loc); e != nil {
+			return e
 		}
 		if j.Downstream == "" {
 			return errf(p+".downstream", "required")

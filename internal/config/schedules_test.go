@@ -58,6 +58,16 @@ cron:
 		{"cron: [{name: x, schedule: \"@daily\", downstream: db}, {name: x, schedule: \"@daily\", downstream: db}]\n", `cron[1].name: duplicate name "x"`},
 		{"cron: [{name: x, schedule: \"@daily\", downstream: db, cost: 0}]\n", `cron[0].cost: must be at least 1, got 0`},
 		{"cron: [{name: x, schedule: \"@daily\", timezone: Nowhere, downstream: db}]\n", `cron[0].timezone: unknown time zone "Nowhere"`},
+		{"cron: [{name: x, schedule: \"@every 0s\", downstream: db}]\n", `cron[0].schedule: "@every 0s": the interval must be at least 1s, got 0s`},
+		{"cron: [{name: x, schedule: \"@every -5s\", downstream: db}]\n", `cron[0].schedule: "@every -5s": the interval must be at least 1s, got -5s`},
+		{"cron: [{name: x, schedule: \"@every 100ms\", downstream: db}]\n", `cron[0].schedule: "@every 100ms": the interval must be at least 1s, got 100ms`},
+		{"cron: [{name: x, schedule: \"@every 1500ms\", downstream: db}]\n", `cron[0].schedule: "@every 1500ms": the interval must be whole seconds, got 1.5s`},
+		{"cron: [{name: x, schedule: \"0 0 30 2 *\", downstream: db}]\n", `cron[0].schedule: "0 0 30 2 *" never fires`},
+		{"cron: [{name: '..', schedule: \"@daily\", downstream: db}]\n", `cron[0].name: invalid name ".."`},
+		{"    schedule: [{cron: \"@every 100ms\", rate: 5/s}]\n", `downstreams[0].schedule[0].cron: "@every 100ms": the interval must be at least 1s`},
+		{"    schedule: [{cron: \"0 0 31 4 *\", rate: 5/s}]\n", `downstreams[0].schedule[0].cron: "0 0 31 4 *" never fires`},
+		// 29 February falls on a Monday in 2044, years past a one-year replay.
+		{"    schedule: [{cron: \"0 0 29 2 *\", rate: 5/s}, {cron: \"0 0 * * 1\", rate: 9/s}]\n", `downstreams[0].schedule[1].cron: "0 0 * * 1" fires at the same time as schedule[0] ("0 0 29 2 *"), at 20`},
 	}
 	for i, b := range bad {
 		_, err := config.Parse([]byte(base + b.extra))

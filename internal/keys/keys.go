@@ -109,12 +109,52 @@ func (s Space) DownstreamOfQueue(q string) (string, bool) {
 	return q[len(p):], true
 }
 
-// Asynq is asynq's own key of the given kind for queue q, as asynq builds
-// it (internal/base): "asynq:{q}:pending" (LIST), "active" (LIST), "lease"
-// (ZSET of id → lease expiry, unix seconds), "scheduled", "retry",
-// "archived" (ZSETs); kind "t:" + id is a task's HASH. asynq owns these
-// keys; shaper reads them for backlogs and moves entries between them only
-// in scripts that keep asynq's own invariants (crash recovery).
-func Asynq(q, kind string) string {
-	return "asynq:{" + q + "}:" + kind
+// AsynqQueue names the keys asynq (v0.26, internal/base/base.go) keeps for
+// one queue. shaper reads them to find corrupt entries and, in one script,
+// moves such entries to its quarantine; it never writes asynq's format.
+type AsynqQueue struct {
+	// Name is the asynq queue name (Space.Queue).
+	Name string
+}
+
+// Asynq names the asynq keys of downstream ds's queue.
+func (s Space) Asynq(ds string) AsynqQueue { return AsynqQueue{Name: s.Queue(ds)} }
+
+func (a AsynqQueue) base() string { return "asynq:{" + a.Name + "}:" }
+
+// TaskPrefix is the prefix of the task HASHes (field "msg": the protobuf
+// TaskMessage; "state"; …).
+func (a AsynqQueue) TaskPrefix() string { return a.base() + "t:" }
+
+// Task is the HASH of task id.
+func (a AsynqQueue) Task(id string) string { return a.TaskPrefix() + id }
+
+// Pending is the LIST of ids waiting to be dequeued.
+func (a AsynqQueue) Pending() string { return a.base() + "pending" }
+
+// Active is the LIST of ids a worker holds.
+func (a AsynqQueue) Active() string { return a.base() + "active" }
+
+// Scheduled is the ZSET of ids by the time they become pending.
+func (a AsynqQueue) Scheduled() string { return a.base() + "scheduled" }
+
+// Retry is the ZSET of ids by the time of their next attempt.
+func (a AsynqQueue) Retry() string { return a.base() + "retry" }
+
+// Archived is the ZSET of ids that failed for good, by archive time.
+func (a AsynqQueue) Archived() string { return a.base() + "archived" }
+
+// Lease is the ZSET of active ids by lease expiry; asynq's crash recovery
+// reads it.
+func (a AsynqQueue) Lease() string { return a.base() + "lease" }
+
+// Completed is the ZSET of ids kept after success (retention), by expiry.
+func (a AsynqQueue) Completed() string { return a.base() + "completed" }
+
+// Quarantine is the LIST of corrupt entries shaper moved out of downstream
+// ds's asynq queue (JSON, newest first). The hash tag is the queue name, as
+// in asynq's own keys, so one script moves an entry atomically on a
+// cluster.
+func (s Space) Quarantine(ds string) string {
+	return s.prefix() + ":quarantine:{" + s.Queue(ds) + "}"
 }

@@ -121,7 +121,7 @@ func downstreamSets(s keys.Space, ds string) []scriptSet {
 		p + "completed", p + "paused", p + "processed", p + "failed", p + "processed:" + day,
 		p + "failed:" + day, p + "t:0f8f3b5e-1c55-4a8e-9d1b-2f9a4c6e7d01", p + "t:{unique}:}{",
 		p + "unique:shaper:task:" + hex.EncodeToString(sum[:]), p + "g:grp", p + "g:grp:set1",
-		p + "groups", p + "aggregation_sets",
+		p + "groups", p + "aggregation_sets", s.Quarantine(ds),
 	}
 	return []scriptSet{
 		{what: "downstream (bucket, runtime state)", keys: []string{s.Bucket(ds), s.DownstreamState(ds)}},
@@ -341,6 +341,30 @@ func TestAsynqQueueKeysShareASlot(t *testing.T) {
 		// A brace in the queue name would move asynq's hash tag.
 		if strings.ContainsAny(q, "{}") {
 			t.Errorf("queue name %q holds a brace", q)
+		}
+	}
+}
+
+// The asynq key builders name the keys asynq v0.26 writes
+// (internal/base/base.go), and the quarantine shares their slot.
+func TestAsynqKeys(t *testing.T) {
+	t.Parallel()
+	a := keys.New("shaper").Asynq("api")
+	for _, c := range []struct{ got, want string }{
+		{a.Name, "shaper:api"},
+		{a.Task("x1"), "asynq:{shaper:api}:t:x1"},
+		{a.TaskPrefix(), "asynq:{shaper:api}:t:"},
+		{a.Pending(), "asynq:{shaper:api}:pending"},
+		{a.Active(), "asynq:{shaper:api}:active"},
+		{a.Scheduled(), "asynq:{shaper:api}:scheduled"},
+		{a.Retry(), "asynq:{shaper:api}:retry"},
+		{a.Archived(), "asynq:{shaper:api}:archived"},
+		{a.Lease(), "asynq:{shaper:api}:lease"},
+		{a.Completed(), "asynq:{shaper:api}:completed"},
+		{keys.New("").Quarantine("api"), "shaper:quarantine:{shaper:api}"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
 		}
 	}
 }

@@ -33,6 +33,8 @@ type Metrics struct {
 	FailOpen          *prometheus.CounterVec   // downstream, limiter
 	Enqueued          *prometheus.CounterVec   // downstream
 	CronTicks         *prometheus.CounterVec   // job, outcome
+	Quarantined       *prometheus.CounterVec   // downstream, reason
+	QuarantineLen     *prometheus.GaugeVec     // downstream
 }
 
 // New registers shaper's metrics on reg.
@@ -80,6 +82,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Cron ticks by outcome: enqueued, deferred, taken (by another process), rejected, error."}, []string{"job", "outcome"}),
 		Enqueued: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "enqueued_total",
 			Help: "Tasks enqueued."}, []string{"downstream"}),
+		Quarantined: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "quarantined_total",
+			Help: "Corrupt queue entries (no task hash, empty or undecodable msg, id mismatch) this process moved to the quarantine."}, []string{"downstream", "reason"}),
+		QuarantineLen: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "queue", Name: "quarantine_entries",
+			Help: "Entries in the downstream's quarantine list (shared by every process; bounded, expires)."}, []string{"downstream"}),
 	}
 }
 

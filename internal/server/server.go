@@ -61,7 +61,7 @@ func New(opts Options) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	s.srv = &http.Server{
-		Handler:           s.recoverer(s.mux),
+		Handler:           s.recoverer(http.HandlerFunc(s.route)),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -82,6 +82,44 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// route serves r through the mux, with ServeMux's own 404 and 405 answers
+// (text/plain) turned into JSON like every other body.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		w = &jsonMuxErrors{ResponseWriter: w, r: r}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// jsonMuxErrors rewrites a 404 or 405 written by ServeMux itself.
+type jsonMuxErrors struct {
+	http.ResponseWriter
+	r       *http.Request
+	swallow bool
+}
+
+func (j *jsonMuxErrors) WriteHeader(code int) {
+	var msg string
+	switch code {
+	case http.StatusNotFound:
+		msg = fmt.Sprintf("no such endpoint: %s %s", j.r.Method, j.r.URL.Path)
+	case http.StatusMethodNotAllowed:
+		msg = fmt.Sprintf("method %s not allowed on %s (allowed: %s)", j.r.Method, j.r.URL.Path, j.Header().Get("Allow"))
+	default:
+		j.ResponseWriter.WriteHeader(code)
+		return
+	}
+	j.swallow = true
+	WriteError(j.ResponseWriter, code, msg)
+}
+
+func (j *jsonMuxErrors) Write(b []byte) (int, error) {
+	if j.swallow {
+		return len(b), nil
+	}
+	return j.ResponseWriter.Write(b)
 }
 
 // recoverer turns a handler panic into a 500 without a stack trace in the
@@ -109,7 +147,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) Protected(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.opts.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			got, ok := bearer(r.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shaper"`)
 				WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
@@ -118,6 +156,16 @@ func (s *Server) Protected(pattern string, h http.Handler) {
 		}
 		h.ServeHTTP(w, r)
 	}))
+}
+
+// bearer returns the credentials of an "Authorization: Bearer <token>"
+// header; the scheme's name is case-insensitive (RFC 9110 section 11.1).
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
 }
 
 // Start listens and serves in the background; it returns the bound address.

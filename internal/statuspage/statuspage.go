@@ -3,8 +3,8 @@
 // snapshot every second. It shows, per downstream, the configured rate, the
 // rate in force, the achieved release rate over the last minute (with a
 // sparkline of releases per second), the backlog by state, lateness,
-// pushbacks, full-bucket and late-skip counts and the paused/adaptive
-// state; and per admission limiter the allowed/rejected/deferred counts.
+// pushbacks, waits for a slot (reservations that found the bucket full),
+// late skips, quarantined entries and the paused/adaptive state; and per admission limiter the allowed/rejected/deferred counts.
 //
 // Everything on it is this process's view: counters come from the process's
 // Prometheus registry, so a fleet of shaper processes has one page each,
@@ -22,14 +22,10 @@ package statuspage
 import (
 	"context"
 	"embed"
-	"fmt"
 	"html/template"
 	"log/slog"
-	"math"
 	"net/http"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +53,8 @@ const (
 	mDeferrals  = "shaper_admission_deferrals_total"
 	mFailOpen   = "shaper_admission_fail_open_total"
 	mEnqueued   = "shaper_queue_enqueued_total"
+	mQuarantine = "shaper_queue_quarantined_total"
+	mQuarList   = "shaper_queue_quarantine_entries"
 )
 
 // BacklogStates are the queue states the page shows, in order.
@@ -186,13 +184,17 @@ func (p *Page) readControl(ctx context.Context) {
 	defer cancel()
 	st := map[string]shaping.State{}
 	msg := ""
+	// One Redis call per sample tells whether Redis answers; the states
+	// come from the dispatcher's cache, which its control loop keeps
+	// current (a call per downstream per second would be most of an idle
+	// downstream's Redis cost).
+	if err := p.opts.Dispatcher.Control().Ping(ctx); err != nil {
+		msg = "redis unreachable: runtime state (override, adaptive rate) not refreshed"
+	}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
-		s, err := p.opts.Dispatcher.Control().State(ctx, ds.Name)
-		if err != nil {
-			msg = "redis unreachable: runtime state (override, adaptive rate) not refreshed"
-			break
+		if s, err := p.opts.Dispatcher.State(ds.Name); err == nil && msg == "" {
+			st[ds.Name] = s
 		}
-		st[ds.Name] = s
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -252,9 +254,19 @@ type Snapshot struct {
 	Scripts       []ScriptSnapshot     `json:"scripts"`
 	// Warning is set when the runtime state could not be read from Redis.
 	Warning string `json:"warning,omitempty"`
+	// Redis is whether the sampler's last read of Redis worked; while it
+	// does not, the backlog and runtime state on the page are stale.
+	Redis RedisState `json:"redis"`
 	// View is the page's formatted text, by element key, and the
 	// sparklines' SVG points; the page's script copies it into the DOM.
 	View View `json:"view"`
+}
+
+// RedisState is the sampler's view of Redis.
+type RedisState struct {
+	Reachable bool `json:"reachable"`
+	// LastOK is the last successful read; nil before the first one.
+	LastOK *time.Time `json:"last_ok,omitempty"`
 }
 
 // DownstreamSnapshot is one downstream. Counters (…_total) count since this
@@ -285,11 +297,18 @@ type DownstreamSnapshot struct {
 	Held     float64          `json:"held"`
 	Lateness LatenessSnapshot `json:"lateness"`
 	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
-	PushbacksTotal  float64 `json:"pushbacks_total"`
+	PushbacksTotal float64 `json:"pushbacks_total"`
+	// BucketFullTotal counts reservation attempts that found the bucket
+	// full (the slot would lie past max_wait): the task stays held and
+	// asks again once a slot frees. It is how a backlog waits, not an error.
 	BucketFullTotal float64 `json:"bucket_full_total"`
 	LateSkipsTotal  float64 `json:"late_skips_total"`
 	DeferralsTotal  float64 `json:"deferrals_total"`
 	EnqueuedTotal   float64 `json:"enqueued_total"`
+	// QuarantinedTotal counts corrupt queue entries this process moved to
+	// the quarantine; QuarantineEntries is the (shared) quarantine's length.
+	QuarantinedTotal  float64 `json:"quarantined_total"`
+	QuarantineEntries float64 `json:"quarantine_entries"`
 	// Outcomes are handler results by outcome (success, retry, throttled,
 	// archived, panic, malformed).
 	Outcomes map[string]float64 `json:"outcomes"`
@@ -320,6 +339,7 @@ type LimiterSnapshot struct {
 	Algorithm  string `json:"algorithm,omitempty"`
 	Key        string `json:"key,omitempty"`
 	Rate       string `json:"rate,omitempty"`
+	Burst      int64  `json:"burst,omitempty"`
 	// Decisions by outcome: allowed, rejected, deferred, error.
 	Decisions map[string]float64 `json:"decisions"`
 	FailOpen  float64            `json:"fail_open"`
@@ -365,6 +385,7 @@ func (p *Page) Snapshot() Snapshot {
 	ring := append([]sample(nil), p.ring...)
 	control := p.control
 	warn := p.ctlErr
+	ctlAt := p.ctlAt
 	p.mu.Unlock()
 
 	base := ring[0]
@@ -377,6 +398,11 @@ func (p *Page) Snapshot() Snapshot {
 	span := now.Sub(base.at).Seconds()
 	snap := Snapshot{GeneratedAt: now.UTC(), UptimeSeconds: now.Sub(p.started).Seconds(),
 		IntervalSeconds: p.opts.Interval.Seconds(), WindowSeconds: span, Warning: warn}
+	snap.Redis.Reachable = warn == ""
+	if !ctlAt.IsZero() {
+		at := ctlAt.UTC()
+		snap.Redis.LastOK = &at
+	}
 
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		l := map[string]string{"downstream": ds.Name}
@@ -390,7 +416,8 @@ func (p *Page) Snapshot() Snapshot {
 			ScheduleChanges: st.schedule, Paused: paused, Workers: ds.Workers, MaxWait: ds.MaxWait.String(),
 			ReleasesTotal: cur.ds[ds.Name].releases, Backlog: map[string]float64{}, Outcomes: map[string]float64{},
 			Held: f.counter(mHeld, l), PushbacksTotal: f.counter(mPushbacks, l), BucketFullTotal: f.counter(mBucketFull, l),
-			LateSkipsTotal: f.counter(mLateSkips, l), DeferralsTotal: f.counter(mDeferrals, l), EnqueuedTotal: f.counter(mEnqueued, l)}
+			LateSkipsTotal: f.counter(mLateSkips, l), DeferralsTotal: f.counter(mDeferrals, l), EnqueuedTotal: f.counter(mEnqueued, l),
+			QuarantinedTotal: f.counter(mQuarantine, l), QuarantineEntries: f.counter(mQuarList, l)}
 		cs := control[ds.Name]
 		if !cs.Override.IsZero() {
 			d.OverrideRate = cs.Override.RateString()
@@ -462,7 +489,7 @@ func (p *Page) limiters(f families) []LimiterSnapshot {
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		for _, lc := range p.static[ds.Name].limiters {
 			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: string(lc.Algorithm),
-				Key: string(lc.Key), Rate: lc.Rate})
+				Key: string(lc.Key), Rate: lc.Rate, Burst: lc.Burst})
 			seen[[2]string{ds.Name, lc.Name}] = true
 		}
 	}
@@ -499,134 +526,6 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// Keys of the page's elements.
-
-// DownstreamKey is the data-k key of a downstream's field on the page.
-func DownstreamKey(name, field string) string { return "ds/" + name + "/" + field }
-
-// LimiterKey is the data-k key of a limiter's field on the page.
-func LimiterKey(downstream, name, field string) string {
-	return "lim/" + downstream + "/" + name + "/" + field
-}
-
-// ScriptKey is the data-k key of a script's field on the page.
-func ScriptKey(script, field string) string { return "script/" + script + "/" + field }
-
-func count(v float64) string { return strconv.FormatFloat(math.Round(v), 'f', -1, 64) }
-
-func perSec(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) + "/s" }
-
-func dur(v *float64) string {
-	if v == nil {
-		return "—"
-	}
-	s := *v
-	switch {
-	case s < 0.001:
-		return strconv.FormatFloat(s*1e6, 'f', 0, 64) + " µs"
-	case s < 1:
-		return strconv.FormatFloat(s*1e3, 'f', 1, 64) + " ms"
-	}
-	return strconv.FormatFloat(s, 'f', 2, 64) + " s"
-}
-
-// view formats a snapshot for the page.
-func view(s Snapshot) View {
-	v := View{Cells: map[string]string{}, Sparks: map[string]Spark{}}
-	v.Cells["updated"] = s.GeneratedAt.Format("15:04:05") + " UTC"
-	v.Cells["window"] = strconv.FormatFloat(math.Round(s.WindowSeconds), 'f', 0, 64) + " s"
-	v.Cells["warning"] = s.Warning
-	for _, d := range s.Downstreams {
-		k := func(f string) string { return DownstreamKey(d.Name, f) }
-		state := "running"
-		switch {
-		case d.Paused:
-			state = "paused"
-		case d.Adaptive != nil:
-			state = "adaptive"
-		}
-		v.Cells[k("state")] = state
-		v.Cells[k("configured")] = d.ConfiguredRate
-		v.Cells[k("in_force")] = perSec(d.RatePerSecond)
-		v.Cells[k("override")] = cmpOr(d.OverrideRate, "none")
-		v.Cells[k("schedule")] = "none"
-		if d.ScheduleChanges > 0 {
-			v.Cells[k("schedule")] = fmt.Sprintf("%d changes", d.ScheduleChanges)
-		}
-		v.Cells[k("adaptive")] = "off"
-		if a := d.Adaptive; a != nil {
-			cur := "not moved yet"
-			if a.RatePerSecond > 0 {
-				cur = perSec(a.RatePerSecond)
-			}
-			v.Cells[k("adaptive")] = fmt.Sprintf("%s (%s … %s)", cur, a.Floor, a.Ceiling)
-		}
-		v.Cells[k("achieved")] = perSec(d.AchievedPerSecond)
-		v.Cells[k("releases")] = count(d.ReleasesTotal)
-		for _, st := range BacklogStates {
-			if b, ok := d.Backlog[st]; ok {
-				v.Cells[k("backlog_"+st)] = count(b)
-			} else {
-				v.Cells[k("backlog_"+st)] = "—"
-			}
-		}
-		v.Cells[k("held")] = count(d.Held)
-		v.Cells[k("workers")] = strconv.Itoa(d.Workers)
-		v.Cells[k("max_wait")] = d.MaxWait
-		v.Cells[k("late_p50")] = dur(d.Lateness.P50Seconds)
-		v.Cells[k("late_p99")] = dur(d.Lateness.P99Seconds)
-		v.Cells[k("late_mean")] = dur(d.Lateness.MeanSeconds)
-		v.Cells[k("pushbacks")] = count(d.PushbacksTotal)
-		v.Cells[k("bucket_full")] = count(d.BucketFullTotal)
-		v.Cells[k("late_skips")] = count(d.LateSkipsTotal)
-		v.Cells[k("deferrals")] = count(d.DeferralsTotal)
-		v.Cells[k("enqueued")] = count(d.EnqueuedTotal)
-		var outs []string
-		for _, o := range sortedKeys(d.Outcomes) {
-			outs = append(outs, o+" "+count(d.Outcomes[o]))
-		}
-		v.Cells[k("outcomes")] = cmpOr(strings.Join(outs, " · "), "none yet")
-		v.Sparks[d.Name] = spark(d.PerSecond, d.RatePerSecond, int(math.Round(s.WindowSeconds/max(s.IntervalSeconds, 1e-9))))
-	}
-	for _, l := range s.Limiters {
-		for _, o := range Outcomes {
-			v.Cells[LimiterKey(l.Downstream, l.Name, o)] = count(l.Decisions[o])
-		}
-		v.Cells[LimiterKey(l.Downstream, l.Name, "fail_open")] = count(l.FailOpen)
-	}
-	for _, sc := range s.Scripts {
-		v.Cells[ScriptKey(sc.Script, "calls")] = count(sc.CallsTotal)
-		v.Cells[ScriptKey(sc.Script, "errors")] = count(sc.ErrorsTotal)
-		v.Cells[ScriptKey(sc.Script, "p99")] = dur(sc.P99Seconds)
-	}
-	return v
-}
-
-// spark draws per-interval rates right-aligned in the box, scaled so that
-// the rate in force sits at 80% of the height (or the peak at the top).
-func spark(vals []float64, rate float64, slots int) Spark {
-	slots = max(slots, len(vals), 2)
-	top := rate * 1.25
-	for _, x := range vals {
-		top = max(top, x)
-	}
-	if top <= 0 {
-		top = 1
-	}
-	y := func(x float64) float64 { return math.Round((SparkH-1-x/top*(SparkH-2))*10) / 10 }
-	step := float64(SparkW) / float64(slots-1)
-	var b strings.Builder
-	off := slots - len(vals)
-	for i, x := range vals {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s,%s", strconv.FormatFloat(math.Round(float64(off+i)*step*10)/10, 'f', -1, 64),
-			strconv.FormatFloat(y(x), 'f', -1, 64))
-	}
-	return Spark{Points: b.String(), RateY: y(rate), Max: top}
 }
 
 // Mounter is where the page's routes go (*server.Server).

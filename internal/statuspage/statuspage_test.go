@@ -18,12 +18,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/statuspage"
+	itestutil "github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -48,11 +50,15 @@ type setupOpts struct {
 	yaml    string // downstreams and the rest; redis is filled in
 	handler shaping.HandlerFunc
 	now     func() time.Time
+	rdb     redis.UniversalClient // nil: redistest.Client
 }
 
 func setup(t *testing.T, o setupOpts) *bundle {
 	t.Helper()
-	rdb := redistest.Client(t)
+	rdb := o.rdb
+	if rdb == nil {
+		rdb = redistest.Client(t)
+	}
 	prefix := redistest.Prefix(t)
 	cfg, err := config.Parse([]byte(fmt.Sprintf("redis: {url: %q, prefix: %q}\n", redistest.URL(t), prefix) + o.yaml))
 	if err != nil {
@@ -470,4 +476,105 @@ func deref(p *float64) any {
 		return nil
 	}
 	return *p
+}
+
+// The quick start's page, where a newcomer looks first: the backlog cells
+// carry numbers (the quick start keeps the backlog gauge fresh), the
+// admission row names the demo limiter's algorithm, key and rate, and the
+// count of reservations that found the bucket full reads as waiting for a
+// slot, explained, not as an error.
+func TestQuickStartPageIsFilledIn(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out itestutil.SyncBuffer
+	done := make(chan error, 1)
+	go func() { done <- app.QuickStart(ctx, &out, app.QuickStartOptions{Listen: "127.0.0.1:0"}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	addrRE := regexp.MustCompile(`status page: (http://\S+)/ `)
+	var base string
+	waitFor(t, 15*time.Second, "the status page address on the console", func() bool {
+		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		}
+		return base != ""
+	})
+	digits := regexp.MustCompile(`^[0-9]+$`)
+	var s statuspage.Snapshot
+	waitFor(t, 15*time.Second, "numbers in the backlog cells", func() bool {
+		raw, _ := get(t, base+"/status.json")
+		s = statuspage.Snapshot{}
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range statuspage.BacklogStates {
+			if !digits.MatchString(s.View.Cells[statuspage.DownstreamKey("demo", "backlog_"+st)]) {
+				return false
+			}
+		}
+		return true
+	})
+	l, ok := lim(s, "demo", "demo-tenant")
+	if !ok || l.Algorithm != "token_bucket" || l.Key != "tenant" || l.Rate != "4/s" || l.Burst != 8 {
+		t.Errorf("limiter %+v (found %v), want demo-tenant: token_bucket, key tenant, 4/s burst 8", l, ok)
+	}
+	page, _ := get(t, base+"/")
+	for _, want := range []string{"<td>token_bucket</td><td>tenant</td><td>4/s (burst 8)</td>", `">waits for a slot</dt>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	if strings.Contains(page, "bucket full</dt>") {
+		t.Error(`the page still labels the count "bucket full" (reads like an error)`)
+	}
+	if !regexp.MustCompile(`<dt title="[^"]*not an error[^"]*">waits for a slot</dt>`).MatchString(page) {
+		t.Error("the waits-for-a-slot label has no tooltip saying it is not an error")
+	}
+}
+
+// While Redis is down the page says so: every card's state and the live
+// marker read "Redis unreachable", figures stale since the last good
+// read, instead of "running" and "live"; once Redis is back they recover.
+func TestStatusShowsRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close(); srv.Stop(); srv.Cleanup() })
+	b := setup(t, setupOpts{yaml: flowYAML, rdb: rdb})
+	b.start(t)
+	waitFor(t, 10*time.Second, "a good read of Redis", func() bool {
+		s := b.snapshot(t)
+		return s.Redis.Reachable && s.Redis.LastOK != nil
+	})
+	if s := b.snapshot(t); s.View.Cells["live"] != "live" || s.View.Cells[statuspage.DownstreamKey("api", "state")] != "running" {
+		t.Fatalf("with Redis up: live %q, state %q; want live and running", s.View.Cells["live"], s.View.Cells[statuspage.DownstreamKey("api", "state")])
+	}
+	srv.Stop()
+	var s statuspage.Snapshot
+	waitFor(t, 15*time.Second, "Redis unreachable on the page", func() bool {
+		s = b.snapshot(t)
+		return !s.Redis.Reachable
+	})
+	for _, name := range []string{"api", "slow"} {
+		if got := s.View.Cells[statuspage.DownstreamKey(name, "state")]; got != "Redis unreachable" {
+			t.Errorf("state of %s = %q while Redis is down, want Redis unreachable", name, got)
+		}
+	}
+	since := s.Redis.LastOK.Format("15:04:05") + " UTC"
+	if got := s.View.Cells["live"]; got != "Redis unreachable · figures stale since "+since {
+		t.Errorf("live cell %q, want Redis unreachable · figures stale since %s", got, since)
+	}
+	page, _ := get(t, b.srv.URL+"/")
+	if !strings.Contains(page, `data-k="live">Redis unreachable · figures stale since`) {
+		t.Error("the rendered page does not say Redis is unreachable")
+	}
+	if err := srv.StartAgain(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "Redis reachable again", func() bool {
+		s = b.snapshot(t)
+		return s.Redis.Reachable && s.View.Cells[statuspage.DownstreamKey("api", "state")] == "running"
+	})
 }

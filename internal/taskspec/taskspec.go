@@ -97,6 +97,9 @@ func Parse(data []byte) (Spec, error) {
 	if dec.More() || dec.InputOffset() < int64(len(data)) {
 		return s, errf("", "unexpected data after the JSON object at byte %d (one task per object)", dec.InputOffset()+1)
 	}
+	if name, dup := duplicateKey(data); dup {
+		return s, errf(clip(name, 40), "set twice (each field once: JSON decoders disagree on which one counts)")
+	}
 	for name := range fields {
 		if !known(name) {
 			return s, errf("", "unknown field %q (want one of %s)", clip(name, 40), strings.Join(Fields, ", "))
@@ -372,17 +375,49 @@ func durationJSON(field string, v json.RawMessage) (time.Duration, *Error) {
 		if d < 0 {
 			return 0, errf(field, "must not be negative, got %s", d)
 		}
+		if d > maxDuration {
+			return 0, errf(field, "must be at most %s (1e9 seconds, about 31 years), got %s", maxDuration, d)
+		}
 		return d, nil
 	}
 	var n json.Number
 	if json.Unmarshal(v, &n) == nil {
 		f, err := n.Float64()
-		if err != nil || f < 0 || f > 1e9 {
+		if err != nil || f < 0 || f > maxDuration.Seconds() {
 			return 0, errf(field, "got %s, want seconds between 0 and 1e9", clip(n.String(), 40))
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
 	return 0, errf(field, "got %s, want a duration string such as \"30s\" or a number of seconds", describe(v))
+}
+
+// maxDuration bounds "in" and "timeout", in either form.
+const maxDuration = 1e9 * time.Second
+
+// duplicateKey reports a key that the object data (already decoded once,
+// so valid) sets twice; encoding/json would keep the last silently.
+func duplicateKey(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return key, true
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 func integer(field string, v json.RawMessage) (int64, *Error) {

@@ -92,6 +92,11 @@ func TestParseBad(t *testing.T) {
 		{`{"payload":1,"payload_base64":"AA=="}`, "payload_base64: set both payload and payload_base64"},
 		{`{"payload_base64":"!!"}`, "payload_base64: invalid base64"},
 		{"{\"key\":\"a\xffb\"}", "not valid UTF-8"},
+		{`{"in":"1000000h"}`, "in: must be at most 277777h46m40s (1e9 seconds, about 31 years), got 1000000h0m0s"},
+		{`{"in":1e10}`, "in: got 1e10, want seconds between 0 and 1e9"},
+		{`{"timeout":"1000000h"}`, "timeout: must be at most"},
+		{`{"downstream":"a","cost":1,"downstream":"b"}`, "downstream: set twice"},
+		{`{"payload":{"a":1,"a":2},"cost":2,"cost":3}`, "cost: set twice"},
 	}
 	for i, c := range cases {
 		_, err := Parse([]byte(c.in))

@@ -52,7 +52,7 @@
         apply(snap);
         polls++;
         body.setAttribute("data-polls", String(polls));
-        setLive(true, "live");
+        setLive(!snap.redis || snap.redis.reachable, snap.view.cells.live || "live");
       })
       .catch(function (e) {
         setLive(false, "stale: " + e.message);
