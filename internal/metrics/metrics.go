@@ -49,7 +49,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Lateness: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "lateness_seconds",
 			Help: "Release time minus the reserved slot's time.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}}, []string{"downstream"}),
 		BucketFull: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "bucket_full_total",
-			Help: "Reservations refused because the wait would pass the bucket's capacity; the task stays held and tries again."}, []string{"downstream"}),
+			Help: "Lane reservation calls that found the bucket full (the lane then sleeps until room opens; waiting workers never call Redis)."}, []string{"downstream"}),
 		Recovered: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "recovered_tasks_total",
 			Help: "Tasks a dead process held, returned to the front of their queue by another process (no attempt consumed)."}, []string{"downstream"}),
 		LateSkips: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "late_skips_total",
