@@ -115,8 +115,8 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 	if has(RoundKill) {
 		e.logf("kill: %d processes at %d/s, backlog %d, kill -9 of one %s after the first delivery ...", o.KillProcs, o.KillRate, o.KillBacklog, o.KillAfter)
 		k := e.kill(ctx)
-		e.logf("kill: %d active at the kill, %d stranded, last of them %.1f s after it; run %.1f s (ideal %.1f); lost %d, duplicates %d%s",
-			k.ActiveAtKill, k.Stranded, k.LastActiveS, k.RunS, k.IdealS, k.Lost, k.Duplicates, errSuffix(k.Error))
+		e.logf("kill: %d active at the kill, %d stranded, %.0f recovered, last of them %.1f s after it; run %.1f s (ideal %.1f); lost %d, duplicates %d%s",
+			k.ActiveAtKill, k.Stranded, k.Recovered, k.LastActiveS, k.RunS, k.IdealS, k.Lost, k.Duplicates, errSuffix(k.Error))
 		r.Kill = &k
 	}
 	return r
@@ -175,8 +175,8 @@ func (r *ReleaseReport) markdown(o Options) string {
 	if k := r.Kill; k != nil {
 		w("#### 7d. kill -9 of one of %d processes at %d/s (backlog %d, default workers)\n\n", k.Processes, k.Rate, k.Backlog)
 		t := table{head: []string{"workers per process", "killed at", "active at the kill (all processes)",
-			"stranded (not delivered within 3 s)", "last of them delivered", "run (first to last delivery)", "ideal", "extra",
-			"lost", "duplicates"}, align: "rrrrrrrrrr"}
+			"of them not delivered within 5 s", "recovered by the survivors", "last of them delivered", "run (first to last delivery)", "ideal", "extra",
+			"lost", "duplicates"}, align: "rrrrrrrrrrr"}
 		last := "never"
 		if k.LastActiveS >= 0 {
 			last = fmt.Sprintf("%.1f s after the kill", k.LastActiveS)
@@ -185,7 +185,11 @@ func (r *ReleaseReport) markdown(o Options) string {
 		if !k.Complete {
 			run = fmt.Sprintf("incomplete after %s", o.KillLimit)
 		}
-		t.add(fmt.Sprint(k.Workers), num(k.KilledAtS, 1)+" s", fmt.Sprint(k.ActiveAtKill), fmt.Sprint(k.Stranded), last,
+		rec := "–"
+		if k.Recovered >= 0 {
+			rec = num(k.Recovered, 0)
+		}
+		t.add(fmt.Sprint(k.Workers), num(k.KilledAtS, 1)+" s", fmt.Sprint(k.ActiveAtKill), fmt.Sprint(k.Stranded), rec, last,
 			run, num(k.IdealS, 1)+" s", num(k.ExtraS, 1)+" s", fmt.Sprint(k.Lost), fmt.Sprint(k.Duplicates))
 		w("%s\n", t.String())
 		if k.Error != "" {
