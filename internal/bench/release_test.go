@@ -101,8 +101,8 @@ func TestFillKill(t *testing.T) {
 	at := func(s float64) time.Time { return kill.Add(time.Duration(s * float64(time.Second))) }
 	hits := []testsink.Hit{
 		{At: at(-5), TaskID: "a", Payload: "0"},
-		{At: at(4), TaskID: "b", Payload: "1"}, // held by a survivor
-		{At: at(12), TaskID: "c", Payload: "2"},  // stranded, back after 12 s
+		{At: at(4), TaskID: "b", Payload: "1"},  // held by a survivor
+		{At: at(12), TaskID: "c", Payload: "2"}, // stranded, back after 12 s
 		{At: at(12.1), TaskID: "c", Payload: "2"},
 		{At: at(14), TaskID: "e", Payload: "4"},
 	}
