@@ -141,8 +141,10 @@ func (e *env) launch(ctx context.Context, prefix string, p int, cfg string, limi
 				return true
 			default:
 			}
-			d, _, _ := w.state()
-			return d > 0
+			// The downstream lines (with the worker count) follow the
+			// start line; every config here has at least one.
+			d, _, workers := w.state()
+			return d > 0 && workers > 0
 		})
 		if !ok || exited != nil {
 			if exited == nil {
