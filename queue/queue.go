@@ -195,7 +195,8 @@ func (p *Producer) Validate(t Task) error {
 	case t.Cost < 0:
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidTask, t.Cost)
 	case t.Cost > p.maxCost(t.Downstream):
-		return fmt.Errorf("%w: cost %d is more than downstream %q can hold (max_cost %d)", limiters.ErrCostExceedsCapacity, t.Cost, t.Downstream, p.maxCost(t.Downstream))
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of downstream %q (its max_cost: what its bucket holds unless set), so it could never be released",
+			limiters.ErrCostExceedsCapacity, t.Cost, p.maxCost(t.Downstream), t.Downstream)
 	case len(t.Payload) > p.cfg.MaxPayload:
 		return fmt.Errorf("%w: payload is %d bytes, over the limit of %d", ErrInvalidTask, len(t.Payload), p.cfg.MaxPayload)
 	case t.MaxRetry != nil && (*t.MaxRetry < 0 || *t.MaxRetry > 10000):

@@ -203,7 +203,7 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 	case errors.Is(err, queue.ErrInvalidTask), errors.Is(err, limiters.ErrInvalidCost):
 		server.WriteError(w, http.StatusBadRequest, taskspec.Reason(err))
 	case errors.Is(err, limiters.ErrCostExceedsCapacity):
-		server.WriteError(w, http.StatusBadRequest, "cost: "+costReason(err))
+		server.WriteError(w, http.StatusBadRequest, costReason(err))
 	case errors.Is(err, queue.ErrDuplicate):
 		server.WriteJSON(w, http.StatusConflict, map[string]string{
 			"error": fmt.Sprintf("a task with unique key %q already exists", task.UniqueKey),
@@ -227,7 +227,7 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 }
 
 func costReason(err error) string {
-	return taskspec.OneLine(err.Error()) + " (no Retry-After would let it through)"
+	return taskspec.Reason(err) + " (no Retry-After would let it through)"
 }
 
 // readBody reads at most MaxBody bytes; past that it answers 413.
