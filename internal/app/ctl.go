@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -48,6 +49,10 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.Redis.Embedded() {
 		return fmt.Errorf("%w: ctl needs redis.url, cluster or sentinel in the config (the embedded Redis lives inside one shaper process)", ErrUsage)
 	}
@@ -58,21 +63,22 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	defer closeRedis()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ctl := shaping.NewControl(rdb, cfg.Redis.Prefix)
+	ctl := shaping.NewControl(rdb, pl.Prefix)
 	need := func(n int) error {
 		if len(rest) != n {
 			return fmt.Errorf("%w: %q takes %d argument(s)\n%s", ErrUsage, rest[0], n-1, ctlUsage)
 		}
-		if _, ok := cfg.Downstream(rest[1]); !ok {
+		if _, ok := pl.Downstream(rest[1]); !ok {
 			return fmt.Errorf("%w: unknown downstream %q", ErrUsage, rest[1])
 		}
 		return nil
 	}
 	switch rest[0] {
 	case "status":
-		in := queue.NewInspector(rdb, cfg.Redis.Prefix)
+		in := queue.NewInspector(rdb, pl.Prefix)
 		var all []map[string]any
-		for _, dc := range cfg.Downstreams {
+		for _, pd := range pl.Downstreams {
+			dc := pd.Config
 			st, err := ctl.State(ctx, dc.Name)
 			if err != nil {
 				return err
@@ -81,7 +87,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate, "paused": st.Paused, "backlog": toBacklogJSON(b)}
+			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate.String(), "paused": st.Paused, "backlog": toBacklogJSON(b)}
 			if !st.Override.IsZero() {
 				row["override_rate"] = st.Override.RateString()
 			}
@@ -131,7 +137,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		if err := need(2); err != nil {
 			return err
 		}
-		if err := shaping.NewBuckets(rdb, cfg.Redis.Prefix).Reset(ctx, rest[1]); err != nil {
+		if err := shaping.NewBuckets(rdb, pl.Prefix).Reset(ctx, rest[1]); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "%s: bucket cleared; the next release may start now\n", rest[1])

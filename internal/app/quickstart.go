@@ -14,6 +14,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/internal/statuspage"
 	"github.com/shaper-io/shaper/limiters"
@@ -65,22 +66,34 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		defer mu.Unlock()
 		fmt.Fprintf(out, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 	}
-	d := shaping.New(rdb, shaping.Config{Logger: quiet, Metrics: m})
-	release := shaping.LogHandler(logf)
-	if err := d.Add(shaping.Downstream{Name: "demo", Rate: opts.Rate, MaxWait: 2 * time.Second,
-		Handler: func(ctx context.Context, t *shaping.Task) error {
-			released.Add(1)
-			return release(ctx, t)
-		}}); err != nil {
-		return err
-	}
+	// The demo is a config, as shaper.yaml would be, run through the same
+	// plan: the page names the limiter's algorithm, key and rate from it.
 	tenantLimit := limiters.PerSecond(4).WithBurst(8)
-	tb, err := limiters.New(rdb, limiters.Config{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Limit: tenantLimit})
+	cfg := &config.Config{Downstreams: []config.Downstream{{Name: "demo", Rate: config.RateOf(opts.Rate),
+		MaxWait: config.Duration(2 * time.Second), MaxRetry: config.DefaultMaxRetry, Admission: &config.Admission{
+			Limiters: []config.Limiter{{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Key: config.KeyTenant,
+				Rate: config.RateOf(tenantLimit), Burst: tenantLimit.Burst}}}}}}
+	pl, err := plan.Build(cfg)
 	if err != nil {
 		return err
 	}
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Metrics: m, Logger: quiet,
-		Admission: map[string]queue.Admission{"demo": {Limiter: tb}}})
+	dcfg := pl.Dispatcher
+	dcfg.Logger, dcfg.Metrics = quiet, m
+	d := shaping.New(rdb, dcfg)
+	release := shaping.LogHandler(logf)
+	demo := pl.Downstreams[0].Shaping
+	demo.Handler = func(ctx context.Context, t *shaping.Task) error {
+		released.Add(1)
+		return release(ctx, t)
+	}
+	if err := d.Add(demo); err != nil {
+		return err
+	}
+	pl.Producer.Logger = quiet
+	p, err := pl.NewProducer(rdb, m)
+	if err != nil {
+		return err
+	}
 	defer p.Close()
 
 	srv := server.New(server.Options{Addr: opts.Listen, Registry: reg, Redis: rdb, Logger: quiet})
@@ -93,12 +106,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		return err
 	}
 	defer srv.Shutdown(context.Background())
-	// The page reads the demo's limiter from a config, as it would from
-	// shaper.yaml, so the admission row names its algorithm, key and rate.
-	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: &config.Config{
-		Downstreams: []config.Downstream{{Name: "demo", Rate: opts.Rate.RateString(), Admission: &config.Admission{
-			Limiters: []config.Limiter{{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Key: config.KeyTenant,
-				Rate: tenantLimit.RateString(), Burst: tenantLimit.Burst}}}}}}})
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
 	page.Mount(srv)
 	go page.Run(ctx)
 
