@@ -9,6 +9,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
@@ -63,6 +65,11 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	defer closeRedis()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	return ctlCommand(ctx, rest, pl, rdb, out)
+}
+
+// ctlCommand runs one ctl command, rest[0], with its arguments.
+func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.UniversalClient, out io.Writer) error {
 	ctl := shaping.NewControl(rdb, pl.Prefix)
 	need := func(n int) error {
 		if len(rest) != n {
@@ -75,30 +82,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	}
 	switch rest[0] {
 	case "status":
-		in := queue.NewInspector(rdb, pl.Prefix)
-		var all []map[string]any
-		for _, pd := range pl.Downstreams {
-			dc := pd.Config
-			st, err := ctl.State(ctx, dc.Name)
-			if err != nil {
-				return err
-			}
-			b, err := in.Backlog(dc.Name)
-			if err != nil {
-				return err
-			}
-			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate.String(), "paused": st.Paused, "backlog": toBacklogJSON(b)}
-			if !st.Override.IsZero() {
-				row["override_rate"] = st.Override.RateString()
-			}
-			if st.Adaptive > 0 {
-				row["adaptive_rate_per_second"] = st.Adaptive
-			}
-			all = append(all, row)
-		}
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"downstreams": all})
+		return ctlStatus(ctx, ctl, queue.NewInspector(rdb, pl.Prefix), pl, out)
 	case "pause":
 		if err := need(2); err != nil {
 			return err
@@ -121,6 +105,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		}
 		var l limiters.Limit
 		if rest[2] != "clear" {
+			var err error
 			if l, err = limiters.ParseLimit(rest[2]); err != nil {
 				return fmt.Errorf("%w: %s", ErrUsage, rateReason(err))
 			}
@@ -145,4 +130,31 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
 	}
 	return nil
+}
+
+// ctlStatus prints every downstream's rates, pause and backlog as JSON.
+func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, pl *plan.Plan, out io.Writer) error {
+	var all []map[string]any
+	for _, pd := range pl.Downstreams {
+		dc := pd.Config
+		st, err := ctl.State(ctx, dc.Name)
+		if err != nil {
+			return err
+		}
+		b, err := in.Backlog(dc.Name)
+		if err != nil {
+			return err
+		}
+		row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate.String(), "paused": st.Paused, "backlog": toBacklogJSON(b)}
+		if !st.Override.IsZero() {
+			row["override_rate"] = st.Override.RateString()
+		}
+		if st.Adaptive > 0 {
+			row["adaptive_rate_per_second"] = st.Adaptive
+		}
+		all = append(all, row)
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{"downstreams": all})
 }

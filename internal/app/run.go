@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
@@ -65,19 +66,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	dcfg := pl.Dispatcher
-	dcfg.Logger, dcfg.Metrics = log, m
-	d := shaping.New(rdb, dcfg)
 	pg := newPostgresSinks(rdb, pl.Prefix, log)
 	defer pg.Close()
-	for i, pd := range pl.Downstreams {
-		ds := pd.Shaping
-		if ds.Handler, err = handlerFor(ctx, pd.Config, opts.Handlers, log, pg); err != nil {
-			return fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
-		}
-		if err := d.Add(ds); err != nil {
-			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
-		}
+	d, err := newDispatcher(ctx, rdb, pl, opts.Handlers, log, m, pg)
+	if err != nil {
+		return err
 	}
 	producer, err := pl.NewProducer(rdb, m)
 	if err != nil {
@@ -151,6 +144,26 @@ func shutdownWithin(d *shaping.Dispatcher, limit time.Duration, log *slog.Logger
 		log.Error("shutdown did not finish in time; held tasks come back when their leases expire", "after", limit.String())
 		return fmt.Errorf("shutdown did not finish within %s", limit)
 	}
+}
+
+// newDispatcher builds the dispatcher of pl, each downstream with its
+// handler.
+func newDispatcher(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan, gos map[string]shaping.HandlerFunc,
+	log *slog.Logger, m *metrics.Metrics, pg *postgresSinks) (*shaping.Dispatcher, error) {
+	dcfg := pl.Dispatcher
+	dcfg.Logger, dcfg.Metrics = log, m
+	d := shaping.New(rdb, dcfg)
+	for i, pd := range pl.Downstreams {
+		ds := pd.Shaping
+		var err error
+		if ds.Handler, err = handlerFor(ctx, pd.Config, gos, log, pg); err != nil {
+			return nil, fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
+		}
+		if err := d.Add(ds); err != nil {
+			return nil, fmt.Errorf("config: downstreams[%d]: %w", i, err)
+		}
+	}
+	return d, nil
 }
 
 func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger, pg *postgresSinks) (shaping.HandlerFunc, error) {
