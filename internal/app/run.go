@@ -81,8 +81,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 
 	var srv *server.Server
 	addr := ""
-	if cfg.HTTP.Enabled() {
-		srv = server.New(server.Options{Addr: cfg.HTTP.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
+	if pl.Listen != "" {
+		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
 		mountAPI(srv, producer, d, inspector, int64(cfg.HTTP.MaxBody), log)
 		mountControl(srv, d, inspector, pl)
 		mountStatus(ctx, srv, d, cfg, reg)

@@ -25,6 +25,8 @@ import (
 type Plan struct {
 	// Prefix starts every Redis key (redis.prefix).
 	Prefix string
+	// Listen is the HTTP server's address; "" when it is off.
+	Listen string
 	// Dispatcher configures the dispatcher; Logger and Metrics are the
 	// caller's to set.
 	Dispatcher shaping.Config
@@ -81,6 +83,9 @@ func Build(cfg *config.Config) (*Plan, error) {
 		if a := admission(cfg, dc); a != nil {
 			p.Admission[dc.Name] = *a
 		}
+	}
+	if cfg.HTTP.Enabled() {
+		p.Listen = cfg.HTTP.Listen
 	}
 	jobs, err := cronJobs(cfg)
 	if err != nil {

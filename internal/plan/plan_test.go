@@ -54,6 +54,12 @@ func TestBuildExample(t *testing.T) {
 	if got, want := p.Producer.MaxRetry, map[string]int{"billing-api": 10, "legacy-db": 25, "audit-log": 0}; !reflect.DeepEqual(got, want) {
 		t.Errorf("producer max retry: got %v, want %v", got, want)
 	}
+	if p.Listen != "127.0.0.1:8080" {
+		t.Errorf("listen: got %q, want 127.0.0.1:8080", p.Listen)
+	}
+	if off := build(t, "http: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n"); off.Listen != "" {
+		t.Errorf("listen with the server off: got %q, want \"\"", off.Listen)
+	}
 	if p.Prefix != "shaper" || p.Dispatcher.Prefix != "shaper" || p.Producer.Prefix != "shaper" ||
 		p.Dispatcher.ShutdownTimeout != 10*time.Second || p.Dispatcher.RedisTimeout != 2*time.Second || p.Producer.MaxPayload != 1<<20 {
 		t.Errorf("prefix %q, dispatcher %+v, producer payload %d", p.Prefix, p.Dispatcher, p.Producer.MaxPayload)
