@@ -14,6 +14,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -262,11 +263,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 // workers (Little's law: rate × (wait + call time)); see
 // docs/operations.md, sizing workers.
 func DefaultWorkers(rate limiters.Limit, maxWait time.Duration) int {
-	n := rate.UnitsIn(maxWait)
-	if n < 1000 && rate.Interval(n) < maxWait {
-		n++ // round up
-	}
-	return int(min(max(n+1, 2), 1000))
+	return sizing.DefaultWorkers(rate, maxWait)
 }
 
 // Handle sets the handler of one task type on a downstream.
