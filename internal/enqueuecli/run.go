@@ -14,8 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/producer"
+	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/taskspec"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -135,13 +136,13 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 		if cfg.Redis.Embedded() {
 			return fail(bad("the config names no Redis (redis.url, redis.cluster or redis.sentinel); shaper's embedded Redis lives inside one shaper process, so enqueue cannot reach it: set one, or pass --redis"))
 		}
-		rdb, closeRDB, err := app.OpenRedis(cfg.Redis)
+		rdb, closeRDB, err := redisconn.Open(cfg.Redis)
 		if err != nil {
 			return fail(bad("%s", err))
 		}
 		r.rdb, r.closeRDB = rdb, closeRDB
 	}
-	p, err := app.NewProducer(r.rdb, cfg, nil)
+	p, err := producer.New(r.rdb, cfg, nil)
 	if err != nil {
 		return fail(bad("%s", err))
 	}
