@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -39,8 +38,10 @@ const DefaultMaxRetry = 25
 
 // Errors. Each is wrapped with %w and a message naming the bad field.
 var (
-	ErrInvalidTask       = errors.New("queue: invalid task")
-	ErrUnknownDownstream = errors.New("queue: unknown downstream")
+	ErrInvalidTask = errors.New("queue: invalid task")
+	// ErrUnknownDownstream is shaping.ErrUnknownDownstream: the Producer
+	// was given its Downstreams and the task names another.
+	ErrUnknownDownstream = shaping.ErrUnknownDownstream
 	ErrDuplicate         = errors.New("queue: duplicate unique key")
 	ErrEnqueue           = errors.New("queue: enqueue failed")
 )
@@ -156,8 +157,6 @@ type Producer struct {
 	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 // NewProducer returns a Producer over rdb. Close it when done (rdb itself
 // stays open: it is the caller's).
 func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
@@ -188,10 +187,10 @@ func (p *Producer) Validate(t Task) error {
 	switch {
 	case t.Downstream == "":
 		return fmt.Errorf("%w: downstream is required", ErrInvalidTask)
-	case !nameRE.MatchString(t.Downstream):
-		return fmt.Errorf("%w: downstream %q: want 1-64 of [A-Za-z0-9_.-]", ErrInvalidTask, t.Downstream)
+	case !keys.ValidName(t.Downstream):
+		return fmt.Errorf("%w: downstream %q: want %s", ErrInvalidTask, t.Downstream, keys.NameRule)
 	case p.known != nil && !p.known[t.Downstream]:
-		return fmt.Errorf("%w %q", ErrUnknownDownstream, t.Downstream)
+		return unknownDownstreamError(t.Downstream)
 	case t.Cost < 0:
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidTask, t.Cost)
 	case t.Cost > p.maxCost(t.Downstream):
