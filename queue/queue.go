@@ -73,8 +73,12 @@ type Task struct {
 	Timeout time.Duration
 }
 
-// Receipt describes an enqueued task.
+// Receipt describes what Enqueue did with a task. Its zero value is the
+// receipt of a task that was not enqueued (Outcome NotEnqueued).
 type Receipt struct {
+	// Outcome classifies the result: Accepted, Deferred, Rejected,
+	// Duplicate or NotEnqueued. Only Accepted and Deferred tasks have an ID.
+	Outcome    Outcome
 	ID         string
 	Queue      string
 	Downstream string
@@ -217,10 +221,27 @@ func (p *Producer) maxCost(downstream string) int64 {
 }
 
 // Enqueue runs the downstream's admission policy (if any) and enqueues the
-// task. A rejection returns *RejectedError (errors.As) and enqueues
-// nothing. If admission allowed the task but the enqueue fails, the
-// admission charge is refunded.
+// task. Receipt.Outcome says what happened; the error says why a task was
+// not enqueued, or that admission failed open (limiters.ErrFailedOpen)
+// for one that was. A rejection returns *RejectedError (errors.As) and
+// enqueues nothing. If admission allowed the task but the enqueue fails,
+// the admission charge is refunded.
 func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
+	rec, err := p.admitAndEnqueue(ctx, t)
+	switch {
+	case rec.ID != "" && rec.Deferred:
+		rec.Outcome = Deferred
+	case rec.ID != "":
+		rec.Outcome = Accepted
+	case errors.As(err, new(*RejectedError)):
+		rec.Outcome = Rejected
+	case errors.Is(err, ErrDuplicate):
+		rec.Outcome = Duplicate
+	}
+	return rec, err
+}
+
+func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error) {
 	if err := p.Validate(t); err != nil {
 		return Receipt{}, err
 	}
