@@ -1,0 +1,124 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// giveBack holds a task the dispatcher will not release until asynq, at
+// shutdown, pushes it back to its queue (requeue: no attempt consumed) and
+// cancels ctx. Returning an error instead would go through asynq's retry
+// path, which archives MaxRetry(0) tasks.
+func (r *runner) giveBack(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (r *runner) outcome(o string) {
+	if r.d.m != nil {
+		r.d.m.Outcomes.WithLabelValues(r.ds.Name, o).Inc()
+	}
+}
+
+func (r *runner) process(ctx context.Context, at *asynq.Task) error {
+	r.hold(1)
+	defer r.hold(-1)
+	t, h, budget, err := r.task(ctx, at)
+	if err != nil {
+		r.outcome("malformed")
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	}
+	for {
+		res, err := r.acquire(ctx, t.Cost)
+		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
+			r.outcome("malformed")
+			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
+		if err != nil {
+			return r.giveBack(ctx)
+		}
+		t.Slot = res.Slot()
+		herr, started := r.release(ctx, h, t)
+		if !started {
+			return r.giveBack(ctx)
+		}
+		d := Classify(herr, budget, r.ds.Adaptive != nil)
+		r.outcome(d.Outcome)
+		if d.Adapt != "" {
+			r.adapt(d.Adapt)
+		}
+		if d.Action != Throttle {
+			return d.Err // nil completes; SkipRetry archives; others retry
+		}
+		if d.Pause > 0 {
+			r.pushBack(ctx, d.Pause)
+		}
+		// the task waits for a slot after the pause; no attempt consumed
+	}
+}
+
+// task reads the asynq task into a Task and finds its handler; an error
+// means the task can never be delivered (archived as malformed).
+func (r *runner) task(ctx context.Context, at *asynq.Task) (*Task, HandlerFunc, Budget, error) {
+	meta, err := envelope.Decode(at.Headers())
+	if err != nil {
+		return nil, nil, Budget{}, err
+	}
+	h := r.handlers[at.Type()]
+	if h == nil {
+		h = r.ds.Handler
+	}
+	if h == nil {
+		return nil, nil, Budget{}, fmt.Errorf("shaping: downstream %q has no handler for task type %q", r.ds.Name, at.Type())
+	}
+	id, _ := asynq.GetTaskID(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	t := &Task{ID: id, Type: at.Type(), Payload: at.Payload(), Headers: at.Headers(), Downstream: r.ds.Name,
+		Key: meta.Key, Cost: meta.Cost, Retried: retried}
+	return t, h, Budget{Retried: retried, MaxRetry: meta.MaxRetry}, nil
+}
+
+// release calls the handler at its slot; started is false when the
+// dispatcher stopped while the slot came (nothing was released).
+func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr error, started bool) {
+	r.releasing.Add(1)
+	defer r.releasing.Add(-1)
+	select {
+	case <-r.d.stopping:
+		return nil, false
+	default:
+	}
+	if m := r.d.m; m != nil {
+		m.Releases.WithLabelValues(r.ds.Name).Inc()
+		// Lateness on the local clock: the wait was timed locally from
+		// the reply, so compare against when the wait ended.
+		m.Lateness.WithLabelValues(r.ds.Name).Observe(max(time.Since(t.Slot), 0).Seconds())
+	}
+	return Call(ctx, h, t), true
+}
+
+// pushBack moves the bucket's next_free past now+pause for every process:
+// the downstream asked to wait.
+func (r *runner) pushBack(ctx context.Context, pause time.Duration) {
+	if m := r.d.m; m != nil {
+		m.Pushbacks.WithLabelValues(r.ds.Name).Inc()
+	}
+	if _, err := r.d.buckets.PushBack(ctx, r.bucket(), pause); err != nil {
+		r.d.log.Warn("shaping: pushback failed", "downstream", r.ds.Name, "err", err)
+	}
+}
+
+// hold counts the tasks this process holds for the downstream.
+func (r *runner) hold(delta int64) {
+	n := r.held.Add(delta)
+	if m := r.d.m; m != nil {
+		m.Held.WithLabelValues(r.ds.Name).Set(float64(n))
+	}
+}

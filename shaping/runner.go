@@ -1,0 +1,164 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// runner serves one downstream.
+type runner struct {
+	d        *Dispatcher
+	ds       Downstream
+	handlers map[string]HandlerFunc
+	srv      *asynq.Server
+	rate     atomic.Pointer[limiters.Limit]
+
+	pmu     sync.Mutex
+	paused  bool
+	resumed chan struct{} // closed when not paused
+
+	releasing atomic.Int64
+	held      atomic.Int64
+	base      atomic.Pointer[limiters.Limit] // rate before the adaptive cap
+	// offset estimates local time minus the Redis clock of this
+	// downstream's bucket (on a cluster, each master has its own clock).
+	offset  clockOffset
+	lastInc atomic.Int64 // unix ns of the last "inc" sent
+	lane    *lane
+	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
+
+	smu sync.Mutex
+	st  State // runtime state as last read from Redis
+}
+
+func (r *runner) setPaused(p bool) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if p == r.paused {
+		return
+	}
+	r.paused = p
+	if p {
+		r.resumed = make(chan struct{})
+	} else {
+		close(r.resumed)
+	}
+}
+
+// pauseGate returns nil when not paused, else a channel closed on resume.
+func (r *runner) pauseGate() chan struct{} {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if !r.paused {
+		return nil
+	}
+	return r.resumed
+}
+
+func (r *runner) bucket() Bucket {
+	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost()}
+}
+
+// maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
+// per row of a batch.
+func (ds *Downstream) maxReleaseCost() int64 {
+	if ds.Batch != nil && ds.Batch.MaxRows > 1 {
+		if ds.MaxCost > math.MaxInt64/int64(ds.Batch.MaxRows) {
+			return math.MaxInt64
+		}
+		return ds.MaxCost * int64(ds.Batch.MaxRows)
+	}
+	return ds.MaxCost
+}
+
+var errStopping = errors.New("shaping: stopping")
+
+// sleep waits d, or less if ctx ends or the dispatcher stops (false).
+func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-r.d.stopping:
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-r.d.stopping:
+		return false
+	}
+}
+
+// acquire waits in the lane for a slot, then until the slot. It fails
+// only when ctx ends, the dispatcher stops, or the cost can never fit
+// (ErrCostExceedsCapacity); Redis errors are retried by the lane (shaping
+// fails closed: nothing is released without a reservation).
+func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
+	front := false
+	for {
+		g, err := r.lane.wait(ctx, cost, front)
+		if err != nil {
+			return Reservation{}, err
+		}
+		deadline := g.slot.Add(r.offset.get()) // the slot on the local clock
+		if !r.sleep(ctx, time.Until(deadline)) {
+			return Reservation{}, errStopping // the slot is wasted, never replayed
+		}
+		// A worker that wakes far behind its slot (CPU starvation, a GC or
+		// a slow Redis reply) would release next to the following slots and
+		// bunch them. Its slot is wasted instead and it queues again, at the
+		// front, so every release lies within LateTolerance of its slot.
+		if late := time.Since(deadline); late > r.lateTolerance(cost) {
+			if m := r.d.m; m != nil {
+				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
+			}
+			front = true
+			continue
+		}
+		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now)}, nil
+	}
+}
+
+// observeWaits records the wait of each slot a lane call reserved.
+func (r *runner) observeWaits(res Reservation) {
+	m := r.d.m
+	if m == nil {
+		return
+	}
+	h := m.SlotWait.WithLabelValues(r.ds.Name)
+	for j := range res.Count {
+		h.Observe(res.SlotN(j).Sub(res.Now).Seconds())
+	}
+}
+
+// lateTolerance is how far behind its slot a release of cost units may
+// start: the configured LateTolerance, or half the slot it occupies (at
+// least 5ms). Half a slot keeps any window of T at rate·T+1 releases; the
+// 5ms floor keeps fast downstreams (slots under 10ms) from wasting most
+// slots to ordinary scheduling jitter, at the price of rate·5ms extra in
+// the worst window.
+func (r *runner) lateTolerance(cost int64) time.Duration {
+	if r.ds.LateTolerance < 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	if r.ds.LateTolerance > 0 {
+		return r.ds.LateTolerance
+	}
+	return max(r.rate.Load().Interval(cost)/2, 5*time.Millisecond)
+}
