@@ -194,7 +194,7 @@ func (d *Dispatcher) Control() *Control { return d.control }
 // handler, and for inspection).
 func (d *Dispatcher) Buckets() *Buckets { return d.buckets }
 
-var dsName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+var dsName = regexp.MustCompile(keys.NamePattern)
 
 // Add registers a downstream. It must be called before Start.
 func (d *Dispatcher) Add(ds Downstream) error {

@@ -539,16 +539,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = testutil.WaitFor
 
 // The progress bar is drawn only when asked for or on a terminal (the
 // tests' stderr is a pipe).

@@ -143,16 +143,7 @@ func get(t *testing.T, url string) (string, http.Header) {
 	return string(body), resp.Header
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = itestutil.WaitFor
 
 func ds(s statuspage.Snapshot, name string) statuspage.DownstreamSnapshot {
 	for _, d := range s.Downstreams {
