@@ -4,9 +4,9 @@
 // results as JSON. See internal/bench and docs/benchmarks.md.
 //
 //	go run ./cmd/shaperbench -quick      # 2-3 minutes on a busy 2-core machine
-//	go run ./cmd/shaperbench             # the full run, about 13 minutes there
+//	go run ./cmd/shaperbench             # the full run, about 10 minutes there
 //	go run ./cmd/shaperbench -rounds economy,keepup,idle,kill
-//	                                     # the release path only (scenario 7), about 6 minutes
+//	                                     # the release path only (scenario 7), about 4 minutes
 package main
 
 import (
@@ -26,7 +26,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("shaperbench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "smaller backlogs, key counts and timings (2-3 minutes instead of about 7)")
+	quick := fs.Bool("quick", false, "smaller backlogs, key counts and timings")
 	jsonPath := fs.String("json", filepath.Join(os.TempDir(), "shaperbench.json"), "write the results as JSON here (\"\" to skip)")
 	scenarios := fs.String("scenarios", strings.Join(bench.AllScenarios(), ","), "comma-separated scenarios to run")
 	contenders := fs.String("contenders", strings.Join(bench.AllContenders(), ","), "comma-separated contenders of the fidelity scenario")
