@@ -3,7 +3,7 @@
 // on its own throwaway redis-server, prints Markdown tables and writes the
 // results as JSON. See internal/bench and docs/benchmarks.md.
 //
-//	go run ./cmd/shaperbench -quick      # 2-3 minutes on a busy 2-core machine
+//	go run ./cmd/shaperbench -quick      # scenarios 1-6 in 2-3 minutes on a busy 2-core machine, 7 adds a few
 //	go run ./cmd/shaperbench             # the full run, about 10 minutes there
 //	go run ./cmd/shaperbench -rounds economy,keepup,idle,kill
 //	                                     # the release path only (scenario 7), about 4 minutes
