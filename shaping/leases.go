@@ -25,8 +25,8 @@ import (
 const DefaultLeaseTime = 10 * time.Second
 
 const (
-	leaseBatch   = 64                    // waiters asked for in one call
-	leasePollMin = 5 * time.Millisecond  // first sleep when the cap is full
+	leaseBatch   = 64                     // waiters asked for in one call
+	leasePollMin = 5 * time.Millisecond   // first sleep when the cap is full
 	leasePollMax = 200 * time.Millisecond // longest sleep when full (another process may free one)
 )
 

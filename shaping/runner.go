@@ -33,7 +33,7 @@ type runner struct {
 	offset  clockOffset
 	lastInc atomic.Int64 // unix ns of the last "inc" sent
 	lane    *lane
-	leases  *leaseLane // nil without a concurrency cap
+	leases  *leaseLane   // nil without a concurrency cap
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
 
 	smu sync.Mutex
