@@ -270,6 +270,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if d.m != nil {
 		d.m.RateInForce.WithLabelValues(ds.Name).Set(ds.Rate.PerSec())
 		d.m.Paused.WithLabelValues(ds.Name).Set(0)
+		d.m.ConcurrencyLimit.WithLabelValues(ds.Name).Set(float64(ds.Concurrency))
 	}
 	return nil
 }

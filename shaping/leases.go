@@ -96,6 +96,7 @@ func (l *leaseLane) acquire(ctx context.Context, key string) (string, error) {
 func (l *leaseLane) release(member string) {
 	l.mu.Lock()
 	delete(l.held, member)
+	l.gauge()
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.d.cfg.RedisTimeout)
 	defer cancel()
@@ -222,6 +223,7 @@ func (l *leaseLane) grant(ws []*leaseWaiter, flags []int64) int {
 		l.held[w.member] = struct{}{}
 		close(w.done)
 	}
+	l.gauge()
 	l.mu.Unlock()
 	for _, m := range orphans {
 		l.release(m)
@@ -257,9 +259,9 @@ func (l *leaseLane) renewLoop() {
 	}
 }
 
-// inUse is the number of leases this process holds.
-func (l *leaseLane) inUse() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.held)
+// gauge publishes the leases held (l.mu held).
+func (l *leaseLane) gauge() {
+	if m := l.r.d.m; m != nil {
+		m.LeasesInUse.WithLabelValues(l.r.ds.Name).Set(float64(len(l.held)))
+	}
 }
