@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/lua"
 )
@@ -23,7 +24,7 @@ var ErrBucket = errors.New("shaping: bucket")
 // clamps, so no task or answer can park a downstream for longer than this
 // (and `shaper ctl reset` clears a bucket at once). lua/shaping.lua checks
 // the same bound.
-const MaxInterval = 24 * time.Hour
+const MaxInterval = sizing.MaxInterval
 
 // Bucket names a downstream's shaping bucket and the rate it releases at.
 // Only Rate.Rate and Rate.Period are read; the burst is Burst.

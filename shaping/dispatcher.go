@@ -14,6 +14,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -206,7 +207,7 @@ func (d *Dispatcher) Control() *Control { return d.control }
 // handler, and for inspection).
 func (d *Dispatcher) Buckets() *Buckets { return d.buckets }
 
-var dsName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+var dsName = regexp.MustCompile(keys.NamePattern)
 
 // Add registers a downstream. It must be called before Start.
 func (d *Dispatcher) Add(ds Downstream) error {
@@ -283,11 +284,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 // workers (Little's law: rate × (wait + call time)); see
 // docs/operations.md, sizing workers.
 func DefaultWorkers(rate limiters.Limit, maxWait time.Duration) int {
-	n := rate.UnitsIn(maxWait)
-	if n < 1000 && rate.Interval(n) < maxWait {
-		n++ // round up
-	}
-	return int(min(max(n+1, 2), 1000))
+	return sizing.DefaultWorkers(rate, maxWait)
 }
 
 // Handle sets the handler of one task type on a downstream.

@@ -8,9 +8,23 @@ package keys
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
+
+// NamePattern is the rule for a downstream name: it becomes the asynq queue
+// name and a part of every key of the downstream, so it has no spaces,
+// braces or colons. NameRule says it in words, for error messages.
+const (
+	NamePattern = `^[A-Za-z0-9_.-]{1,64}$`
+	NameRule    = "1-64 of [A-Za-z0-9_.-]"
+)
+
+var nameRE = regexp.MustCompile(NamePattern)
+
+// ValidName reports whether s is a valid downstream name (NamePattern).
+func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // DefaultPrefix is the prefix used when none is configured.
 const DefaultPrefix = "shaper"

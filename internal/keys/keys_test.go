@@ -370,3 +370,18 @@ func TestAsynqKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestValidName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"billing-api", true}, {"a.b_c-9", true}, {strings.Repeat("x", 64), true},
+		{"", false}, {strings.Repeat("x", 65), false}, {"a b", false}, {"a:b", false}, {"{a}", false}, {"é", false},
+	} {
+		if got := keys.ValidName(c.name); got != c.want {
+			t.Errorf("ValidName(%q) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
