@@ -34,6 +34,8 @@ var (
 	adaptiveSrc string
 	//go:embed recover.lua
 	recoverSrc string
+	//go:embed concurrency.lua
+	concurrencySrc string
 	//go:embed quarantine.lua
 	quarantineSrc string
 )
@@ -69,6 +71,10 @@ var (
 	// a dead process's held tasks to the front of the queue; reply
 	// {moved, dropped}.
 	Recover = redis.NewScript(recoverSrc)
+	// Concurrency: KEYS a downstream's lease ZSET and per-key count HASH.
+	// ARGV {op, now, lease_us, cap, key_cap, members...}; leases for calls
+	// in flight across every process.
+	Concurrency = redis.NewScript(concurrencySrc)
 	// Quarantine: KEYS[1..8] a task HASH and its asynq queue's pending,
 	// active, scheduled, retry, archived, lease and completed; KEYS[9] the
 	// quarantine LIST. ARGV {id, reason, judged msg, max entries, ttl_ms,
@@ -86,5 +92,5 @@ const (
 
 // All lists every script, for loading on every node of a cluster.
 func All() []*redis.Script {
-	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive, Recover, Quarantine}
+	return []*redis.Script{FixedWindow, SlidingLog, SlidingCounter, SlidingSubwindows, TokenBucket, LeakyBucket, Shaping, Control, Adaptive, Recover, Quarantine, Concurrency}
 }

@@ -34,6 +34,7 @@ type runner struct {
 	offset  clockOffset
 	lastInc atomic.Int64 // unix ns of the last "inc" sent
 	lane    *lane
+	leases  *leaseLane   // nil without a concurrency cap
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
 
 	smu sync.Mutex
@@ -62,6 +63,13 @@ func (r *runner) pauseGate() chan struct{} {
 		return nil
 	}
 	return r.resumed
+}
+
+func (r *runner) leaseTime() time.Duration {
+	if r.ds.LeaseTime > 0 {
+		return r.ds.LeaseTime
+	}
+	return DefaultLeaseTime
 }
 
 func (r *runner) bucket() Bucket {

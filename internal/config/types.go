@@ -85,13 +85,25 @@ type Downstream struct {
 	// Default 1s, at most MaxMaxWait. Exclusive with Capacity, and zero
 	// when Capacity is set; use MaxWaitDuration.
 	MaxWait Duration `yaml:"max_wait,omitempty"`
-	// Capacity is the number of tasks the bucket may hold, an alternative
-	// way to say MaxWait: MaxWait = Capacity / rate.
+	// Capacity is the number of tasks the bucket may hold waiting for a
+	// slot, an alternative way to say MaxWait: MaxWait = Capacity / rate
+	// (at one instant it grants Capacity waiting slots plus the one that
+	// starts now).
 	Capacity int64 `yaml:"capacity,omitempty"`
 	// MaxCost is the largest cost one task may carry; a task above it is
 	// refused at enqueue. Default: what the bucket holds, rate × MaxWait
 	// (or Burst), at least 1 (shaping.DefaultMaxCost).
 	MaxCost int64 `yaml:"max_cost,omitempty"`
+	// Concurrency caps the calls in flight across every process; 0 (the
+	// default) means no cap.
+	Concurrency int `yaml:"concurrency,omitempty"`
+	// KeyConcurrency caps the calls in flight per admission key across
+	// every process; 0 (the default) means no cap.
+	KeyConcurrency int `yaml:"key_concurrency,omitempty"`
+	// Lease is how long a call's concurrency lease lives unless renewed
+	// (a crashed process's places are free within it). Default 10s; only
+	// with Concurrency or KeyConcurrency.
+	Lease Duration `yaml:"lease,omitempty"`
 	// Workers is the worker budget. Default ceil(rate × MaxWait) + 1,
 	// between 2 and 1000; an explicit value may be 1-10000.
 	Workers int `yaml:"workers"`

@@ -269,6 +269,9 @@ func (d *Downstream) validate(p string) *Error {
 	if d.MaxCost > 0 && d.Limit().Interval(d.MaxCost) > sizing.MaxInterval {
 		return errf(p+".max_cost", "%d at rate %s would hold the downstream for %s, over the limit of %s", d.MaxCost, q(d.Rate.String()), d.Limit().Interval(d.MaxCost).Round(time.Second), sizing.MaxInterval)
 	}
+	if e := d.validateConcurrency(p); e != nil {
+		return e
+	}
 	if d.Workers < 1 || d.Workers > maxWorkers {
 		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)
 	}
@@ -411,6 +414,26 @@ func (l *Limiter) validate(p string) *Error {
 	}
 	if err := limiters.CheckSubWindows(l.Algorithm, lim, l.SubWindows); err != nil {
 		return errf(p+".sub_windows", "%s", limitMsg(err))
+	}
+	return nil
+}
+
+// maxConcurrency bounds concurrency and key_concurrency (leases are one
+// ZSET member each).
+const maxConcurrency = 100000
+
+func (d *Downstream) validateConcurrency(p string) *Error {
+	switch {
+	case d.Concurrency < 0 || d.Concurrency > maxConcurrency:
+		return errf(p+".concurrency", "must be 0 (no cap) to %d, got %d", maxConcurrency, d.Concurrency)
+	case d.KeyConcurrency < 0 || d.KeyConcurrency > maxConcurrency:
+		return errf(p+".key_concurrency", "must be 0 (no cap) to %d, got %d", maxConcurrency, d.KeyConcurrency)
+	case d.Concurrency > 0 && d.KeyConcurrency > d.Concurrency:
+		return errf(p+".key_concurrency", "%d is above concurrency %d: one key could never reach it", d.KeyConcurrency, d.Concurrency)
+	case d.Lease != 0 && d.Concurrency == 0 && d.KeyConcurrency == 0:
+		return errf(p+".lease", "%s set without concurrency or key_concurrency (a lease only exists under a cap)", d.Lease)
+	case d.Lease != 0 && (time.Duration(d.Lease) < time.Second || time.Duration(d.Lease) > time.Hour):
+		return errf(p+".lease", "must be 1s to 1h, got %s", d.Lease)
 	}
 	return nil
 }

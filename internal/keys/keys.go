@@ -84,6 +84,19 @@ func (s Space) DownstreamState(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":state"
 }
 
+// Leases is the ZSET of leases for calls in flight to downstream ds
+// (member "<token>|<admission key>", score: expiry in µs). Same slot as
+// its bucket.
+func (s Space) Leases(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":leases"
+}
+
+// LeaseCounts is the HASH of calls in flight per admission key of
+// downstream ds (for a per-key concurrency cap). Same slot as Leases.
+func (s Space) LeaseCounts(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":lease_counts"
+}
+
 // ControlVersions is a HASH of downstream name → a counter bumped on
 // every change of that downstream's runtime state, so each process reads
 // one key per control tick and the state hashes only when they changed.

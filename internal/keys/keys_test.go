@@ -124,7 +124,7 @@ func downstreamSets(s keys.Space, ds string) []scriptSet {
 		p + "groups", p + "aggregation_sets", s.Quarantine(ds),
 	}
 	return []scriptSet{
-		{what: "downstream (bucket, runtime state)", keys: []string{s.Bucket(ds), s.DownstreamState(ds)}},
+		{what: "downstream (bucket, runtime state, leases)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds)}},
 		{what: "asynq queue " + q, keys: asynqKeys},
 	}
 }
@@ -230,6 +230,8 @@ func TestKeysAreDistinct(t *testing.T) {
 	for _, ds := range []string{"api", "api.v2", "x"} {
 		add(s.Bucket(ds), "bucket "+ds)
 		add(s.DownstreamState(ds), "state "+ds)
+		add(s.Leases(ds), "leases "+ds)
+		add(s.LeaseCounts(ds), "lease counts "+ds)
 	}
 }
 

@@ -114,7 +114,8 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 	}
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
 		MaxCost: cmp.Or(dc.MaxCost, shaping.DefaultMaxCost(lim, wait, dc.Burst)), Workers: dc.Workers,
-		Schedule: sched, Adaptive: adaptive(dc)}
+		Schedule: sched, Adaptive: adaptive(dc),
+		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease)}
 	if b := dc.Batch; b != nil {
 		sd.Batch = &shaping.Batch{MaxRows: b.MaxRows, MaxDelay: time.Duration(b.MaxDelay), Grace: time.Duration(b.Grace)}
 		sd.LateTolerance = batchLateTolerance(dc)
