@@ -47,6 +47,8 @@ const (
 	mBacklog    = "shaper_queue_tasks"
 	mRate       = "shaper_shaping_rate_per_second"
 	mHeld       = "shaper_shaping_held_tasks"
+	mLeases     = "shaper_shaping_leases_in_use"
+	mConcLimit  = "shaper_shaping_concurrency_limit"
 	mScript     = "shaper_redis_script_duration_seconds"
 	mScriptErr  = "shaper_redis_script_errors_total"
 	mDecisions  = "shaper_admission_decisions_total"
@@ -294,8 +296,12 @@ type DownstreamSnapshot struct {
 	ReleasesTotal float64            `json:"releases_total"`
 	Backlog       map[string]float64 `json:"backlog"`
 	// Held is tasks this process holds while they wait for their slot.
-	Held     float64          `json:"held"`
-	Lateness LatenessSnapshot `json:"lateness"`
+	Held float64 `json:"held"`
+	// LeasesInUse is the calls in flight this process holds a concurrency
+	// lease for; ConcurrencyLimit the downstream's cap (0: none).
+	LeasesInUse      float64          `json:"leases_in_use"`
+	ConcurrencyLimit float64          `json:"concurrency_limit"`
+	Lateness         LatenessSnapshot `json:"lateness"`
 	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
 	PushbacksTotal float64 `json:"pushbacks_total"`
 	// BucketFullTotal counts reservation attempts that found the bucket
@@ -417,7 +423,8 @@ func (p *Page) Snapshot() Snapshot {
 			ReleasesTotal: cur.ds[ds.Name].releases, Backlog: map[string]float64{}, Outcomes: map[string]float64{},
 			Held: f.counter(mHeld, l), PushbacksTotal: f.counter(mPushbacks, l), BucketFullTotal: f.counter(mBucketFull, l),
 			LateSkipsTotal: f.counter(mLateSkips, l), DeferralsTotal: f.counter(mDeferrals, l), EnqueuedTotal: f.counter(mEnqueued, l),
-			QuarantinedTotal: f.counter(mQuarantine, l), QuarantineEntries: f.counter(mQuarList, l)}
+			QuarantinedTotal: f.counter(mQuarantine, l), QuarantineEntries: f.counter(mQuarList, l),
+			LeasesInUse: f.counter(mLeases, l), ConcurrencyLimit: f.counter(mConcLimit, l)}
 		cs := control[ds.Name]
 		if !cs.Override.IsZero() {
 			d.OverrideRate = cs.Override.RateString()

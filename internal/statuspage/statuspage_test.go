@@ -80,7 +80,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		}
 		sd := pd.Shaping
 		if err := b.d.Add(shaping.Downstream{Name: sd.Name, Rate: sd.Rate, MaxWait: sd.MaxWait,
-			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive}); err != nil {
+			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -325,6 +325,39 @@ func TestStatusShowsPauseAndOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "resumed on the page", func() bool { return !ds(b.snapshot(t), "api").Paused })
+}
+
+// A downstream with a concurrency cap shows its calls in flight against
+// the cap; one without says so.
+func TestStatusShowsConcurrencyCap(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b := setup(t, setupOpts{yaml: "downstreams:\n  - {name: db, rate: 100/s, concurrency: 3, handler: {type: log}}\n  - {name: api, rate: 10/s, handler: {type: log}}\n",
+		handler: func(ctx context.Context, _ *shaping.Task) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}})
+	b.start(t)
+	defer close(release)
+	for range 5 {
+		if _, err := b.p.Enqueue(context.Background(), queue.Task{Downstream: "db"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var s statuspage.Snapshot
+	waitFor(t, 10*time.Second, "3 calls in flight against the cap of 3", func() bool {
+		s = b.snapshot(t)
+		return s.View.Cells[statuspage.DownstreamKey("db", "leases")] == "3 / 3"
+	})
+	if got := ds(s, "db").ConcurrencyLimit; got != 3 {
+		t.Errorf("concurrency_limit %v, want 3", got)
+	}
+	if got := s.View.Cells[statuspage.DownstreamKey("api", "leases")]; got != "no cap" {
+		t.Errorf("leases cell of a downstream without a cap %q, want \"no cap\"", got)
+	}
 }
 
 var dataK = regexp.MustCompile(`data-k="([^"]+)"[^>]*>([^<]*)<`)

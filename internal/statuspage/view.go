@@ -89,6 +89,10 @@ func view(s Snapshot) View {
 			}
 		}
 		v.Cells[k("held")] = count(d.Held)
+		v.Cells[k("leases")] = "no cap"
+		if d.ConcurrencyLimit > 0 {
+			v.Cells[k("leases")] = count(d.LeasesInUse) + " / " + count(d.ConcurrencyLimit)
+		}
 		v.Cells[k("workers")] = strconv.Itoa(d.Workers)
 		v.Cells[k("max_wait")] = d.MaxWait
 		v.Cells[k("late_p50")] = dur(d.Lateness.P50Seconds)
