@@ -36,6 +36,11 @@ type Bucket struct {
 	// interval is within MaxInterval. A larger cost is refused with
 	// ErrCostExceedsCapacity, never reserved.
 	MaxCost int64
+	// LateTolerance is how late a release may start after its slot (0 or
+	// negative: not bounded here). When it is a slot or more, slots are
+	// spaced by sizing.PaceSlack more than the exact interval, so that
+	// releases that late still put at most rate + 1 in any second.
+	LateTolerance time.Duration
 }
 
 // DefaultMaxCost is the largest cost a downstream accepts unless it
@@ -171,6 +176,9 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 		return Reservation{}, fmt.Errorf("%w: cost %d > max cost %d of downstream %q", limiters.ErrCostExceedsCapacity, cost, b.MaxCost, b.Name)
 	}
 	interval, ok := b.Rate.IntervalMicros(cost)
+	if ok && b.LateTolerance > 0 {
+		interval += int64(sizing.PaceSlack(b.Rate, cost, b.LateTolerance) / time.Microsecond)
+	}
 	if !ok || interval > maxIntervalUS {
 		return Reservation{}, fmt.Errorf("%w: cost %d at %s would hold downstream %q for more than %s", limiters.ErrCostExceedsCapacity, cost, b.Rate.RateString(), b.Name, MaxInterval)
 	}

@@ -73,7 +73,8 @@ func (r *runner) leaseTime() time.Duration {
 }
 
 func (r *runner) bucket() Bucket {
-	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost()}
+	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost(),
+		LateTolerance: r.paceTolerance()}
 }
 
 // maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
@@ -154,6 +155,16 @@ func (r *runner) observeWaits(res Reservation) {
 	for j := range res.Count {
 		h.Observe(res.SlotN(j).Sub(res.Now).Seconds())
 	}
+}
+
+// paceTolerance is the lateness the bucket's spacing pays for (see
+// Bucket.LateTolerance): the configured LateTolerance, or the default for
+// a unit of cost; none when late releases are never skipped.
+func (r *runner) paceTolerance() time.Duration {
+	if r.ds.LateTolerance != 0 {
+		return max(r.ds.LateTolerance, 0)
+	}
+	return sizing.LateTolerance(*r.rate.Load(), 1)
 }
 
 // lateTolerance is how far behind its slot a release of cost units may
