@@ -24,11 +24,13 @@ var (
 	// ErrRedis: the Redis call failed or timed out, or its reply was not
 	// the expected shape.
 	ErrRedis = errors.New("limiters: redis")
-	// ErrFailedOpen: Redis failed and the limiter's policy is FailOpen, so
-	// the request was allowed without a decision. The Result is usable.
+	// ErrFailedOpen is never returned: a failed-open decision is a Result
+	// with FailedOpen set, whose Cause wraps this (and ErrRedis).
 	ErrFailedOpen = errors.New("limiters: failed open")
 	// ErrFailedClosed: Redis failed and the limiter's policy is FailClosed,
-	// so the request was rejected without a decision.
+	// so no decision was made and the request must not pass. The Result
+	// beside it is a rejection with a RetryAfter of 1s, a hint for when to
+	// try again.
 	ErrFailedClosed = errors.New("limiters: failed closed")
 )
 

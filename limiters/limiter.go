@@ -3,7 +3,6 @@ package limiters
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -77,14 +76,17 @@ func (a Algorithm) windowed() bool { return a == FixedWindow || a == SlidingLog 
 
 // Limiter decides whether cost units for key may pass. Implementations are
 // safe for concurrent use.
+//
+// An error means no decision: the Result beside it is a rejection (Allowed
+// false) so a caller that reads only Allowed stays closed. A failed-open
+// decision is not an error: it is a Result with FailedOpen set.
 type Limiter interface {
-	// Allow decides and, when allowed, charges cost units to key.
+	// Allow decides and, when allowed, charges cost units to key. The
+	// Result's Cancel gives the charge back (see Result.WithCancel).
 	Allow(ctx context.Context, key string, cost int64) (Result, error)
-	// Peek decides without charging anything.
+	// Peek decides without charging anything; its Result has nothing to
+	// cancel.
 	Peek(ctx context.Context, key string, cost int64) (Result, error)
-	// Refund gives back a charge that Allow made (res is its Result), for
-	// a request that was admitted but then not carried out.
-	Refund(ctx context.Context, key string, cost int64, res Result) error
 }
 
 // Policy is what a limiter does when Redis fails.
@@ -94,8 +96,9 @@ const (
 	// FailClosed rejects the request (the zero value): nothing passes
 	// without a decision.
 	FailClosed Policy = iota
-	// FailOpen allows the request and returns ErrFailedOpen beside an
-	// allowed Result, so the caller can count it.
+	// FailOpen allows the request: Allow returns a Result with Allowed and
+	// FailedOpen set (and its Cause) and a nil error, so the caller can
+	// count it.
 	FailOpen
 )
 
@@ -201,35 +204,39 @@ func (l *Redis) Key(key string) string {
 }
 
 // Allow decides on cost units for key at the Redis server's time and
-// charges them when allowed.
+// charges them when allowed; the Result's Cancel refunds them.
 func (l *Redis) Allow(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModeCharge, 0, 0)
+	return l.allow(ctx, key, cost, 0)
+}
+
+func (l *Redis) allow(ctx context.Context, key string, cost int64, nowUS int64) (Result, error) {
+	res, token, err := l.run(ctx, key, cost, lua.ModeCharge, nowUS, 0)
+	if err != nil || !res.Allowed || res.FailedOpen || cost <= 0 {
+		return res, err
+	}
+	return res.WithCancel(func(ctx context.Context) error {
+		_, _, err := l.run(ctx, key, cost, lua.ModeRefund, 0, token)
+		return err
+	}), nil
 }
 
 // Peek decides without charging.
 func (l *Redis) Peek(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModePeek, 0, 0)
+	res, _, err := l.run(ctx, key, cost, lua.ModePeek, 0, 0)
+	return res, err
 }
 
 // AllowAt is Allow at an explicit time instead of the Redis clock. It is for
 // tests and simulations: production callers use Allow, so that every host
 // decides on the one Redis clock.
 func (l *Redis) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModeCharge, now.UnixMicro(), 0)
+	return l.allow(ctx, key, cost, now.UnixMicro())
 }
 
 // PeekAt is Peek at an explicit time (tests only, as AllowAt).
 func (l *Redis) PeekAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModePeek, now.UnixMicro(), 0)
-}
-
-// Refund gives back cost units charged by the Allow that returned res.
-func (l *Redis) Refund(ctx context.Context, key string, cost int64, res Result) error {
-	if !res.Allowed || cost <= 0 {
-		return nil
-	}
-	_, err := l.run(ctx, key, cost, lua.ModeRefund, 0, res.token)
-	return err
+	res, _, err := l.run(ctx, key, cost, lua.ModePeek, now.UnixMicro(), 0)
+	return res, err
 }
 
 func (l *Redis) checkCost(cost int64) error {
@@ -242,10 +249,12 @@ func (l *Redis) checkCost(cost int64) error {
 	return nil
 }
 
-func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS, token int64) (Result, error) {
+// run calls the script; token identifies the charge (the window number or
+// the admission time) for a later refund.
+func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS, token int64) (Result, int64, error) {
 	res := Result{Limit: l.cfg.Limit, Algorithm: l.cfg.Algorithm, Name: l.cfg.Name}
 	if err := l.checkCost(cost); err != nil {
-		return res, err
+		return res, 0, err
 	}
 	if l.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -267,15 +276,15 @@ func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS
 	if err != nil {
 		err = fmt.Errorf("%w: %s %q: %w", ErrRedis, l.cfg.Algorithm, l.cfg.Name, err)
 		if mode == lua.ModeRefund {
-			return res, err
+			return res, 0, err
 		}
-		return l.fail(res, err)
+		res, err = l.fail(res, err)
+		return res, 0, err
 	}
 	res.Allowed = v[0] == 1
 	res.Remaining = v[1] / l.p
 	res.RetryAfter = time.Duration(v[2]) * time.Microsecond
 	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
-	res.token = v[4]
 	if res.Allowed {
 		res.RetryAfter = 0
 	}
@@ -283,14 +292,16 @@ func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS
 		// the script reports the level; remaining is the room left
 		res.Remaining = (l.a1 - v[1]) / l.p
 	}
-	return res, nil
+	return res, v[4], nil
 }
 
 func (l *Redis) fail(res Result, err error) (Result, error) {
 	if l.cfg.Failure == FailOpen {
 		res.Allowed = true
+		res.FailedOpen = true
+		res.Cause = fmt.Errorf("%w: %w", ErrFailedOpen, err)
 		res.Remaining = l.cfg.Limit.Capacity()
-		return res, fmt.Errorf("%w: %w", ErrFailedOpen, err)
+		return res, nil
 	}
 	res.Allowed = false
 	res.RetryAfter = time.Second
@@ -324,10 +335,4 @@ func CheckSubWindows(alg Algorithm, l Limit, n int) error {
 		return fmt.Errorf("%w: a window of %s with %d sub-windows is too long for exact arithmetic (window in µs × sub-windows must stay below 2^52)", ErrInvalidLimit, l.Period, n)
 	}
 	return nil
-}
-
-// Usable reports whether a Result returned beside err may be acted on: err
-// is nil, or the limiter failed open (allowed) or closed (rejected).
-func Usable(err error) bool {
-	return err == nil || errors.Is(err, ErrFailedOpen) || errors.Is(err, ErrFailedClosed)
 }

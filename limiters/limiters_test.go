@@ -321,12 +321,19 @@ func TestRefundEveryAlgorithm(t *testing.T) {
 		if err != nil || !res.Allowed {
 			t.Fatalf("%s: allow: %v %v", alg, res, err)
 		}
-		if err := lim.Refund(ctx, "r", 3, res); err != nil {
+		if err := res.Cancel(ctx); err != nil {
 			t.Fatalf("%s: refund: %v", alg, err)
+		}
+		// A second Cancel (of the Result or a copy) gives nothing back.
+		if err := res.Cancel(ctx); err != nil {
+			t.Fatalf("%s: second refund: %v", alg, err)
 		}
 		res, err = lim.Allow(ctx, "r", 5)
 		if err != nil || !res.Allowed {
 			t.Errorf("%s: after refund, the full capacity of 5 should fit: %v %v", alg, res, err)
+		}
+		if p, err := lim.Peek(ctx, "r", 1); err != nil || p.Allowed {
+			t.Errorf("%s: after one refund and a charge of 5, Peek(1) = %v, %v; want rejected (refunded once, not twice)", alg, p, err)
 		}
 		checkTTLs(t, rdb, lim.Config().Prefix)
 	}

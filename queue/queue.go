@@ -220,7 +220,9 @@ func (p *Producer) maxCost(downstream string) int64 {
 // Enqueue runs the downstream's admission policy (if any) and enqueues the
 // task. A rejection returns *RejectedError (errors.As) and enqueues
 // nothing. If admission allowed the task but the enqueue fails, the
-// admission charge is refunded.
+// admission charge is refunded (Result.Cancel). An admission that failed
+// open is no error: the task is enqueued and Receipt.Admission.FailedOpen
+// says so.
 func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 	if err := p.Validate(t); err != nil {
 		return Receipt{}, err
@@ -233,18 +235,16 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 	}
 	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
 	adm, hasAdm := p.cfg.Admission[t.Downstream]
-	var admErr error
 	if hasAdm && adm.Limiter != nil {
 		res, err := adm.Limiter.Allow(ctx, t.Key, t.Cost)
 		rec.Admission = res
-		if err != nil && !limiters.Usable(err) {
+		if err != nil && !errors.Is(err, limiters.ErrFailedClosed) {
 			p.decision(t.Downstream, res, "error")
 			return rec, err
 		}
-		if errors.Is(err, limiters.ErrFailedOpen) && p.cfg.Metrics != nil {
+		if res.FailedOpen && p.cfg.Metrics != nil {
 			p.cfg.Metrics.FailOpen.WithLabelValues(t.Downstream, res.Name).Inc()
 		}
-		admErr = err
 		if !res.Allowed {
 			if adm.OnReject != Defer || errors.Is(err, limiters.ErrFailedClosed) {
 				p.decision(t.Downstream, res, "rejected")
@@ -267,8 +267,8 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 	}
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
-		if hasAdm && adm.Limiter != nil && rec.Admission.Allowed && !rec.Deferred {
-			if rerr := adm.Limiter.Refund(context.WithoutCancel(ctx), t.Key, t.Cost, rec.Admission); rerr != nil {
+		if rec.Admission.Allowed && !rec.Deferred {
+			if rerr := rec.Admission.Cancel(context.WithoutCancel(ctx)); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("queue: refund admission: %w", rerr))
 			}
 		}
@@ -282,7 +282,7 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 			p.cfg.Metrics.Deferrals.WithLabelValues(t.Downstream).Inc()
 		}
 	}
-	return rec, admErr
+	return rec, nil
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {

@@ -512,8 +512,8 @@ func TestFailurePolicyWithLimiterRedisDown(t *testing.T) {
 	srv.Stop()
 
 	rec, err := p.Enqueue(ctx, Task{Downstream: "open", Key: "t"})
-	if !errors.Is(err, limiters.ErrFailedOpen) || rec.ID == "" || !rec.Admission.Allowed {
-		t.Errorf("fail_open: %+v, %v; want an enqueued task and ErrFailedOpen", rec, err)
+	if err != nil || rec.ID == "" || !rec.Admission.Allowed || !rec.Admission.FailedOpen || !errors.Is(rec.Admission.Cause, limiters.ErrFailedOpen) {
+		t.Errorf("fail_open: %+v, %v; want an enqueued task, no error, and Admission.FailedOpen", rec, err)
 	}
 	if got := testutil.ToFloat64(m.FailOpen.WithLabelValues("open", "open")); got != 1 {
 		t.Errorf("fail_open_total = %v, want 1", got)

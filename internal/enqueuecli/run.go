@@ -399,8 +399,8 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	now := time.Now()
 	rec, err := r.p.Enqueue(ctx, j.task)
 	at := r.where(j.line)
-	if err == nil || (errors.Is(err, limiters.ErrFailedOpen) && rec.ID != "") {
-		failedOpen := err != nil
+	if err == nil {
+		failedOpen := rec.Admission.FailedOpen
 		r.count(func(s *Summary) {
 			if rec.Deferred {
 				s.Deferred++
@@ -427,7 +427,11 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 			r.con.line("enqueue: %saccepted %s", at, rec.ID)
 		}
 		if failedOpen && (r.o.verbose || r.o.single()) {
-			r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(err.Error()))
+			why := "failed open"
+			if c := rec.Admission.Cause; c != nil {
+				why = c.Error()
+			}
+			r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(why))
 		}
 		return enqueued, true
 	}

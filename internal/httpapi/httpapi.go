@@ -179,8 +179,8 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Timeout)
 	defer cancel()
 	rec, err := a.cfg.Producer.Enqueue(ctx, task)
-	if err == nil || (errors.Is(err, limiters.ErrFailedOpen) && rec.ID != "") {
-		a.accepted(w, rec, err != nil)
+	if err == nil {
+		a.accepted(w, rec, rec.Admission.FailedOpen)
 		return
 	}
 	var rej *queue.RejectedError
