@@ -7,8 +7,12 @@
 -- not been extended for `stale` seconds belongs to a process that is gone
 -- (or cut off); asynq's own recoverer waits for expiry + 30 s and counts a
 -- retry. This moves such tasks back at once. Every move is guarded by LREM
--- on `active`, as asynq's own scripts are, so a task moved here is never
--- also moved by asynq's recoverer, nor the other way round.
+-- on `active`, as asynq's own scripts are. asynq's recoverer lists expired
+-- leases first and moves them one by one later, so a lease it may already
+-- have listed (expired more than lease - skew seconds ago) is left to it:
+-- otherwise its late move could take the task again after a worker here
+-- re-dequeued it, and deliver it twice. The two recoverers' sets are
+-- disjoint as long as clocks agree within skew seconds.
 --
 -- KEYS[1] -> asynq:{<qname>}:lease   (ZSET)
 -- KEYS[2] -> asynq:{<qname>}:active  (LIST)
@@ -18,6 +22,8 @@
 -- ARGV[3] -> stale after this many seconds without an extension
 -- ARGV[4] -> at most this many tasks per call
 -- ARGV[5] -> now in unix seconds, or 0 to read Redis TIME (tests only)
+-- ARGV[6] -> skew in seconds: leases that expired more than
+--            (lease duration - skew) ago are asynq's recoverer's
 --
 -- Output: {moved, dropped}: moved went back to the front of pending;
 --   dropped were in active with no task hash (nothing to deliver; their
@@ -31,7 +37,8 @@ local t = redis.call('TIME')
 nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if now == nil or now <= 0 then now = tonumber(t[1]) end
 local cutoff = now + tonumber(ARGV[2]) - tonumber(ARGV[3])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. cutoff, 'LIMIT', 0, tonumber(ARGV[4]))
+local floor = now - (tonumber(ARGV[2]) - tonumber(ARGV[6]))
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], floor, '(' .. cutoff, 'LIMIT', 0, tonumber(ARGV[4]))
 local moved, dropped = 0, 0
 for _, id in ipairs(ids) do
   if redis.call('LREM', KEYS[2], 1, id) > 0 then

@@ -32,6 +32,10 @@ const (
 	asynqLease = 30 * time.Second
 	// recoverBatch bounds the tasks one script call moves.
 	recoverBatch = 200
+	// recoverSkew is the clock difference between hosts that recovery
+	// tolerates: leases that expired more than asynqLease - recoverSkew
+	// ago are left to asynq's recoverer (see recover.lua).
+	recoverSkew = 5 * time.Second
 )
 
 // newProcessID names this process in the liveness ZSET.
@@ -118,7 +122,7 @@ func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (mo
 	total := int64(0)
 	for {
 		v, err := lua.Recover.Run(ctx, d.rdb, []string{q.Lease(), q.Active(), q.Pending()},
-			q.TaskPrefix(), int64(asynqLease/time.Second), int64(d.cfg.RecoverAfter/time.Second), recoverBatch, now).Int64Slice()
+			q.TaskPrefix(), int64(asynqLease/time.Second), int64(d.cfg.RecoverAfter/time.Second), recoverBatch, now, int64(recoverSkew/time.Second)).Int64Slice()
 		if err != nil {
 			return moved, dropped, fmt.Errorf("shaping: recover %q: %w", ds, err)
 		}

@@ -21,9 +21,15 @@ import (
 // lease last extended leaseAge ago.
 func strand(t *testing.T, rdb redis.UniversalClient, p *queue.Producer, prefix, ds string, n int, leaseAge time.Duration) {
 	t.Helper()
+	strandFrom(t, rdb, p, prefix, ds, 0, n, leaseAge)
+}
+
+// strandFrom is strand with payloads first, first+1, ….
+func strandFrom(t *testing.T, rdb redis.UniversalClient, p *queue.Producer, prefix, ds string, first, n int, leaseAge time.Duration) {
+	t.Helper()
 	ctx := context.Background()
 	q := keys.New(prefix).Asynq(ds)
-	for i := range n {
+	for i := first; i < first+n; i++ {
 		if _, err := p.Enqueue(ctx, queue.Task{Downstream: ds, Payload: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
@@ -92,9 +98,11 @@ func TestLiveLeasesNotRecovered(t *testing.T) {
 	}
 }
 
-// shaper's recovery and asynq's own recoverer race over the same expired
-// leases (asynq's recoverer runs at every server start): each task is
-// moved by exactly one of them, so it is delivered once and never lost.
+// shaper's recovery and asynq's own recoverer run at once (asynq's runs at
+// every server start) over dead leases of both ages: recent ones (not
+// extended for 15s: shaper's) and long expired ones (asynq's: it lists
+// them first and moves them one by one later). Each task is moved by
+// exactly one of them, so it is delivered once and never lost.
 func TestRecoveryRacesAsynqRecoverer(t *testing.T) {
 	t.Parallel()
 	for round := range 3 {
@@ -109,7 +117,8 @@ func TestRecoveryRacesAsynqRecoverer(t *testing.T) {
 		must(t, e.d.Add(shaping.Downstream{Name: "ds", Rate: limiters.PerSecond(500), Workers: 10,
 			Handler: func(ctx context.Context, tk *shaping.Task) error { h(ctx, tk.Payload); return nil }}))
 		const n = 60
-		strand(t, e.rdb, e.p, e.prefix, "ds", n, 100*time.Second) // expired 70s ago: both recoverers want them
+		strand(t, e.rdb, e.p, e.prefix, "ds", n/2, 100*time.Second)         // expired 70s ago: asynq's recoverer takes these
+		strandFrom(t, e.rdb, e.p, e.prefix, "ds", n/2, n/2, 15*time.Second) // silent for 15s: shaper's
 		var srvs []*asynq.Server
 		for range 2 {
 			srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{Concurrency: 5, Queues: map[string]int{keys.New(e.prefix).Queue("ds"): 1},
