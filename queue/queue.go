@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/envelope"
@@ -125,8 +126,12 @@ type ProducerConfig struct {
 	Downstreams []string
 	// Admission policies by downstream.
 	Admission map[string]Admission
-	// Metrics; nil records nothing.
-	Metrics *metrics.Metrics
+	// Registerer is where the producer registers its Prometheus
+	// collectors (shaper_admission_*, shaper_queue_enqueued_total: see
+	// docs/operations.md); nil records nothing. Collectors already
+	// registered there (by a Dispatcher or Cron given the same
+	// Registerer) are shared, not registered twice.
+	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// MaxPayload bounds a payload's size in bytes; 0 means 1 MiB.
@@ -151,6 +156,7 @@ type ProducerConfig struct {
 type Producer struct {
 	client *asynq.Client
 	cfg    ProducerConfig
+	m      *metrics.Metrics // nil records nothing
 	space  keys.Space
 	known  map[string]bool
 	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
@@ -168,6 +174,7 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 		cfg.Logger = slog.Default()
 	}
 	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, space: keys.New(cfg.Prefix)}
+	p.m = metrics.New(cfg.Registerer)
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -242,8 +249,8 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 			p.decision(t.Downstream, res, "error")
 			return rec, err
 		}
-		if res.FailedOpen && p.cfg.Metrics != nil {
-			p.cfg.Metrics.FailOpen.WithLabelValues(t.Downstream, res.Name).Inc()
+		if res.FailedOpen && p.m != nil {
+			p.m.FailOpen.WithLabelValues(t.Downstream, res.Name).Inc()
 		}
 		if !res.Allowed {
 			if adm.OnReject != Defer || errors.Is(err, limiters.ErrFailedClosed) {
@@ -276,18 +283,18 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 	}
 	rec.ID = info.ID
 	rec.ProcessAt = info.NextProcessAt
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.Enqueued.WithLabelValues(t.Downstream).Inc()
+	if p.m != nil {
+		p.m.Enqueued.WithLabelValues(t.Downstream).Inc()
 		if rec.Deferred {
-			p.cfg.Metrics.Deferrals.WithLabelValues(t.Downstream).Inc()
+			p.m.Deferrals.WithLabelValues(t.Downstream).Inc()
 		}
 	}
 	return rec, nil
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
+	if p.m != nil {
+		p.m.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
 	}
 }
 

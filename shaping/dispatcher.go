@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
@@ -89,8 +90,13 @@ type Config struct {
 	Prefix string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics; nil records nothing.
-	Metrics *metrics.Metrics
+	// Registerer is where the dispatcher registers its Prometheus
+	// collectors (shaper_shaping_*, shaper_redis_*, shaper_queue_*: see
+	// docs/operations.md); nil records nothing. Collectors that are
+	// already registered there with the same description (by a Producer
+	// or another Dispatcher given the same Registerer) are shared, not
+	// registered twice.
+	Registerer prometheus.Registerer
 	// ShutdownTimeout bounds how long Shutdown lets releases in flight
 	// finish; zero means 10s. Tasks still waiting for their slot go back
 	// to the queue at once.
@@ -168,9 +174,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
-		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger, m: cfg.Metrics,
+		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
 		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
 	}
+	d.m = metrics.New(cfg.Registerer)
 	d.control = NewControl(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
 		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))

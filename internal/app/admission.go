@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/config"
@@ -13,8 +14,10 @@ import (
 	"github.com/shaper-io/shaper/shaping"
 )
 
-// BuildAdmission turns the config's admission policies into the Producer's.
-func BuildAdmission(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metrics) (map[string]queue.Admission, error) {
+// BuildAdmission turns the config's admission policies into the Producer's;
+// the limiters' script latencies go to reg (nil: nowhere).
+func BuildAdmission(rdb redis.UniversalClient, cfg *config.Config, reg prometheus.Registerer) (map[string]queue.Admission, error) {
+	m := metrics.New(reg)
 	out := map[string]queue.Admission{}
 	for _, ds := range cfg.Downstreams {
 		a := ds.Admission
@@ -58,8 +61,8 @@ func BuildAdmission(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Me
 
 // NewProducer builds the Producer for cfg: admission, known downstreams,
 // the payload limit.
-func NewProducer(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metrics) (*queue.Producer, error) {
-	adm, err := BuildAdmission(rdb, cfg, m)
+func NewProducer(rdb redis.UniversalClient, cfg *config.Config, reg prometheus.Registerer) (*queue.Producer, error) {
+	adm, err := BuildAdmission(rdb, cfg, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +79,7 @@ func NewProducer(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metri
 		}
 	}
 	return queue.NewProducer(rdb, queue.ProducerConfig{Prefix: cfg.Redis.Prefix, Downstreams: names,
-		Admission: adm, Metrics: m, MaxPayload: int(cfg.HTTP.MaxBody), MaxRetry: retries, Batched: batched, MaxCost: maxCost}), nil
+		Admission: adm, Registerer: reg, MaxPayload: int(cfg.HTTP.MaxBody), MaxRetry: retries, Batched: batched, MaxCost: maxCost}), nil
 }
 
 // MaxCost is the largest cost a task for d may carry: its max_cost, or

@@ -55,7 +55,6 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	var mu sync.Mutex
@@ -65,7 +64,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		defer mu.Unlock()
 		fmt.Fprintf(out, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 	}
-	d := shaping.New(rdb, shaping.Config{Logger: quiet, Metrics: m})
+	d := shaping.New(rdb, shaping.Config{Logger: quiet, Registerer: reg})
 	release := shaping.LogHandler(logf)
 	if err := d.Add(shaping.Downstream{Name: "demo", Rate: opts.Rate, MaxWait: 2 * time.Second,
 		Handler: func(ctx context.Context, t *shaping.Task) error {
@@ -79,7 +78,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	if err != nil {
 		return err
 	}
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Metrics: m, Logger: quiet,
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Registerer: reg, Logger: quiet,
 		Admission: map[string]queue.Admission{"demo": {Limiter: tb}}})
 	defer p.Close()
 
@@ -129,7 +128,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		}
 	}()
 	in := queue.NewInspector(rdb, "")
-	go collectBacklog(ctx, in, d, m) // the page's backlog, as Run keeps it
+	go collectBacklog(ctx, in, d, metrics.New(reg)) // the page's backlog, as Run keeps it
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := int64(0)

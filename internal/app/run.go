@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	d := shaping.New(rdb, shaping.Config{Prefix: cfg.Redis.Prefix, Logger: log, Metrics: m,
+	d := shaping.New(rdb, shaping.Config{Prefix: cfg.Redis.Prefix, Logger: log, Registerer: reg,
 		ShutdownTimeout: time.Duration(cfg.ShutdownTimeout), RedisTimeout: time.Duration(cfg.Redis.Timeout)})
 	pg := newPostgresSinks(rdb, cfg.Redis.Prefix, log)
 	defer pg.Close()
@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
 		}
 	}
-	producer, err := NewProducer(rdb, cfg, m)
+	producer, err := NewProducer(rdb, cfg, reg)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	go collectBacklog(ctx, inspector, d, m)
 	if len(jobs) > 0 {
-		go queue.NewCron(rdb, producer, cfg.Redis.Prefix, jobs, log, m).Run(ctx)
+		go queue.NewCron(rdb, producer, cfg.Redis.Prefix, jobs, log, reg).Run(ctx)
 	}
 	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
 	for _, ds := range d.Downstreams() {
