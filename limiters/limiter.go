@@ -134,8 +134,14 @@ type Config struct {
 	// a call to a Redis that stopped answering.
 	Timeout time.Duration
 	// Observe, when set, is called after every Redis decision with the
-	// script's latency and its error (nil on success). For metrics.
+	// script's latency and its error (nil on success). For metrics. nil
+	// (the zero value) observes nothing.
 	Observe func(alg Algorithm, name string, d time.Duration, err error)
+	// Now, when set, is the clock every decision (and refund) is made at,
+	// instead of the Redis server's TIME. It is for tests and simulations
+	// only: hosts whose clocks disagree would disagree on every decision.
+	// nil (the zero value) uses the Redis clock, as production must.
+	Now func() time.Time
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -206,36 +212,32 @@ func (l *Redis) Key(key string) string {
 // Allow decides on cost units for key at the Redis server's time and
 // charges them when allowed; the Result's Cancel refunds them.
 func (l *Redis) Allow(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.allow(ctx, key, cost, 0)
+	return l.allow(ctx, key, cost, l.now())
 }
 
+// now is the explicit time of a decision in µs, or 0 for the Redis clock.
+func (l *Redis) now() int64 {
+	if l.cfg.Now == nil {
+		return 0
+	}
+	return l.cfg.Now().UnixMicro()
+}
+
+// allow is Allow at nowUS (0: the Redis clock).
 func (l *Redis) allow(ctx context.Context, key string, cost int64, nowUS int64) (Result, error) {
 	res, token, err := l.run(ctx, key, cost, lua.ModeCharge, nowUS, 0)
 	if err != nil || !res.Allowed || res.FailedOpen || cost <= 0 {
 		return res, err
 	}
 	return res.WithCancel(func(ctx context.Context) error {
-		_, _, err := l.run(ctx, key, cost, lua.ModeRefund, 0, token)
+		_, _, err := l.run(ctx, key, cost, lua.ModeRefund, l.now(), token)
 		return err
 	}), nil
 }
 
 // Peek decides without charging.
 func (l *Redis) Peek(ctx context.Context, key string, cost int64) (Result, error) {
-	res, _, err := l.run(ctx, key, cost, lua.ModePeek, 0, 0)
-	return res, err
-}
-
-// AllowAt is Allow at an explicit time instead of the Redis clock. It is for
-// tests and simulations: production callers use Allow, so that every host
-// decides on the one Redis clock.
-func (l *Redis) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
-	return l.allow(ctx, key, cost, now.UnixMicro())
-}
-
-// PeekAt is Peek at an explicit time (tests only, as AllowAt).
-func (l *Redis) PeekAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
-	res, _, err := l.run(ctx, key, cost, lua.ModePeek, now.UnixMicro(), 0)
+	res, _, err := l.run(ctx, key, cost, lua.ModePeek, l.now(), 0)
 	return res, err
 }
 

@@ -140,12 +140,6 @@ func (s *Buckets) ReserveN(ctx context.Context, b Bucket, cost int64, n int, max
 // maxSlotsPerCall is the script's cap on ReserveN's n.
 const maxSlotsPerCall = 1000
 
-// ReserveAt is Reserve at an explicit time (tests only: production uses
-// the Redis clock so every host agrees).
-func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, now.UnixMicro(), 1)
-}
-
 // Peek reports the wait a reservation would get, without reserving.
 func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, error) {
 	return s.call(ctx, b, cost, -1, lua.ModePeek, 0, 1)

@@ -522,17 +522,23 @@ func TestClusterKeyMemory(t *testing.T) {
 		{limiters.SlidingLog, limiters.PerMinute(1000), 1000, 150000},
 	} {
 		name := fmt.Sprintf("api%d", len(rows))
-		l, err := limiters.New(cc, limiters.Config{Name: name, Algorithm: c.alg, Limit: c.limit, Prefix: prefix})
+		now := time.Now()
+		cfg := limiters.Config{Name: name, Algorithm: c.alg, Limit: c.limit, Prefix: prefix, Now: func() time.Time { return now }}
+		l, err := limiters.New(cc, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		now := time.Now()
+		cfg.Now = func() time.Time { return now.Add(-c.limit.Period) }
+		prev, err := limiters.New(cc, cfg) // the same keys, a window earlier
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < n; i++ {
-			if res, err := l.AllowAt(ctx, now, user(i), c.cost); err != nil || !res.Allowed {
+			if res, err := l.Allow(ctx, user(i), c.cost); err != nil || !res.Allowed {
 				t.Fatalf("%s: %v %v", c.alg, res, err)
 			}
 			if c.alg == limiters.SlidingCounter { // the previous window too
-				if _, err := l.AllowAt(ctx, now.Add(-c.limit.Period), user(i), c.cost); err != nil {
+				if _, err := prev.Allow(ctx, user(i), c.cost); err != nil {
 					t.Fatal(err)
 				}
 			}
