@@ -39,16 +39,27 @@ var (
 const maxExact = 1 << 52
 
 // Limit is a rate: Rate units per Period, with a capacity of Burst units.
+// The zero Limit is invalid (Validate refuses it); it stands for "no limit"
+// where a field says so (shaping.Control.SetRate). Limit is a plain value,
+// safe to copy and compare. PerSecond, PerMinute, PerHour and ParseLimit
+// build one with Burst = Rate.
 //
-// For the window algorithms the window is Period and the limit per window is
-// Rate (Burst must be 0 or equal Rate). For the buckets, Rate per Period is
-// the refill (token bucket) or leak (leaky bucket) rate and Burst is the
-// capacity; a zero Burst means Burst = Rate. Limit is a plain value, safe to
-// copy and compare.
+// Burst has one meaning: the capacity, with 0 standing for Rate (Capacity
+// reports it). How each user reads the fields:
+//
+//   - The window algorithms: the window is Period and the limit per window
+//     is Rate; Burst must be 0 or equal Rate.
+//   - The buckets (TokenBucket, LeakyBucket): Rate per Period is the refill
+//     or leak rate and Capacity() the bucket's size.
+//   - Package shaping reads only Rate and Period and ignores Burst: a
+//     shaping bucket's burst is shaping.Downstream.Burst (0 or 1: none).
 type Limit struct {
-	Rate   int64
+	// Rate is how many units per Period; must be positive.
+	Rate int64
+	// Period is the window or the time Rate units take; at least 1µs.
 	Period time.Duration
-	Burst  int64
+	// Burst is the capacity in units; 0 means Rate. Must not be negative.
+	Burst int64
 }
 
 // PerSecond is rate units per second, burst rate.

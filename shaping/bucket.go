@@ -26,15 +26,28 @@ var ErrBucket = errors.New("shaping: bucket")
 const MaxInterval = 24 * time.Hour
 
 // Bucket names a downstream's shaping bucket and the rate it releases at.
-// Only Rate.Rate and Rate.Period are read; the burst is Burst.
+// The zero Bucket is invalid (no rate).
 type Bucket struct {
-	Name  string
-	Rate  limiters.Limit
-	Burst int64 // releases allowed back to back after idle; 0 or 1 means none
+	// Name is the downstream's name; its bucket key is keys' Bucket(Name).
+	Name string
+	// Rate is the release rate: Rate.Rate units per Rate.Period. Only
+	// those two fields are read; Rate.Burst is ignored (whatever its value),
+	// since the burst of a shaping bucket is Burst.
+	Rate limiters.Limit
+	// Burst is how many releases may go back to back after an idle spell;
+	// 0 (the zero value) or 1 means none: every release is spaced by the
+	// interval of its cost.
+	Burst int64
 	// MaxCost is the largest cost Reserve accepts; 0 means any cost whose
 	// interval is within MaxInterval. A larger cost is refused with
 	// ErrCostExceedsCapacity, never reserved.
 	MaxCost int64
+}
+
+// validateRate validates a shaping rate: Rate and Period only, as shaping
+// reads nothing else of a Limit (its burst is Downstream.Burst).
+func validateRate(l limiters.Limit) error {
+	return limiters.Limit{Rate: l.Rate, Period: l.Period}.Validate()
 }
 
 // DefaultMaxCost is the largest cost a downstream accepts unless it
@@ -157,7 +170,7 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if cost < 1 {
 		return Reservation{}, fmt.Errorf("%w: cost must be at least 1, got %d", limiters.ErrInvalidCost, cost)
 	}
-	if err := b.Rate.Validate(); err != nil {
+	if err := validateRate(b.Rate); err != nil {
 		return Reservation{}, fmt.Errorf("shaping: bucket %q: %w", b.Name, err)
 	}
 	if b.MaxCost > 0 && cost > b.MaxCost {

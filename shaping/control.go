@@ -90,12 +90,13 @@ func (c *Control) Pause(ctx context.Context, ds string) error { return c.set(ctx
 func (c *Control) Resume(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "") }
 
 // SetRate overrides ds's rate in every process; the zero Limit removes the
-// override (back to the configured or scheduled rate).
+// override (back to the configured or scheduled rate). Only l.Rate and
+// l.Period are read.
 func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) error {
 	if l.IsZero() {
 		return c.set(ctx, ds, "override_rate", "", "override_period_us", "")
 	}
-	if err := l.Validate(); err != nil {
+	if err := validateRate(l); err != nil {
 		return err
 	}
 	return c.set(ctx, ds, "override_rate", strconv.FormatInt(l.Rate, 10),

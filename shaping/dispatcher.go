@@ -44,10 +44,13 @@ type HandlerFunc func(ctx context.Context, t *Task) error
 type Downstream struct {
 	// Name: 1-64 of [A-Za-z0-9_.-]. Its queue is "<prefix>:<name>".
 	Name string
-	// Rate is the release rate (Rate per Period; Burst ignored, see Burst).
+	// Rate is the release rate: Rate.Rate units per Rate.Period, required.
+	// Only those two fields are read; Rate.Burst is ignored whatever its
+	// value (limiters.PerSecond sets it; it means nothing here): the
+	// downstream's burst is Burst.
 	Rate limiters.Limit
 	// Burst lets this many releases through back to back after an idle
-	// spell; 0 or 1 spaces every release by 1/rate.
+	// spell; 0 (the zero value) or 1 spaces every release by 1/rate.
 	Burst int64
 	// MaxWait is the longest a worker holds a task for its slot; the
 	// bucket holds MaxWait × rate tasks. Zero means 1s.
@@ -199,17 +202,17 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if !dsName.MatchString(ds.Name) {
 		return fmt.Errorf("shaping: downstream name must be 1-64 of [A-Za-z0-9_.-], got %q", ds.Name)
 	}
-	if err := ds.Rate.Validate(); err != nil {
+	if err := validateRate(ds.Rate); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
 	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
 		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers, Burst and MaxCost must not be negative", ds.Name)
 	}
 	if a := ds.Adaptive; a != nil {
-		if err := a.Floor.Validate(); err != nil {
+		if err := validateRate(a.Floor); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive floor: %w", ds.Name, err)
 		}
-		if err := a.Ceiling.Validate(); err != nil {
+		if err := validateRate(a.Ceiling); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive ceiling: %w", ds.Name, err)
 		}
 		if a.Floor.PerSec() > a.Ceiling.PerSec() {
