@@ -105,13 +105,18 @@ type Config struct {
 	// to the queue at once.
 	ShutdownTimeout time.Duration
 	// PollInterval is how often an idle downstream looks for new tasks
-	// when its queue is empty (asynq's TaskCheckInterval); zero means 1s,
-	// asynq's own default. It is the idle cost's largest part (a dequeue
-	// is 3 Redis commands) against the first release after an idle spell
-	// (up to 1.5 × PollInterval late); see docs/operations.md. With a
+	// when its queue is empty (asynq's TaskCheckInterval); zero means
+	// 500ms. It is the idle cost's largest part (a dequeue is 3 Redis
+	// commands) against the delay of a task that arrives at an empty
+	// queue (up to 1.5 × PollInterval); see docs/operations.md. With a
 	// backlog there is no polling: a worker takes the next task as soon as
 	// it is free.
 	PollInterval time.Duration
+	// ForwardInterval is how often scheduled, deferred and retried tasks
+	// that have come due move to the queue (asynq's
+	// DelayedTaskCheckInterval: 4 Redis commands a time); zero means 2s
+	// (asynq's default is 5s).
+	ForwardInterval time.Duration
 	// RedisTimeout bounds each bucket script call; zero means 2s.
 	RedisTimeout time.Duration
 	// ControlInterval is how often the dispatcher looks for runtime state
@@ -161,7 +166,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.ForwardInterval <= 0 {
+		cfg.ForwardInterval = 2 * time.Second
 	}
 	if cfg.RedisTimeout <= 0 {
 		cfg.RedisTimeout = 2 * time.Second
@@ -308,7 +316,7 @@ func (d *Dispatcher) Start() error {
 			// done; see Shutdown.
 			ShutdownTimeout:          500 * time.Millisecond,
 			TaskCheckInterval:        d.cfg.PollInterval,
-			DelayedTaskCheckInterval: time.Second,
+			DelayedTaskCheckInterval: d.cfg.ForwardInterval,
 			// A task recovered from a dead worker goes back at once; handler
 			// failures keep asynq's exponential backoff.
 			RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
