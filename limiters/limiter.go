@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
-	"github.com/shaper-io/shaper/lua"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // Algorithm names an admission algorithm.
@@ -56,7 +56,7 @@ func (a Algorithm) short() string {
 	return ""
 }
 
-func (a Algorithm) script() *redis.Script {
+func (a Algorithm) script() lua.Admission {
 	switch a {
 	case FixedWindow:
 		return lua.FixedWindow
@@ -64,12 +64,10 @@ func (a Algorithm) script() *redis.Script {
 		return lua.SlidingLog
 	case SlidingCounter:
 		return lua.SlidingCounter
-	case TokenBucket:
-		return lua.TokenBucket
 	case LeakyBucket:
 		return lua.LeakyBucket
 	}
-	return nil
+	return lua.TokenBucket
 }
 
 func (a Algorithm) windowed() bool { return a == FixedWindow || a == SlidingLog || a == SlidingCounter }
@@ -148,13 +146,15 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // Redis is a Limiter whose state lives in Redis. Safe for concurrent use.
 type Redis struct {
-	rdb   redis.Scripter
-	cfg   Config
-	space keys.Space
-	// scaled limit (buckets) or limit/window (windows) passed to the script
-	a1, a2 int64
-	p      int64
-	script *redis.Script
+	store  *lua.Store
+	cfg    Config
+	space  keys.Space
+	script lua.Admission
+	// args holds the script's Limit, Window and SubWindows: the limit per
+	// window and the window (windows), or the scaled capacity and rate
+	// (buckets); a cost of c units is c*p in the script's units.
+	args lua.AdmissionArgs
+	p    int64
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -177,9 +177,9 @@ func New(rdb redis.Scripter, cfg Config) (*Redis, error) {
 	if err := CheckSubWindows(cfg.Algorithm, cfg.Limit, cfg.SubWindows); err != nil {
 		return nil, err
 	}
-	l := &Redis{rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), script: cfg.Algorithm.script()}
+	l := &Redis{store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), script: cfg.Algorithm.script()}
 	if cfg.SubWindows > 0 {
-		l.script = lua.SlidingSubwindows
+		l.script, l.args.SubWindows = lua.SlidingSubwindows, int64(cfg.SubWindows)
 	}
 	if cfg.Algorithm.windowed() {
 		if cfg.Limit.Burst != 0 && cfg.Limit.Burst != cfg.Limit.Rate {
@@ -189,10 +189,10 @@ func New(rdb redis.Scripter, cfg Config) (*Redis, error) {
 		if float64(cfg.Limit.Rate)*float64(w) > maxExact {
 			return nil, fmt.Errorf("%w: limit %d per window %s is too large for exact arithmetic", ErrInvalidLimit, cfg.Limit.Rate, cfg.Limit.Period)
 		}
-		l.a1, l.a2, l.p = cfg.Limit.Rate, w, 1
+		l.args.Limit, l.args.Window, l.p = cfg.Limit.Rate, w, 1
 	} else {
 		n, p := cfg.Limit.scaled()
-		l.a1, l.a2, l.p = cfg.Limit.Capacity()*p, n, p
+		l.args.Limit, l.args.Window, l.p = cfg.Limit.Capacity()*p, n, p
 	}
 	return l, nil
 }
@@ -225,19 +225,19 @@ func (l *Redis) now() int64 {
 
 // allow is Allow at nowUS (0: the Redis clock).
 func (l *Redis) allow(ctx context.Context, key string, cost int64, nowUS int64) (Result, error) {
-	res, token, err := l.run(ctx, key, cost, lua.ModeCharge, nowUS, 0)
+	res, token, err := l.run(ctx, key, cost, opAllow, nowUS, 0)
 	if err != nil || !res.Allowed || res.FailedOpen || cost <= 0 {
 		return res, err
 	}
 	return res.WithCancel(func(ctx context.Context) error {
-		_, _, err := l.run(ctx, key, cost, lua.ModeRefund, l.now(), token)
+		_, _, err := l.run(ctx, key, cost, opRefund, l.now(), token)
 		return err
 	}), nil
 }
 
 // Peek decides without charging.
 func (l *Redis) Peek(ctx context.Context, key string, cost int64) (Result, error) {
-	res, _, err := l.run(ctx, key, cost, lua.ModePeek, l.now(), 0)
+	res, _, err := l.run(ctx, key, cost, opPeek, l.now(), 0)
 	return res, err
 }
 
@@ -251,9 +251,18 @@ func (l *Redis) checkCost(cost int64) error {
 	return nil
 }
 
+// op is what run asks the script to do.
+type op int
+
+const (
+	opAllow op = iota
+	opPeek
+	opRefund
+)
+
 // run calls the script; token identifies the charge (the window number or
 // the admission time) for a later refund.
-func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS, token int64) (Result, int64, error) {
+func (l *Redis) run(ctx context.Context, key string, cost int64, o op, nowUS, token int64) (Result, int64, error) {
 	res := Result{Limit: l.cfg.Limit, Algorithm: l.cfg.Algorithm, Name: l.cfg.Name}
 	if err := l.checkCost(cost); err != nil {
 		return res, 0, err
@@ -264,37 +273,41 @@ func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS
 		defer cancel()
 	}
 	start := time.Now()
-	args := []any{l.a1, l.a2, cost * l.p, mode, nowUS, token}
-	if l.cfg.SubWindows > 0 {
-		args = append(args, l.cfg.SubWindows)
-	}
-	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, args...).Int64Slice()
-	if err == nil && len(v) < 5 {
-		err = fmt.Errorf("reply has %d fields, want at least 5", len(v))
+	a := l.args
+	a.Cost, a.Now = cost*l.p, nowUS
+	var v lua.AdmissionReply
+	var err error
+	switch o {
+	case opAllow:
+		v, err = l.store.Admit(ctx, l.script, l.Key(key), a)
+	case opPeek:
+		v, err = l.store.PeekAdmission(ctx, l.script, l.Key(key), a)
+	case opRefund:
+		v, err = l.store.RefundAdmission(ctx, l.script, l.Key(key), a, token)
 	}
 	if l.cfg.Observe != nil {
 		l.cfg.Observe(l.cfg.Algorithm, l.cfg.Name, time.Since(start), err)
 	}
 	if err != nil {
 		err = fmt.Errorf("%w: %s %q: %w", ErrRedis, l.cfg.Algorithm, l.cfg.Name, err)
-		if mode == lua.ModeRefund {
+		if o == opRefund {
 			return res, 0, err
 		}
 		res, err = l.fail(res, err)
 		return res, 0, err
 	}
-	res.Allowed = v[0] == 1
-	res.Remaining = v[1] / l.p
-	res.RetryAfter = time.Duration(v[2]) * time.Microsecond
-	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
+	res.Allowed = v.Allowed
+	res.Remaining = v.Remaining / l.p
+	res.RetryAfter = time.Duration(v.RetryAfter) * time.Microsecond
+	res.ResetAfter = time.Duration(v.ResetAfter) * time.Microsecond
 	if res.Allowed {
 		res.RetryAfter = 0
 	}
 	if l.cfg.Algorithm == LeakyBucket {
 		// the script reports the level; remaining is the room left
-		res.Remaining = (l.a1 - v[1]) / l.p
+		res.Remaining = (l.args.Limit - v.Remaining) / l.p
 	}
-	return res, v[4], nil
+	return res, v.Token, nil
 }
 
 func (l *Redis) fail(res Result, err error) (Result, error) {

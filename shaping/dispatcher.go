@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -141,6 +142,7 @@ type Config struct {
 // Dispatcher releases the tasks of its downstreams at their rates.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
+	store   *lua.Store // recovery and quarantine scripts
 	cfg     Config
 	space   keys.Space
 	buckets *Buckets
@@ -185,7 +187,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
-		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
+		rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
 		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
 	}
 	d.m = metrics.New(cfg.Registerer)

@@ -3,12 +3,10 @@ package shaping
 import (
 	"context"
 	"time"
-
-	"github.com/shaper-io/shaper/lua"
 )
 
 // ReserveAt is Reserve at an explicit time, for this package's step tests
 // (production reserves on the Redis clock so every host agrees).
 func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, now.UnixMicro(), 1)
+	return s.call(ctx, b, cost, maxWait, opReserve, now.UnixMicro(), 1)
 }

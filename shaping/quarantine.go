@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/shaper-io/shaper/internal/keys"
-	"github.com/shaper-io/shaper/lua"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // QuarantineConfig tunes the scan that moves corrupt entries out of each
@@ -299,10 +299,8 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 	if msg != nil {
 		judged = *msg
 	}
-	ks := []string{a.Task(id), a.Pending(), a.Active(), a.Scheduled(), a.Retry(), a.Archived(), a.Lease(),
-		a.Completed(), q.d.space.Quarantine(ds)}
-	n, err := lua.Quarantine.Run(ctx, q.d.rdb, ks, id, reason, judged, q.cfg.MaxEntries,
-		q.cfg.TTL.Milliseconds(), quarantineMsg).Int64()
+	n, err := q.d.store.Quarantine(ctx, a, q.d.space.Quarantine(ds), lua.QuarantineArgs{ID: id, Reason: reason,
+		Judged: judged, Keep: q.cfg.MaxEntries, TTL: q.cfg.TTL.Milliseconds(), Bytes: quarantineMsg})
 	if err != nil {
 		return false, fmt.Errorf("shaping: quarantine task %q of %q: %w", id, ds, err)
 	}

@@ -18,10 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/lua"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -299,9 +299,9 @@ func TestClusterScriptFlushFallsBackToEval(t *testing.T) {
 	buckets := shaping.NewBuckets(cc, prefix)
 	b := shaping.Bucket{Name: "flush", Rate: limiters.PerSecond(1)}
 
-	exists := func(s *redis.Script) (on, off int) {
+	exists := func(sha string) (on, off int) {
 		cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			v, err := s.Exists(ctx, c).Result()
+			v, err := c.ScriptExists(ctx, sha).Result()
 			if err == nil && len(v) == 1 && v[0] {
 				on++
 			} else {
@@ -333,15 +333,15 @@ func TestClusterScriptFlushFallsBackToEval(t *testing.T) {
 		}
 	}
 	round(0)
-	if on, _ := exists(lua.TokenBucket); on < 3 {
+	if on, _ := exists(lua.TokenBucket.Hash()); on < 3 {
 		t.Errorf("token bucket script cached on %d masters after use, want 3", on)
 	}
 	flushScripts(t, cc)
-	if on, _ := exists(lua.TokenBucket); on != 0 {
+	if on, _ := exists(lua.TokenBucket.Hash()); on != 0 {
 		t.Fatalf("token bucket script still cached on %d masters after SCRIPT FLUSH", on)
 	}
 	round(1) // EVALSHA -> NOSCRIPT -> EVAL on every master
-	if on, _ := exists(lua.TokenBucket); on < 3 {
+	if on, _ := exists(lua.TokenBucket.Hash()); on < 3 {
 		t.Errorf("token bucket script cached on %d masters after the fallback, want 3 (EVAL caches it)", on)
 	}
 	flushScripts(t, cc)
