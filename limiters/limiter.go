@@ -246,7 +246,7 @@ func (l *Redis) checkCost(cost int64) error {
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, cost)
 	}
 	if c := l.cfg.Limit.Capacity(); cost > c {
-		return fmt.Errorf("%w: cost %d > capacity %d of %s %q", ErrCostExceedsCapacity, cost, c, l.cfg.Algorithm, l.cfg.Name)
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %s %q, so it could never be admitted", ErrCostExceedsCapacity, cost, c, l.cfg.Algorithm, l.cfg.Name)
 	}
 	return nil
 }

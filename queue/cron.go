@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -118,15 +117,14 @@ func (c *Cron) Fire(ctx context.Context, j CronJob, tick time.Time) (string, err
 	t := j.Task
 	t.UniqueKey = fmt.Sprintf("cron:%s:%d", j.Name, tick.Unix())
 	rec, err := c.p.Enqueue(ctx, t)
-	var rej *RejectedError
-	switch {
-	case errors.As(err, &rej):
+	switch rec.Outcome {
+	case Rejected:
 		return "rejected", err
-	case errors.Is(err, ErrDuplicate):
+	case Duplicate:
 		return "taken", nil
-	case err != nil && rec.ID == "":
+	case NotEnqueued:
 		return "error", err
-	case rec.Deferred:
+	case Deferred:
 		return "deferred", nil
 	}
 	return "enqueued", nil

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -40,8 +39,10 @@ const DefaultMaxRetry = 25
 
 // Errors. Each is wrapped with %w and a message naming the bad field.
 var (
-	ErrInvalidTask       = errors.New("queue: invalid task")
-	ErrUnknownDownstream = errors.New("queue: unknown downstream")
+	ErrInvalidTask = errors.New("queue: invalid task")
+	// ErrUnknownDownstream is shaping.ErrUnknownDownstream: the Producer
+	// was given its Downstreams and the task names another.
+	ErrUnknownDownstream = shaping.ErrUnknownDownstream
 	ErrDuplicate         = errors.New("queue: duplicate unique key")
 	ErrEnqueue           = errors.New("queue: enqueue failed")
 )
@@ -73,8 +74,12 @@ type Task struct {
 	Timeout time.Duration
 }
 
-// Receipt describes an enqueued task.
+// Receipt describes what Enqueue did with a task. Its zero value is the
+// receipt of a task that was not enqueued (Outcome NotEnqueued).
 type Receipt struct {
+	// Outcome classifies the result: Accepted, Deferred, Rejected,
+	// Duplicate or NotEnqueued. Only Accepted and Deferred tasks have an ID.
+	Outcome    Outcome
 	ID         string
 	Queue      string
 	Downstream string
@@ -162,8 +167,6 @@ type Producer struct {
 	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 // NewProducer returns a Producer over rdb. Close it when done (rdb itself
 // stays open: it is the caller's).
 func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
@@ -173,8 +176,7 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, space: keys.New(cfg.Prefix)}
-	p.m = metrics.New(cfg.Registerer)
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix)}
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -195,14 +197,15 @@ func (p *Producer) Validate(t Task) error {
 	switch {
 	case t.Downstream == "":
 		return fmt.Errorf("%w: downstream is required", ErrInvalidTask)
-	case !nameRE.MatchString(t.Downstream):
-		return fmt.Errorf("%w: downstream %q: want 1-64 of [A-Za-z0-9_.-]", ErrInvalidTask, t.Downstream)
+	case !keys.ValidName(t.Downstream):
+		return fmt.Errorf("%w: downstream %q: want %s", ErrInvalidTask, t.Downstream, keys.NameRule)
 	case p.known != nil && !p.known[t.Downstream]:
-		return fmt.Errorf("%w %q", ErrUnknownDownstream, t.Downstream)
+		return unknownDownstreamError(t.Downstream)
 	case t.Cost < 0:
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidTask, t.Cost)
 	case t.Cost > p.maxCost(t.Downstream):
-		return fmt.Errorf("%w: cost %d is more than downstream %q can hold (max_cost %d)", limiters.ErrCostExceedsCapacity, t.Cost, t.Downstream, p.maxCost(t.Downstream))
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of downstream %q (its max_cost: what its bucket holds unless set), so it could never be released",
+			limiters.ErrCostExceedsCapacity, t.Cost, p.maxCost(t.Downstream), t.Downstream)
 	case len(t.Payload) > p.cfg.MaxPayload:
 		return fmt.Errorf("%w: payload is %d bytes, over the limit of %d", ErrInvalidTask, len(t.Payload), p.cfg.MaxPayload)
 	case t.MaxRetry != nil && (*t.MaxRetry < 0 || *t.MaxRetry > 10000):
@@ -225,12 +228,28 @@ func (p *Producer) maxCost(downstream string) int64 {
 }
 
 // Enqueue runs the downstream's admission policy (if any) and enqueues the
-// task. A rejection returns *RejectedError (errors.As) and enqueues
-// nothing. If admission allowed the task but the enqueue fails, the
-// admission charge is refunded (Result.Cancel). An admission that failed
+// task. Receipt.Outcome says what happened; the error says why a task was
+// not enqueued (it is nil for an enqueued task). A rejection returns
+// *RejectedError (errors.As) and enqueues nothing. An admission that failed
 // open is no error: the task is enqueued and Receipt.Admission.FailedOpen
-// says so.
+// says so. If admission allowed the task but the enqueue fails, the
+// admission charge is refunded (Result.Cancel).
 func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
+	rec, err := p.admitAndEnqueue(ctx, t)
+	switch {
+	case rec.ID != "" && rec.Deferred:
+		rec.Outcome = Deferred
+	case rec.ID != "":
+		rec.Outcome = Accepted
+	case errors.As(err, new(*RejectedError)):
+		rec.Outcome = Rejected
+	case errors.Is(err, ErrDuplicate):
+		rec.Outcome = Duplicate
+	}
+	return rec, err
+}
+
+func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error) {
 	if err := p.Validate(t); err != nil {
 		return Receipt{}, err
 	}

@@ -512,7 +512,7 @@ func TestFailurePolicyWithLimiterRedisDown(t *testing.T) {
 	srv.Stop()
 
 	rec, err := p.Enqueue(ctx, Task{Downstream: "open", Key: "t"})
-	if err != nil || rec.ID == "" || !rec.Admission.Allowed || !rec.Admission.FailedOpen || !errors.Is(rec.Admission.Cause, limiters.ErrFailedOpen) {
+	if err != nil || rec.ID == "" || !rec.Admission.Allowed || !rec.Admission.FailedOpen || !errors.Is(rec.Admission.Cause, limiters.ErrFailedOpen) || rec.Outcome != Accepted {
 		t.Errorf("fail_open: %+v, %v; want an enqueued task, no error, and Admission.FailedOpen", rec, err)
 	}
 	if got := testutil.ToFloat64(m.FailOpen.WithLabelValues("open", "open")); got != 1 {
@@ -520,7 +520,7 @@ func TestFailurePolicyWithLimiterRedisDown(t *testing.T) {
 	}
 	for _, ds := range []string{"closed", "closed-defer"} {
 		rec, err := p.Enqueue(ctx, Task{Downstream: ds, Key: "t"})
-		if !errors.Is(err, limiters.ErrFailedClosed) || !errors.As(err, new(*RejectedError)) || rec.ID != "" || rec.Deferred {
+		if !errors.Is(err, limiters.ErrFailedClosed) || !errors.As(err, new(*RejectedError)) || rec.ID != "" || rec.Deferred || rec.Outcome != Rejected {
 			t.Errorf("%s: %+v, %v; want a RejectedError with ErrFailedClosed and nothing enqueued", ds, rec, err)
 		}
 	}

@@ -71,3 +71,13 @@ func quote(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// unknownDownstreamError reads `queue: unknown downstream "x"` and is
+// ErrUnknownDownstream (which shaping owns, with shaping's prefix).
+type unknownDownstreamError string
+
+func (e unknownDownstreamError) Error() string {
+	return fmt.Sprintf("queue: unknown downstream %q", string(e))
+}
+
+func (e unknownDownstreamError) Unwrap() error { return ErrUnknownDownstream }

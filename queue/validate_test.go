@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -107,5 +108,20 @@ func TestUniqueKeysAreDeliverable(t *testing.T) {
 			t.Errorf("unique key %q: the downstream got Idempotency-Key %q", k, got)
 		}
 		mu.Unlock()
+	}
+}
+
+// queue and shaping share one ErrUnknownDownstream; the Producer's message
+// keeps queue's prefix and names the downstream.
+func TestUnknownDownstreamIsShared(t *testing.T) {
+	t.Parallel()
+	p := NewProducer(redis.NewClient(&redis.Options{Addr: "unused.invalid:0"}), ProducerConfig{Downstreams: []string{"api"}})
+	defer p.Close()
+	err := p.Validate(Task{Downstream: "web"})
+	if !errors.Is(err, ErrUnknownDownstream) || !errors.Is(err, shaping.ErrUnknownDownstream) {
+		t.Errorf("Validate = %v, want queue.ErrUnknownDownstream and shaping.ErrUnknownDownstream", err)
+	}
+	if got, want := fmt.Sprint(err), `queue: unknown downstream "web"`; got != want {
+		t.Errorf("message = %q, want %q", got, want)
 	}
 }

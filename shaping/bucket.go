@@ -10,6 +10,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -23,7 +24,7 @@ var ErrBucket = errors.New("shaping: bucket")
 // clamps, so no task or answer can park a downstream for longer than this
 // (and `shaper ctl reset` clears a bucket at once). internal/lua/shaping.lua checks
 // the same bound.
-const MaxInterval = 24 * time.Hour
+const MaxInterval = sizing.MaxInterval
 
 // Bucket names a downstream's shaping bucket and the rate it releases at.
 // The zero Bucket is invalid (no rate).

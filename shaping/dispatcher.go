@@ -16,6 +16,7 @@ import (
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -63,6 +64,19 @@ type Downstream struct {
 	// at least 1. A batch may cost MaxCost × Batch.MaxRows. Its interval
 	// at the rate must be within MaxInterval.
 	MaxCost int64
+	// Concurrency caps the calls in flight to the downstream across every
+	// process sharing the Redis (a system that takes N calls at a time);
+	// 0 means no cap. A release needs a lease and a slot: a worker waits
+	// for a lease (holding no retry attempt) and keeps it for its call.
+	Concurrency int
+	// KeyConcurrency caps the calls in flight per admission key (the
+	// task's Key) across every process; 0 means no cap. A key at its cap
+	// does not hold up the other keys' tasks.
+	KeyConcurrency int
+	// LeaseTime is how long a lease lives unless renewed (a call renews
+	// it every third of it), so a crashed process's leases are free again
+	// within it. Zero means DefaultLeaseTime; at least 1s.
+	LeaseTime time.Duration
 	// Workers is this downstream's worker budget in this process: the
 	// most tasks it holds (waiting for a slot or in a call). Zero means
 	// DefaultWorkers: ceil(rate × MaxWait) + 1.
@@ -205,7 +219,7 @@ func (d *Dispatcher) Control() *Control { return d.control }
 // handler, and for inspection).
 func (d *Dispatcher) Buckets() *Buckets { return d.buckets }
 
-var dsName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+var dsName = regexp.MustCompile(keys.NamePattern)
 
 // Add registers a downstream. It must be called before Start.
 func (d *Dispatcher) Add(ds Downstream) error {
@@ -217,6 +231,10 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	}
 	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
 		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers, Burst and MaxCost must not be negative", ds.Name)
+	}
+	if ds.Concurrency < 0 || ds.KeyConcurrency < 0 || ds.LeaseTime < 0 || (ds.LeaseTime > 0 && ds.LeaseTime < time.Second) {
+		return fmt.Errorf("shaping: downstream %q: Concurrency and KeyConcurrency must not be negative and LeaseTime must be 0 or at least 1s (got %d, %d, %s)",
+			ds.Name, ds.Concurrency, ds.KeyConcurrency, ds.LeaseTime)
 	}
 	if a := ds.Adaptive; a != nil {
 		if err := validateRate(a.Floor); err != nil {
@@ -254,6 +272,9 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	}
 	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
 	r.lane = newLane(r)
+	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
+		r.leases = newLeaseLane(r)
+	}
 	lim := ds.Rate
 	r.rate.Store(&lim)
 	r.base.Store(&lim)
@@ -262,6 +283,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if d.m != nil {
 		d.m.RateInForce.WithLabelValues(ds.Name).Set(ds.Rate.PerSec())
 		d.m.Paused.WithLabelValues(ds.Name).Set(0)
+		d.m.ConcurrencyLimit.WithLabelValues(ds.Name).Set(float64(ds.Concurrency))
 	}
 	return nil
 }
@@ -274,11 +296,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 // workers (Little's law: rate × (wait + call time)); see
 // docs/operations.md, sizing workers.
 func DefaultWorkers(rate limiters.Limit, maxWait time.Duration) int {
-	n := rate.UnitsIn(maxWait)
-	if n < 1000 && rate.Interval(n) < maxWait {
-		n++ // round up
-	}
-	return int(min(max(n+1, 2), 1000))
+	return sizing.DefaultWorkers(rate, maxWait)
 }
 
 // Handle sets the handler of one task type on a downstream.
@@ -347,6 +365,10 @@ func (d *Dispatcher) Start() error {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
 		go r.lane.run()
+		if r.leases != nil {
+			go r.leases.run()
+			go r.leases.renewLoop()
+		}
 	}
 	runners := make([]*runner, 0, len(d.order))
 	for _, name := range d.order {

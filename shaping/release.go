@@ -35,6 +35,15 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		r.outcome("malformed")
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
+	if r.leases != nil {
+		// a place among the calls in flight first, then a slot: the wait
+		// for a lease holds no attempt and no slot
+		lease, err := r.leases.acquire(ctx, t.Key)
+		if err != nil {
+			return r.giveBack(ctx)
+		}
+		defer r.leases.release(lease)
+	}
 	for {
 		res, err := r.acquire(ctx, t.Cost)
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {

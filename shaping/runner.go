@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -33,6 +34,7 @@ type runner struct {
 	offset  clockOffset
 	lastInc atomic.Int64 // unix ns of the last "inc" sent
 	lane    *lane
+	leases  *leaseLane   // nil without a concurrency cap
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
 
 	smu sync.Mutex
@@ -61,6 +63,13 @@ func (r *runner) pauseGate() chan struct{} {
 		return nil
 	}
 	return r.resumed
+}
+
+func (r *runner) leaseTime() time.Duration {
+	if r.ds.LeaseTime > 0 {
+		return r.ds.LeaseTime
+	}
+	return DefaultLeaseTime
 }
 
 func (r *runner) bucket() Bucket {
@@ -148,11 +157,8 @@ func (r *runner) observeWaits(res Reservation) {
 }
 
 // lateTolerance is how far behind its slot a release of cost units may
-// start: the configured LateTolerance, or half the slot it occupies (at
-// least 5ms). Half a slot keeps any window of T at rate·T+1 releases; the
-// 5ms floor keeps fast downstreams (slots under 10ms) from wasting most
-// slots to ordinary scheduling jitter, at the price of rate·5ms extra in
-// the worst window.
+// start: the configured LateTolerance, or half the slot it occupies at
+// the rate now, at least 5ms (sizing.LateTolerance says why).
 func (r *runner) lateTolerance(cost int64) time.Duration {
 	if r.ds.LateTolerance < 0 {
 		return time.Duration(1<<63 - 1)
@@ -160,5 +166,5 @@ func (r *runner) lateTolerance(cost int64) time.Duration {
 	if r.ds.LateTolerance > 0 {
 		return r.ds.LateTolerance
 	}
-	return max(r.rate.Load().Interval(cost)/2, 5*time.Millisecond)
+	return sizing.LateTolerance(*r.rate.Load(), cost)
 }

@@ -6,12 +6,13 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/shaper-io/shaper/internal/cronspec"
 	"github.com/shaper-io/shaper/limiters"
 )
 
 // CronParser reads cron expressions with an optional seconds field, the
 // descriptors (@every 10s, @daily, …) and a CRON_TZ=/TZ= prefix.
-var CronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var CronParser = cronspec.Parser
 
 // RateChange sets a downstream's rate each time its cron expression fires.
 type RateChange struct {
@@ -28,9 +29,7 @@ type RateSchedule []RateChange
 
 // ParseRateChange parses one entry.
 func ParseRateChange(spec, rate string, loc *time.Location) (RateChange, error) {
-	if loc != nil && loc != time.Local {
-		spec = "CRON_TZ=" + loc.String() + " " + spec
-	}
+	spec = cronspec.InZone(spec, loc)
 	s, err := CronParser.Parse(spec)
 	if err != nil {
 		return RateChange{}, fmt.Errorf("invalid cron expression %q: %v", spec, err)
@@ -83,17 +82,9 @@ func (rs RateSchedule) At(t time.Time) (rate limiters.Limit, next time.Time, ok 
 // next year after from (the schedule would be ambiguous then): their
 // indexes and the instant.
 func (rs RateSchedule) Overlap(from time.Time) (i, j int, at time.Time, found bool) {
-	end := from.Add(366 * 24 * time.Hour)
-	seen := map[int64]int{}
+	scheds := make([]cron.Schedule, len(rs))
 	for k, c := range rs {
-		n := 0
-		for t := c.When.Next(from); !t.IsZero() && t.Before(end) && n < 20000; t = c.When.Next(t) {
-			if prev, dup := seen[t.Unix()]; dup && prev != k {
-				return prev, k, t, true
-			}
-			seen[t.Unix()] = k
-			n++
-		}
+		scheds[k] = c.When
 	}
-	return 0, 0, time.Time{}, false
+	return cronspec.Overlap(scheds, from)
 }

@@ -337,7 +337,9 @@ func TestBadInput(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
 	url := redistest.URL(t)
-	cfg := config(t, url, prefix, `{limiters: [{name: tenant, rate: 10/s, burst: 100}]}`)
+	// max_cost above the limiter's capacity, so that the limiter's bound is the one a cost of 101 meets
+	cfg := config(t, url, prefix, `{limiters: [{name: tenant, rate: 10/s, burst: 100}]}, max_cost: 1000`)
+	small := config(t, url, prefix, "")
 	badYAML := writeFile(t, "bad.yaml", "redis: {url: \"redis://x\", prefix: p}\ndownstreams:\n  - {name: api, rate: fast, handler: {type: log}}\n")
 	noRedis := writeFile(t, "embedded.yaml", "downstreams:\n  - {name: api, rate: 5/s, handler: {type: log}}\n")
 	big := strings.Repeat("x", 5000)
@@ -356,6 +358,7 @@ func TestBadInput(t *testing.T) {
 		{`{"downstream":"api","cost":-3}` + "\n", c, `cost: must not be negative, got -3`},
 		{`{"downstream":"api","cost":"x"}` + "\n", c, `cost: got the string "x", want an integer`},
 		{`{"downstream":"api","cost":101}` + "\n", c, `cost: 101 exceeds the capacity 100 of token_bucket "tenant"`},
+		{`{"downstream":"api","cost":11}` + "\n", []string{"--config", small}, `cost: 11 exceeds the capacity 10 of downstream "api"`},
 		{`{"downstream":"api","payload":"` + big + `"}` + "\n", c, `payload is 5002 bytes, over the limit of 4096`},
 		{`{"downstream":"api","at":"next tuesday"}` + "\n", c, `at: invalid time "next tuesday"`},
 		{`{"downstream":"api","in":"-1s"}` + "\n", c, `in: must not be negative`},
@@ -536,16 +539,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = testutil.WaitFor
 
 // The progress bar is drawn only when asked for or on a terminal (the
 // tests' stderr is a pipe).

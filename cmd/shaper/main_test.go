@@ -91,16 +91,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = testutil.WaitFor
 
 func httpConfig(t *testing.T, prefix, sinkURL, rate string, workers int, maxWait string) string {
 	return fmt.Sprintf(`

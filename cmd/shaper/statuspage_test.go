@@ -19,6 +19,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
+	"github.com/shaper-io/shaper/internal/testutil"
 )
 
 // chromiumPath is Debian's chromium; scripts/install-chromium.sh installs it.
@@ -342,15 +343,4 @@ downstreams:
 	}
 }
 
-// eventually polls cond until it holds (true) or d passes (false), for a
-// precondition whose absence the assertions after it report.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-	return true
-}
+var eventually = testutil.Eventually

@@ -56,16 +56,7 @@ func start(t *testing.T, name string, args ...string) *lockedBuf {
 	return out
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = testutil.WaitFor
 
 type stats struct {
 	OK        int      `json:"ok"`

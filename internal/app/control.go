@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -30,15 +30,18 @@ type DownstreamStatus struct {
 }
 
 // Status reads every downstream's status.
-func Status(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config) ([]DownstreamStatus, error) {
+func Status(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, pl *plan.Plan) ([]DownstreamStatus, error) {
 	var out []DownstreamStatus
 	for _, ds := range d.Downstreams() {
 		st, err := d.Control().State(ctx, ds.Name)
 		if err != nil {
 			return nil, err
 		}
-		dc, _ := cfg.Downstream(ds.Name)
-		s := DownstreamStatus{Name: ds.Name, Configured: dc.Rate, InForce: ds.Rate.PerSec(), Paused: st.Paused,
+		var configured string
+		if pd, ok := pl.Downstream(ds.Name); ok {
+			configured = pd.Config.Rate.String()
+		}
+		s := DownstreamStatus{Name: ds.Name, Configured: configured, InForce: ds.Rate.PerSec(), Paused: st.Paused,
 			Adaptive: st.Adaptive, Workers: ds.Workers, MaxWait: ds.MaxWait.String()}
 		if !st.Override.IsZero() {
 			s.Override = st.Override.RateString()
@@ -53,17 +56,17 @@ func Status(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, cfg
 
 // mountControl mounts runtime control: list, pause, resume, rate override.
 // Every route needs the bearer token when one is configured.
-func mountControl(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config) {
+func mountControl(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, pl *plan.Plan) {
 	known := func(w http.ResponseWriter, r *http.Request) (string, bool) {
 		name := r.PathValue("name")
-		if _, ok := cfg.Downstream(name); !ok {
+		if _, ok := pl.Downstream(name); !ok {
 			server.WriteError(w, http.StatusNotFound, "unknown downstream "+quote(name))
 			return "", false
 		}
 		return name, true
 	}
 	srv.Protected("GET /v1/downstreams", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, err := Status(r.Context(), d, in, cfg)
+		st, err := Status(r.Context(), d, in, pl)
 		if err != nil {
 			server.WriteError(w, http.StatusServiceUnavailable, "redis unreachable")
 			return

@@ -9,7 +9,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -48,6 +51,10 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.Redis.Embedded() {
 		return fmt.Errorf("%w: ctl needs redis.url, cluster or sentinel in the config (the embedded Redis lives inside one shaper process)", ErrUsage)
 	}
@@ -58,41 +65,24 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	defer closeRedis()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ctl := shaping.NewControl(rdb, cfg.Redis.Prefix)
+	return ctlCommand(ctx, rest, pl, rdb, out)
+}
+
+// ctlCommand runs one ctl command, rest[0], with its arguments.
+func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.UniversalClient, out io.Writer) error {
+	ctl := shaping.NewControl(rdb, pl.Prefix)
 	need := func(n int) error {
 		if len(rest) != n {
 			return fmt.Errorf("%w: %q takes %d argument(s)\n%s", ErrUsage, rest[0], n-1, ctlUsage)
 		}
-		if _, ok := cfg.Downstream(rest[1]); !ok {
+		if _, ok := pl.Downstream(rest[1]); !ok {
 			return fmt.Errorf("%w: unknown downstream %q", ErrUsage, rest[1])
 		}
 		return nil
 	}
 	switch rest[0] {
 	case "status":
-		in := queue.NewInspector(rdb, cfg.Redis.Prefix)
-		var all []map[string]any
-		for _, dc := range cfg.Downstreams {
-			st, err := ctl.State(ctx, dc.Name)
-			if err != nil {
-				return err
-			}
-			b, err := in.Backlog(dc.Name)
-			if err != nil {
-				return err
-			}
-			row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate, "paused": st.Paused, "backlog": toBacklogJSON(b)}
-			if !st.Override.IsZero() {
-				row["override_rate"] = st.Override.RateString()
-			}
-			if st.Adaptive > 0 {
-				row["adaptive_rate_per_second"] = st.Adaptive
-			}
-			all = append(all, row)
-		}
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"downstreams": all})
+		return ctlStatus(ctx, ctl, queue.NewInspector(rdb, pl.Prefix), pl, out)
 	case "pause":
 		if err := need(2); err != nil {
 			return err
@@ -115,6 +105,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		}
 		var l limiters.Limit
 		if rest[2] != "clear" {
+			var err error
 			if l, err = limiters.ParseLimit(rest[2]); err != nil {
 				return fmt.Errorf("%w: %s", ErrUsage, rateReason(err))
 			}
@@ -131,7 +122,7 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		if err := need(2); err != nil {
 			return err
 		}
-		if err := shaping.NewBuckets(rdb, cfg.Redis.Prefix).Reset(ctx, rest[1]); err != nil {
+		if err := shaping.NewBuckets(rdb, pl.Prefix).Reset(ctx, rest[1]); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "%s: bucket cleared; the next release may start now\n", rest[1])
@@ -139,4 +130,31 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
 	}
 	return nil
+}
+
+// ctlStatus prints every downstream's rates, pause and backlog as JSON.
+func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, pl *plan.Plan, out io.Writer) error {
+	var all []map[string]any
+	for _, pd := range pl.Downstreams {
+		dc := pd.Config
+		st, err := ctl.State(ctx, dc.Name)
+		if err != nil {
+			return err
+		}
+		b, err := in.Backlog(dc.Name)
+		if err != nil {
+			return err
+		}
+		row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate.String(), "paused": st.Paused, "backlog": toBacklogJSON(b)}
+		if !st.Override.IsZero() {
+			row["override_rate"] = st.Override.RateString()
+		}
+		if st.Adaptive > 0 {
+			row["adaptive_rate_per_second"] = st.Adaptive
+		}
+		all = append(all, row)
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{"downstreams": all})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/internal/statuspage"
 	"github.com/shaper-io/shaper/limiters"
@@ -64,22 +65,15 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		defer mu.Unlock()
 		fmt.Fprintf(out, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 	}
-	d := shaping.New(rdb, shaping.Config{Logger: quiet, Registerer: reg})
 	release := shaping.LogHandler(logf)
-	if err := d.Add(shaping.Downstream{Name: "demo", Rate: opts.Rate, MaxWait: 2 * time.Second,
-		Handler: func(ctx context.Context, t *shaping.Task) error {
-			released.Add(1)
-			return release(ctx, t)
-		}}); err != nil {
-		return err
-	}
-	tenantLimit := limiters.PerSecond(4).WithBurst(8)
-	tb, err := limiters.New(rdb, limiters.Config{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Limit: tenantLimit})
+	cfg := demoConfig(opts.Rate)
+	d, p, err := startDemo(rdb, cfg, reg, quiet, func(ctx context.Context, t *shaping.Task) error {
+		released.Add(1)
+		return release(ctx, t)
+	})
 	if err != nil {
 		return err
 	}
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Registerer: reg, Logger: quiet,
-		Admission: map[string]queue.Admission{"demo": {Limiter: tb}}})
 	defer p.Close()
 
 	srv := server.New(server.Options{Addr: opts.Listen, Registry: reg, Redis: rdb, Logger: quiet})
@@ -92,12 +86,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		return err
 	}
 	defer srv.Shutdown(context.Background())
-	// The page reads the demo's limiter from a config, as it would from
-	// shaper.yaml, so the admission row names its algorithm, key and rate.
-	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: &config.Config{
-		Downstreams: []config.Downstream{{Name: "demo", Rate: opts.Rate.RateString(), Admission: &config.Admission{
-			Limiters: []config.Limiter{{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Key: config.KeyTenant,
-				Rate: tenantLimit.RateString(), Burst: tenantLimit.Burst}}}}}}})
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
 	page.Mount(srv)
 	go page.Run(ctx)
 
@@ -109,26 +98,70 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	logf("status page: http://%s/   metrics: http://%s/metrics   stop: Ctrl-C", httpAddr, httpAddr)
 
 	var admitted, rejected atomic.Int64
-	go func() {
-		t := time.NewTicker(opts.ProduceEvery)
-		defer t.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			tenant := []string{"tenant-a", "tenant-b"}[i%2]
-			_, err := p.Enqueue(ctx, queue.Task{Downstream: "demo", Key: tenant, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
-			if err != nil {
-				rejected.Add(1)
-			} else {
-				admitted.Add(1)
-			}
-		}
-	}()
+	go produceDemo(ctx, p, opts.ProduceEvery, &admitted, &rejected)
 	in := queue.NewInspector(rdb, "")
 	go collectBacklog(ctx, in, d, metrics.New(reg)) // the page's backlog, as Run keeps it
+	return summarize(ctx, d, in, logf, opts.Rate, &released, &admitted, &rejected)
+}
+
+// produceDemo enqueues a task every every, for two tenants in turn,
+// counting what admission admits and rejects, until ctx ends.
+func produceDemo(ctx context.Context, p *queue.Producer, every time.Duration, admitted, rejected *atomic.Int64) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tenant := []string{"tenant-a", "tenant-b"}[i%2]
+		_, err := p.Enqueue(ctx, queue.Task{Downstream: "demo", Key: tenant, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+		if err != nil {
+			rejected.Add(1)
+		} else {
+			admitted.Add(1)
+		}
+	}
+}
+
+// demoConfig is the quick start as a config, as shaper.yaml would write
+// it: the status page names the limiter's algorithm, key and rate from it.
+func demoConfig(rate limiters.Limit) *config.Config {
+	tenantLimit := limiters.PerSecond(4).WithBurst(8)
+	return &config.Config{Downstreams: []config.Downstream{{Name: "demo", Rate: config.RateOf(rate),
+		MaxWait: config.Duration(2 * time.Second), MaxRetry: config.DefaultMaxRetry, Admission: &config.Admission{
+			Limiters: []config.Limiter{{Name: "demo-tenant", Algorithm: limiters.TokenBucket, Key: config.KeyTenant,
+				Rate: config.RateOf(tenantLimit), Burst: tenantLimit.Burst}}}}}}
+}
+
+// startDemo builds the dispatcher and the producer of cfg's plan, as Run
+// does, with h as the demo downstream's handler.
+func startDemo(rdb redis.UniversalClient, cfg *config.Config, reg prometheus.Registerer, quiet *slog.Logger, h shaping.HandlerFunc) (*shaping.Dispatcher, *queue.Producer, error) {
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dcfg := pl.Dispatcher
+	dcfg.Logger, dcfg.Registerer = quiet, reg
+	d := shaping.New(rdb, dcfg)
+	demo := pl.Downstreams[0].Shaping
+	demo.Handler = h
+	if err := d.Add(demo); err != nil {
+		return nil, nil, err
+	}
+	pl.Producer.Logger = quiet
+	p, err := pl.NewProducer(rdb, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, p, nil
+}
+
+// summarize prints a line a second about the demo until ctx ends, then
+// shuts the dispatcher down.
+func summarize(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, logf func(string, ...any), rate limiters.Limit,
+	released, admitted, rejected *atomic.Int64) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := int64(0)
@@ -143,7 +176,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 			b, _ := in.Backlog("demo")
 			n := released.Load()
 			logf("summary: released %d in the last second (rate %s) · backlog %d · admitted %d · rejected %d",
-				n-last, opts.Rate.RateString(), b.Total(), admitted.Load(), rejected.Load())
+				n-last, rate.RateString(), b.Total(), admitted.Load(), rejected.Load())
 			last = n
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/redisconn"
 )
 
 // rediss:// against a plain-text Redis: every call says "TLS handshake"
@@ -26,7 +27,7 @@ func TestRedissAgainstPlainTextRedis(t *testing.T) {
 	}
 	defer closeRedis()
 	err = ping(rdb)
-	if !errors.Is(err, app.ErrTLSHandshake) || !strings.Contains(err.Error(), "TLS handshake with "+srv.Addr+" failed") {
+	if !errors.Is(err, redisconn.ErrTLSHandshake) || !strings.Contains(err.Error(), "TLS handshake with "+srv.Addr+" failed") {
 		t.Fatalf("ping: %v, want a TLS handshake error naming %s", err, srv.Addr)
 	}
 	// 16 callers in a tight loop for 3s. Before the fix, once the pool gave

@@ -9,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -46,6 +48,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	log = useLogger(log)
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		return err
+	}
 	token, err := cfg.HTTP.Token()
 	if err != nil {
 		return err
@@ -60,43 +66,26 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	d := shaping.New(rdb, shaping.Config{Prefix: cfg.Redis.Prefix, Logger: log, Registerer: reg,
-		ShutdownTimeout: time.Duration(cfg.ShutdownTimeout), RedisTimeout: time.Duration(cfg.Redis.Timeout)})
-	pg := newPostgresSinks(rdb, cfg.Redis.Prefix, log)
+	pg := newPostgresSinks(rdb, pl.Prefix, log)
 	defer pg.Close()
-	for i, dc := range cfg.Downstreams {
-		h, err := handlerFor(ctx, dc, opts.Handlers, log, pg)
-		if err != nil {
-			return fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
-		}
-		sched, err := dc.RateSchedule()
-		if err != nil {
-			return fmt.Errorf("config: downstreams[%d].schedule: %w", i, err)
-		}
-		if err := d.Add(shaping.Downstream{Name: dc.Name, Rate: dc.Limit(), Burst: dc.Burst,
-			MaxWait: dc.MaxWaitDuration(), MaxCost: MaxCost(dc), Workers: dc.Workers, Handler: h,
-			Schedule: sched, Adaptive: dc.AdaptiveRate(), Batch: dc.ShapingBatch(), LateTolerance: dc.BatchLateTolerance()}); err != nil {
-			return fmt.Errorf("config: downstreams[%d]: %w", i, err)
-		}
+	d, err := newDispatcher(ctx, rdb, pl, opts.Handlers, log, reg, pg)
+	if err != nil {
+		return err
 	}
-	producer, err := NewProducer(rdb, cfg, reg)
+	producer, err := pl.NewProducer(rdb, reg)
 	if err != nil {
 		return err
 	}
 	defer producer.Close()
-	inspector := queue.NewInspector(rdb, cfg.Redis.Prefix)
-	jobs, err := CronJobs(cfg)
-	if err != nil {
-		return err
-	}
+	inspector := queue.NewInspector(rdb, pl.Prefix)
 
 	var srv *server.Server
 	addr := ""
-	if cfg.HTTP.Enabled() {
-		srv = server.New(server.Options{Addr: cfg.HTTP.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
+	if pl.Listen != "" {
+		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
 		mountAPI(srv, producer, d, inspector, int64(cfg.HTTP.MaxBody), log)
-		mountControl(srv, d, inspector, cfg)
-		mountStatus(ctx, srv, d, inspector, cfg, reg)
+		mountControl(srv, d, inspector, pl)
+		mountStatus(ctx, srv, d, cfg, reg)
 		if addr, err = srv.Start(); err != nil {
 			return err
 		}
@@ -116,8 +105,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	go collectBacklog(ctx, inspector, d, m)
-	if len(jobs) > 0 {
-		go queue.NewCron(rdb, producer, cfg.Redis.Prefix, jobs, log, reg).Run(ctx)
+	if len(pl.Cron) > 0 {
+		go queue.NewCron(rdb, producer, pl.Prefix, pl.Cron, log, reg).Run(ctx)
 	}
 	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
 	for _, ds := range d.Downstreams() {
@@ -155,6 +144,26 @@ func shutdownWithin(d *shaping.Dispatcher, limit time.Duration, log *slog.Logger
 		log.Error("shutdown did not finish in time; held tasks come back when their leases expire", "after", limit.String())
 		return fmt.Errorf("shutdown did not finish within %s", limit)
 	}
+}
+
+// newDispatcher builds the dispatcher of pl, each downstream with its
+// handler.
+func newDispatcher(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan, gos map[string]shaping.HandlerFunc,
+	log *slog.Logger, reg prometheus.Registerer, pg *postgresSinks) (*shaping.Dispatcher, error) {
+	dcfg := pl.Dispatcher
+	dcfg.Logger, dcfg.Registerer = log, reg
+	d := shaping.New(rdb, dcfg)
+	for i, pd := range pl.Downstreams {
+		ds := pd.Shaping
+		var err error
+		if ds.Handler, err = handlerFor(ctx, pd.Config, gos, log, pg); err != nil {
+			return nil, fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
+		}
+		if err := d.Add(ds); err != nil {
+			return nil, fmt.Errorf("config: downstreams[%d]: %w", i, err)
+		}
+	}
+	return d, nil
 }
 
 func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger, pg *postgresSinks) (shaping.HandlerFunc, error) {

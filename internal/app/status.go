@@ -20,7 +20,7 @@ import (
 //
 // The page's sampler (one Gather of reg a second, and one read of each
 // downstream's runtime state) runs until ctx ends.
-func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector, cfg *config.Config, reg *prometheus.Registry) {
+func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, cfg *config.Config, reg *prometheus.Registry) {
 	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
 	page.Mount(srv)
 	go page.Run(ctx)

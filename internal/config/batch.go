@@ -5,9 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // HandlerPostgres writes tasks (or batches of them) as rows of a
@@ -39,50 +36,6 @@ type Batch struct {
 	// Grace closes a batch when no task came for this long; at least 1s
 	// (asynq's minimum). Default 1s.
 	Grace Duration `yaml:"grace"`
-}
-
-// ShapingBatch is the batch settings for shaping.Downstream.Batch (nil
-// when the downstream does not batch).
-func (d Downstream) ShapingBatch() *shaping.Batch {
-	if d.Batch == nil {
-		return nil
-	}
-	return &shaping.Batch{MaxRows: d.Batch.MaxRows, MaxDelay: time.Duration(d.Batch.MaxDelay), Grace: time.Duration(d.Batch.Grace)}
-}
-
-// BatchLateTolerance is the shaping.Downstream.LateTolerance of a batching
-// downstream: half the slot of a full batch (max_rows / rate / 2), between
-// 5ms and 1s, so that a worker a little late for a 250ms slot still writes
-// its batch instead of wasting the slot; a release that late still cannot
-// bunch with the next batch. Zero (the dispatcher's default) when the
-// downstream does not batch.
-func (d Downstream) BatchLateTolerance() time.Duration {
-	if d.Batch == nil || d.Batch.MaxRows < 1 || d.Limit().PerSec() <= 0 {
-		return 0
-	}
-	return min(max(d.Limit().Interval(int64(d.Batch.MaxRows))/2, 5*time.Millisecond), time.Second)
-}
-
-// BatchGroups is how many aggregation groups a producer spreads the
-// downstream's tasks over (queue.ProducerConfig.Batched), sized for the
-// highest rate the downstream may run at (its rate, its schedule's rates,
-// its adaptive ceiling); 0 when it does not batch.
-func (d Downstream) BatchGroups() int {
-	if d.Batch == nil {
-		return 0
-	}
-	rate := d.Limit().PerSec()
-	for _, c := range d.Schedule {
-		if l, err := limiters.ParseLimit(c.Rate); err == nil {
-			rate = math.Max(rate, l.PerSec())
-		}
-	}
-	if a := d.Adaptive; a != nil && a.Ceiling != "" {
-		if l, err := limiters.ParseLimit(a.Ceiling); err == nil {
-			rate = math.Max(rate, l.PerSec())
-		}
-	}
-	return shaping.BatchGroups(rate, d.Batch.MaxRows)
 }
 
 // DSN reads the PostgreSQL DSN of a postgres handler from the environment

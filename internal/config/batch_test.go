@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/shaper-io/shaper/shaping"
 )
 
 func TestLoadBatch(t *testing.T) {
@@ -28,15 +26,6 @@ func TestLoadBatch(t *testing.T) {
 	// 2000/s in batches of 500 is 4 batches/s: 4 × (1s max_wait + 1s) + 1.
 	if d.Workers != 9 {
 		t.Errorf("workers: got %d, want 9 (sized in batches)", d.Workers)
-	}
-	if got, want := d.ShapingBatch(), (&shaping.Batch{MaxRows: 500, MaxDelay: 2 * time.Second, Grace: time.Second}); !reflect.DeepEqual(got, want) {
-		t.Errorf("ShapingBatch: got %+v, want %+v", got, want)
-	}
-	if got := d.BatchLateTolerance(); got != 125*time.Millisecond {
-		t.Errorf("BatchLateTolerance: got %s, want 125ms (half a 500-row slot at 2000/s)", got)
-	}
-	if got, want := d.BatchGroups(), shaping.BatchGroups(2000, 500); got != want {
-		t.Errorf("BatchGroups: got %d, want %d", got, want)
 	}
 }
 
@@ -59,13 +48,6 @@ downstreams:
 	}
 	if db.Handler.OnConflict != OnConflictDoNothing {
 		t.Errorf("on_conflict default: got %q, want %q", db.Handler.OnConflict, OnConflictDoNothing)
-	}
-	// The schedule's 5000/s, not the 100/s, sizes the groups.
-	if got, want := db.BatchGroups(), shaping.BatchGroups(5000, 100); got != want {
-		t.Errorf("BatchGroups: got %d, want %d (for the schedule's highest rate)", got, want)
-	}
-	if api.ShapingBatch() != nil || api.BatchGroups() != 0 || api.BatchLateTolerance() != 0 {
-		t.Errorf("a downstream without batch: got %v, %d groups, %s late tolerance; want nil, 0, 0", api.ShapingBatch(), api.BatchGroups(), api.BatchLateTolerance())
 	}
 	if api.Workers != 11 {
 		t.Errorf("workers of a downstream without batch: got %d, want 11", api.Workers)

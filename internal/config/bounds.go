@@ -8,7 +8,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/shaper-io/shaper/shaping"
+	"github.com/shaper-io/shaper/internal/cronspec"
 )
 
 // Upper bounds on fields whose larger values are mistakes (a unit typed
@@ -44,12 +44,12 @@ func checkName(name string) string {
 // under a second or not a whole number of seconds (robfig runs them every
 // second), and an expression that never fires (0 0 30 2 *).
 func checkCronSpec(path, spec string, loc *time.Location) (cron.Schedule, *Error) {
-	s, err := shaping.CronParser.Parse(spec)
+	s, err := cronspec.Parser.Parse(spec)
 	if err != nil {
 		return nil, errf(path, "invalid cron expression %s: %v", q(spec), err)
 	}
 	if every, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every "); ok {
-		d, _ := time.ParseDuration(strings.TrimSpace(every)) // parsed by CronParser already
+		d, _ := time.ParseDuration(strings.TrimSpace(every)) // parsed by the Parser already
 		switch {
 		case d < time.Second:
 			return nil, errf(path, "%s: the interval must be at least 1s, got %s", q(spec), d)

@@ -52,7 +52,7 @@ func TestLoadExample(t *testing.T) {
 		Downstreams: []Downstream{
 			{
 				Name:     "billing-api",
-				Rate:     "50/s",
+				Rate:     MustRate("50/s"),
 				Burst:    1,
 				MaxWait:  Duration(2 * time.Second),
 				Workers:  160,
@@ -69,14 +69,14 @@ func TestLoadExample(t *testing.T) {
 					Failure:   FailOpen,
 					Prefilter: true,
 					Limiters: []Limiter{
-						{Name: "billing-tenant", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: "10/s", Burst: 20},
-						{Name: "billing-api-1", Algorithm: limiters.FixedWindow, Key: KeyGlobal, Rate: "1000/m"},
+						{Name: "billing-tenant", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: MustRate("10/s"), Burst: 20},
+						{Name: "billing-api-1", Algorithm: limiters.FixedWindow, Key: KeyGlobal, Rate: MustRate("1000/m")},
 					},
 				},
 			},
 			{
 				Name:     "legacy-db",
-				Rate:     "3000/m",
+				Rate:     MustRate("3000/m"),
 				Burst:    1,
 				MaxWait:  Duration(time.Second),
 				Workers:  51, // ceil(50/s × 1s) + 1
@@ -85,7 +85,7 @@ func TestLoadExample(t *testing.T) {
 			},
 			{
 				Name:     "audit-log",
-				Rate:     "2.5/s",
+				Rate:     MustRate("2.5/s"),
 				Burst:    1,
 				Capacity: 10,
 				Workers:  11, // ceil(2.5/s × 4s) + 1
@@ -151,7 +151,7 @@ func TestDefaults(t *testing.T) {
 		HTTP:            HTTP{Listen: DefaultListen, MaxBody: DefaultMaxBody},
 		ShutdownTimeout: Duration(DefaultShutdownTimeout),
 		Downstreams: []Downstream{{
-			Name: "api", Rate: "50/s", Burst: 1, MaxWait: Duration(time.Second),
+			Name: "api", Rate: MustRate("50/s"), Burst: 1, MaxWait: Duration(time.Second),
 			Workers: 51, MaxRetry: 25,
 			Handler: Handler{Type: HandlerLog, Timeout: Duration(DefaultHandlerTimeout)},
 		}},
@@ -179,8 +179,8 @@ downstreams:
 		t.Errorf("method = %q, want POST", d.Handler.Method)
 	}
 	wantAdm := &Admission{OnReject: Reject, Failure: FailClosed, Limiters: []Limiter{
-		{Name: "api-0", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: "10/s"},
-		{Name: "floor", Algorithm: limiters.SlidingCounter, Key: KeyGlobal, Rate: "100/m", Burst: 100},
+		{Name: "api-0", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: MustRate("10/s")},
+		{Name: "floor", Algorithm: limiters.SlidingCounter, Key: KeyGlobal, Rate: MustRate("100/m"), Burst: 100},
 	}}
 	if !reflect.DeepEqual(d.Admission, wantAdm) {
 		t.Errorf("admission = %+v, want %+v", d.Admission, wantAdm)
@@ -272,6 +272,10 @@ func TestBadConfigs(t *testing.T) {
 		{"unknown downstream field", ds("rate: 1/s\nworkerz: 5\n" + logH), "downstreams[0].workerz", 4, []string{`unknown field "workerz"`, "workers"}},
 		{"unknown handler field in flow", ds("rate: 1/s\nhandler: {type: log, urll: x}\n"), "downstreams[0].handler.urll", 4, []string{`"urll"`}},
 		{"bad rate", ds("rate: fast\n" + logH), "downstreams[0].rate", 3, []string{`invalid rate "fast" (want <number>/<unit>, e.g. 50/s)`}},
+		{"negative concurrency", ds("rate: 5/s\nconcurrency: -1\n" + logH), "downstreams[0].concurrency", 0, []string{"must be 0 (no cap) to 100000, got -1"}},
+		{"key cap above the cap", ds("rate: 5/s\nconcurrency: 2\nkey_concurrency: 3\n" + logH), "downstreams[0].key_concurrency", 0, []string{"3 is above concurrency 2"}},
+		{"lease without a cap", ds("rate: 5/s\nlease: 5s\n" + logH), "downstreams[0].lease", 0, []string{"without concurrency or key_concurrency"}},
+		{"lease too short", ds("rate: 5/s\nconcurrency: 2\nlease: 100ms\n" + logH), "downstreams[0].lease", 0, []string{"must be 1s to 1h, got 100ms"}},
 		{"bad rate period", ds("rate: 5/fortnight\n" + logH), "downstreams[0].rate", 3, []string{`"5/fortnight"`, `unknown period "fortnight"`}},
 		{"missing rate", ds(logH), "downstreams[0].rate", 0, []string{"required"}},
 		{"zero workers", ds("rate: 1/s\nworkers: 0\n" + logH), "downstreams[0].workers", 4, []string{"got 0"}},
@@ -440,7 +444,7 @@ func TestErrorFormat(t *testing.T) {
 
 	// Validate on a config built in code: no line.
 	c := mustParse(t, minimal)
-	c.Downstreams[0].Rate = "fast"
+	c.Downstreams[0].Rate, _ = ParseRate("fast")
 	want = `config: downstreams[0].rate: invalid rate "fast" (want <number>/<unit>, e.g. 50/s)`
 	if err := c.Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate = %v\nwant %s", err, want)

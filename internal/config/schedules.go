@@ -8,8 +8,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping"
+	"github.com/shaper-io/shaper/internal/cronspec"
 )
 
 // RateChange sets the downstream's rate each time Cron fires: the rate in
@@ -20,7 +19,7 @@ type RateChange struct {
 	// Cron is a cron expression: five fields, or six with seconds first;
 	// or a descriptor such as @daily.
 	Cron string `yaml:"cron"`
-	Rate string `yaml:"rate"`
+	Rate Rate   `yaml:"rate"`
 }
 
 // Adaptive is the AIMD rate: it decreases by Decrease on 429/503/timeouts
@@ -28,12 +27,12 @@ type RateChange struct {
 type Adaptive struct {
 	// Floor is required. Ceiling defaults to the downstream's rate and is
 	// never exceeded.
-	Floor   string `yaml:"floor"`
-	Ceiling string `yaml:"ceiling,omitempty"`
+	Floor   Rate `yaml:"floor"`
+	Ceiling Rate `yaml:"ceiling,omitempty"`
 	// Decrease multiplies the rate on a throttling answer; default 0.75.
 	Decrease float64 `yaml:"decrease,omitempty"`
 	// Step is added per Interval of successes; default ceiling/20.
-	Step string `yaml:"step,omitempty"`
+	Step Rate `yaml:"step,omitempty"`
 	// Interval spaces changes; default 1s.
 	Interval Duration `yaml:"interval,omitempty"`
 }
@@ -74,41 +73,6 @@ func loadLocation(name string) (*time.Location, error) {
 	return time.LoadLocation(name)
 }
 
-// RateSchedule parses the downstream's schedule.
-func (d Downstream) RateSchedule() (shaping.RateSchedule, error) {
-	loc, err := d.Location()
-	if err != nil {
-		return nil, err
-	}
-	var rs shaping.RateSchedule
-	for _, c := range d.Schedule {
-		rc, err := shaping.ParseRateChange(c.Cron, c.Rate, loc)
-		if err != nil {
-			return nil, err
-		}
-		rs = append(rs, rc)
-	}
-	return rs, nil
-}
-
-// AdaptiveRate parses the adaptive settings (nil when off).
-func (d Downstream) AdaptiveRate() *shaping.Adaptive {
-	a := d.Adaptive
-	if a == nil {
-		return nil
-	}
-	floor, _ := limiters.ParseLimit(a.Floor)
-	ceiling := d.Limit()
-	if a.Ceiling != "" {
-		ceiling, _ = limiters.ParseLimit(a.Ceiling)
-	}
-	var step limiters.Limit
-	if a.Step != "" {
-		step, _ = limiters.ParseLimit(a.Step)
-	}
-	return &shaping.Adaptive{Floor: floor, Ceiling: ceiling, Decrease: a.Decrease, Step: step, Interval: time.Duration(a.Interval)}
-}
-
 func (d *Downstream) validateSchedule(p string) *Error {
 	if d.Timezone != "" {
 		if _, err := time.LoadLocation(d.Timezone); err != nil {
@@ -116,7 +80,7 @@ func (d *Downstream) validateSchedule(p string) *Error {
 		}
 	}
 	loc, _ := d.Location()
-	var rs shaping.RateSchedule
+	var zoned []cron.Schedule // the changes in the schedule's time zone
 	for i, c := range d.Schedule {
 		cp := fmt.Sprintf("%s.schedule[%d]", p, i)
 		if c.Cron == "" {
@@ -125,51 +89,56 @@ func (d *Downstream) validateSchedule(p string) *Error {
 		if _, e := checkCronSpec(cp+".cron", c.Cron, loc); e != nil {
 			return e
 		}
-		if c.Rate == "" {
+		if c.Rate.IsZero() {
 			return errf(cp+".rate", "required (e.g. 50/s)")
 		}
 		if e := checkRate(cp+".rate", c.Rate); e != nil {
 			return e
 		}
-		rc, err := shaping.ParseRateChange(c.Cron, c.Rate, loc)
+		spec := cronspec.InZone(c.Cron, loc)
+		s, err := cronspec.Parser.Parse(spec)
 		if err != nil {
-			return errf(cp, "%v", err)
+			return errf(cp, "invalid cron expression %q: %v", spec, err)
 		}
-		rs = append(rs, rc)
+		zoned = append(zoned, s)
 	}
-	if e := d.checkOverlap(p, rs); e != nil {
+	if e := d.checkOverlap(p, zoned); e != nil {
 		return e
 	}
-	if a := d.Adaptive; a != nil {
-		ap := p + ".adaptive"
-		if a.Floor == "" {
-			return errf(ap+".floor", "required (e.g. 5/s)")
-		}
-		if e := checkRate(ap+".floor", a.Floor); e != nil {
+	return d.validateAdaptive(p + ".adaptive")
+}
+
+func (d *Downstream) validateAdaptive(ap string) *Error {
+	a := d.Adaptive
+	if a == nil {
+		return nil
+	}
+	if a.Floor.IsZero() {
+		return errf(ap+".floor", "required (e.g. 5/s)")
+	}
+	if e := checkRate(ap+".floor", a.Floor); e != nil {
+		return e
+	}
+	ceiling := d.Limit()
+	if !a.Ceiling.IsZero() {
+		if e := checkRate(ap+".ceiling", a.Ceiling); e != nil {
 			return e
 		}
-		ceiling := d.Limit()
-		if a.Ceiling != "" {
-			if e := checkRate(ap+".ceiling", a.Ceiling); e != nil {
-				return e
-			}
-			ceiling, _ = limiters.ParseLimit(a.Ceiling)
+		ceiling = a.Ceiling.Limit()
+	}
+	if a.Floor.Limit().PerSec() > ceiling.PerSec() {
+		return errf(ap+".floor", "%s is above the ceiling %s", q(a.Floor.String()), ceiling.RateString())
+	}
+	if a.Decrease < 0 || a.Decrease >= 1 {
+		return errf(ap+".decrease", "must be between 0 and 1 (exclusive), got %v", a.Decrease)
+	}
+	if !a.Step.IsZero() {
+		if e := checkRate(ap+".step", a.Step); e != nil {
+			return e
 		}
-		floor, _ := limiters.ParseLimit(a.Floor)
-		if floor.PerSec() > ceiling.PerSec() {
-			return errf(ap+".floor", "%s is above the ceiling %s", q(a.Floor), ceiling.RateString())
-		}
-		if a.Decrease < 0 || a.Decrease >= 1 {
-			return errf(ap+".decrease", "must be between 0 and 1 (exclusive), got %v", a.Decrease)
-		}
-		if a.Step != "" {
-			if e := checkRate(ap+".step", a.Step); e != nil {
-				return e
-			}
-		}
-		if a.Interval < 0 {
-			return errf(ap+".interval", "must be positive, got %s", a.Interval)
-		}
+	}
+	if a.Interval < 0 {
+		return errf(ap+".interval", "must be positive, got %s", a.Interval)
 	}
 	return nil
 }
@@ -179,18 +148,18 @@ func (d *Downstream) validateSchedule(p string) *Error {
 // for pairs of cron expressions it also checks every day of a 400-year
 // calendar cycle, so a collision years away (29 February on a Monday) is
 // found too.
-func (d *Downstream) checkOverlap(p string, rs shaping.RateSchedule) *Error {
+func (d *Downstream) checkOverlap(p string, rs []cron.Schedule) *Error {
 	fail := func(i, j int, at string) *Error {
 		return errf(fmt.Sprintf("%s.schedule[%d].cron", p, j), "%s fires at the same time as schedule[%d] (%s), at %s: the rate would be ambiguous",
 			q(d.Schedule[j].Cron), i, q(d.Schedule[i].Cron), at)
 	}
-	if i, j, at, found := rs.Overlap(time.Now()); found {
+	if i, j, at, found := cronspec.Overlap(rs, time.Now()); found {
 		return fail(i, j, at.UTC().Format(time.RFC3339))
 	}
 	for j := range rs {
-		b, ok := rs[j].When.(*cron.SpecSchedule)
+		b, ok := rs[j].(*cron.SpecSchedule)
 		for i := 0; ok && i < j; i++ {
-			if a, ok := rs[i].When.(*cron.SpecSchedule); ok {
+			if a, ok := rs[i].(*cron.SpecSchedule); ok {
 				if at, found := specOverlap(a, b); found {
 					return fail(i, j, at.Format("2006-01-02 15:04:05")+" "+cmp.Or(d.Timezone, "UTC"))
 				}

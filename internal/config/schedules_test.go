@@ -28,14 +28,6 @@ cron:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := c.Downstreams[0].RateSchedule()
-	if err != nil || len(rs) != 2 {
-		t.Fatalf("schedule: %v, %v", rs, err)
-	}
-	a := c.Downstreams[0].AdaptiveRate()
-	if a == nil || a.Floor.PerSec() != 5 || a.Ceiling.PerSec() != 100 || a.Decrease != 0.5 {
-		t.Errorf("adaptive = %+v", a)
-	}
 	if j := c.Cron[0]; j.Cost != 1 || j.Type != "shaper:cron" {
 		t.Errorf("cron defaults: cost %d type %q", j.Cost, j.Type)
 	}

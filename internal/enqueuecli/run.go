@@ -14,8 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
+	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/taskspec"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -135,13 +136,17 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 		if cfg.Redis.Embedded() {
 			return fail(bad("the config names no Redis (redis.url, redis.cluster or redis.sentinel); shaper's embedded Redis lives inside one shaper process, so enqueue cannot reach it: set one, or pass --redis"))
 		}
-		rdb, closeRDB, err := app.OpenRedis(cfg.Redis)
+		rdb, closeRDB, err := redisconn.Open(cfg.Redis)
 		if err != nil {
 			return fail(bad("%s", err))
 		}
 		r.rdb, r.closeRDB = rdb, closeRDB
 	}
-	p, err := app.NewProducer(r.rdb, cfg, nil)
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		return fail(bad("%s", err))
+	}
+	p, err := pl.NewProducer(r.rdb, nil)
 	if err != nil {
 		return fail(bad("%s", err))
 	}
@@ -399,67 +404,15 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	now := time.Now()
 	rec, err := r.p.Enqueue(ctx, j.task)
 	at := r.where(j.line)
-	if err == nil {
-		failedOpen := rec.Admission.FailedOpen
-		r.count(func(s *Summary) {
-			if rec.Deferred {
-				s.Deferred++
-			} else {
-				s.Accepted++
-			}
-			if failedOpen {
-				s.FailedOpen++
-			}
-			if r.o.single() {
-				s.ID = rec.ID
-				pa := rec.ProcessAt
-				s.ProcessAt = &pa
-			}
-		})
-		if r.o.single() && !r.o.json {
-			fmt.Fprintln(r.std.Stdout, rec.ID)
-		}
-		switch {
-		case rec.Deferred && (r.o.verbose || r.o.single() && !r.o.quiet):
-			r.con.line("enqueue: %sdeferred %s: rejected for now by %s %q, runs at %s (Retry-After %s)", at, rec.ID,
-				rec.Admission.Algorithm, rec.Admission.Name, rec.ProcessAt.Format(time.RFC3339Nano), rec.Admission.RetryAfter.Round(time.Millisecond))
-		case r.o.verbose:
-			r.con.line("enqueue: %saccepted %s", at, rec.ID)
-		}
-		if failedOpen && (r.o.verbose || r.o.single()) {
-			why := "failed open"
-			if c := rec.Admission.Cause; c != nil {
-				why = c.Error()
-			}
-			r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(why))
-		}
-		return enqueued, true
-	}
-	var rej *queue.RejectedError
 	switch {
+	case rec.Outcome.Enqueued():
+		r.countEnqueued(rec, at)
+		return enqueued, true
 	case errors.Is(err, limiters.ErrFailedClosed):
 		r.stop(j, "redis unreachable (admission failed closed: "+rejName(err)+" could not decide)", err, false)
 		return open, false
-	case errors.As(err, &rej):
-		retry := rej.Result.RetryAfter
-		r.count(func(s *Summary) {
-			s.Rejected++
-			if s.FirstRetryAfter == nil {
-				v := retry.Seconds()
-				s.FirstRetryAfter = &v
-				t := now.Add(retry)
-				s.FirstRetryAt = &t
-			}
-			if t := now.Add(retry); t.After(r.lastRetry) {
-				r.lastRetry = t
-			}
-			if r.rejects != nil {
-				r.rejects.Write(append(slices.Clone(j.raw), '\n'))
-			}
-		})
-		if r.o.verbose || r.o.single() {
-			r.con.line("enqueue: %srejected by %s %q: Retry-After %s", at, rej.Result.Algorithm, rej.Result.Name, retry.Round(time.Millisecond))
-		}
+	case rec.Outcome == queue.Rejected:
+		r.countRejected(j, rec.Admission, now, at)
 		return handled, true
 	case errors.Is(err, queue.ErrUnknownDownstream), errors.Is(err, queue.ErrInvalidTask),
 		errors.Is(err, limiters.ErrCostExceedsCapacity), errors.Is(err, limiters.ErrInvalidCost):
@@ -468,13 +421,82 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	case ctx.Err() != nil:
 		r.count(func(s *Summary) { s.Interrupted = true })
 		return open, false
-	case errors.Is(err, queue.ErrDuplicate):
+	case rec.Outcome == queue.Duplicate:
 		r.count(func(s *Summary) { s.Duplicates++ })
 		if !r.o.skipDuplicates || r.o.verbose {
 			r.con.line("enqueue: %sduplicate: a task with unique key %q exists", at, j.task.UniqueKey)
 		}
 		return handled, true
 	}
+	return r.notEnqueued(j, rec, err, at)
+}
+
+// countEnqueued counts and reports a task that is in the queue, and whether
+// its admission failed open.
+func (r *runner) countEnqueued(rec queue.Receipt, at string) {
+	failedOpen := rec.Admission.FailedOpen
+	r.count(func(s *Summary) {
+		if rec.Outcome == queue.Deferred {
+			s.Deferred++
+		} else {
+			s.Accepted++
+		}
+		if failedOpen {
+			s.FailedOpen++
+		}
+		if r.o.single() {
+			s.ID = rec.ID
+			pa := rec.ProcessAt
+			s.ProcessAt = &pa
+		}
+	})
+	if r.o.single() && !r.o.json {
+		fmt.Fprintln(r.std.Stdout, rec.ID)
+	}
+	switch {
+	case rec.Outcome == queue.Deferred && (r.o.verbose || r.o.single() && !r.o.quiet):
+		r.con.line("enqueue: %sdeferred %s: rejected for now by %s %q, runs at %s (Retry-After %s)", at, rec.ID,
+			rec.Admission.Algorithm, rec.Admission.Name, rec.ProcessAt.Format(time.RFC3339Nano), rec.Admission.RetryAfter.Round(time.Millisecond))
+	case r.o.verbose:
+		r.con.line("enqueue: %saccepted %s", at, rec.ID)
+	}
+	if failedOpen && (r.o.verbose || r.o.single()) {
+		why := "failed open"
+		if c := rec.Admission.Cause; c != nil {
+			why = c.Error()
+		}
+		r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(why))
+	}
+}
+
+// countRejected counts a task that admission refused at now, keeps its line for
+// --rejects and the Retry-After for the summary.
+func (r *runner) countRejected(j job, res limiters.Result, now time.Time, at string) {
+	retry := res.RetryAfter
+	r.count(func(s *Summary) {
+		s.Rejected++
+		if s.FirstRetryAfter == nil {
+			v := retry.Seconds()
+			s.FirstRetryAfter = &v
+			t := now.Add(retry)
+			s.FirstRetryAt = &t
+		}
+		if t := now.Add(retry); t.After(r.lastRetry) {
+			r.lastRetry = t
+		}
+		if r.rejects != nil {
+			r.rejects.Write(append(slices.Clone(j.raw), '\n'))
+		}
+	})
+	if r.o.verbose || r.o.single() {
+		r.con.line("enqueue: %srejected by %s %q: Retry-After %s", at, res.Algorithm, res.Name, retry.Round(time.Millisecond))
+	}
+}
+
+// notEnqueued handles a Redis failure: the run stops if Redis is
+// unreachable; otherwise the task counts as failed, or as uncertain when
+// it was sent and may be stored.
+func (r *runner) notEnqueued(j job, rec queue.Receipt, err error, at string) (outcome, bool) {
 	sent := mayBeStored(err)
 	if r.ping() != nil {
 		why := "redis unreachable"

@@ -179,21 +179,23 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.Timeout)
 	defer cancel()
 	rec, err := a.cfg.Producer.Enqueue(ctx, task)
-	if err == nil {
-		a.accepted(w, rec, rec.Admission.FailedOpen)
-		return
-	}
-	var rej *queue.RejectedError
 	switch {
-	case errors.As(err, &rej) && !errors.Is(err, limiters.ErrFailedClosed):
-		SetRateLimitHeaders(w.Header(), rej.Result)
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(rej.Result.RetryAfter), 10))
+	case rec.Outcome.Enqueued():
+		a.accepted(w, rec, rec.Admission.FailedOpen)
+	case rec.Outcome == queue.Rejected && !errors.Is(err, limiters.ErrFailedClosed):
+		res := rec.Admission
+		SetRateLimitHeaders(w.Header(), res)
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(res.RetryAfter), 10))
 		server.WriteJSON(w, http.StatusTooManyRequests, Rejected{
-			Error:      fmt.Sprintf("rejected by admission (%s %q): retry after %s", rej.Result.Algorithm, rej.Result.Name, rej.Result.RetryAfter.Round(time.Millisecond)),
-			Downstream: task.Downstream, Limiter: rej.Result.Name, Algorithm: string(rej.Result.Algorithm),
-			Limit: rej.Result.Limit.String(), Remaining: max(rej.Result.Remaining, 0),
-			RetryAfter: rej.Result.RetryAfter.Seconds(),
+			Error:      fmt.Sprintf("rejected by admission (%s %q): retry after %s", res.Algorithm, res.Name, res.RetryAfter.Round(time.Millisecond)),
+			Downstream: task.Downstream, Limiter: res.Name, Algorithm: string(res.Algorithm),
+			Limit: res.Limit.String(), Remaining: max(res.Remaining, 0),
+			RetryAfter: res.RetryAfter.Seconds(),
 		})
+	case rec.Outcome == queue.Duplicate:
+		server.WriteJSON(w, http.StatusConflict, map[string]string{
+			"error": fmt.Sprintf("a task with unique key %q already exists", task.UniqueKey),
+			"id":    task.UniqueKey, "location": TaskPath(task.Downstream, task.UniqueKey)})
 	case errors.Is(err, queue.ErrUnknownDownstream):
 		status := http.StatusBadRequest
 		if pathDS != "" {
@@ -203,11 +205,7 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 	case errors.Is(err, queue.ErrInvalidTask), errors.Is(err, limiters.ErrInvalidCost):
 		server.WriteError(w, http.StatusBadRequest, taskspec.Reason(err))
 	case errors.Is(err, limiters.ErrCostExceedsCapacity):
-		server.WriteError(w, http.StatusBadRequest, "cost: "+costReason(err))
-	case errors.Is(err, queue.ErrDuplicate):
-		server.WriteJSON(w, http.StatusConflict, map[string]string{
-			"error": fmt.Sprintf("a task with unique key %q already exists", task.UniqueKey),
-			"id":    task.UniqueKey, "location": TaskPath(task.Downstream, task.UniqueKey)})
+		server.WriteError(w, http.StatusBadRequest, costReason(err))
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads this. A charge the admission
 		// made has been refunded by the Producer.
@@ -227,7 +225,7 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 }
 
 func costReason(err error) string {
-	return taskspec.OneLine(err.Error()) + " (no Retry-After would let it through)"
+	return taskspec.Reason(err) + " (no Retry-After would let it through)"
 }
 
 // readBody reads at most MaxBody bytes; past that it answers 413.

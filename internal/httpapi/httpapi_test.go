@@ -285,7 +285,7 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/downstreams/api/tasks", `[{}]`, 400, "want an object"},
 		{"/v1/downstreams/api/tasks", `{"cots":2}`, 400, `unknown field "cots"`},
 		{"/v1/downstreams/api/tasks", `{"cost":-1}`, 400, "cost: must not be negative"},
-		{"/v1/downstreams/api/tasks", `{"cost":11}`, 400, "cost exceeds capacity"},
+		{"/v1/downstreams/api/tasks", `{"cost":11}`, 400, "cost: 11 exceeds the capacity 10 of token_bucket"},
 		{"/v1/downstreams/api/tasks", `{"at":"soon"}`, 400, `at: invalid time "soon"`},
 		{"/v1/downstreams/api/tasks", `{"at":1,"in":"1s"}`, 400, "set both at and in"},
 		{"/v1/downstreams/api/tasks", `{"max_retry":20000}`, 400, "max_retry: must be 0..10000"},

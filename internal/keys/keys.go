@@ -8,9 +8,23 @@ package keys
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
+
+// NamePattern is the rule for a downstream name: it becomes the asynq queue
+// name and a part of every key of the downstream, so it has no spaces,
+// braces or colons. NameRule says it in words, for error messages.
+const (
+	NamePattern = `^[A-Za-z0-9_.-]{1,64}$`
+	NameRule    = "1-64 of [A-Za-z0-9_.-]"
+)
+
+var nameRE = regexp.MustCompile(NamePattern)
+
+// ValidName reports whether s is a valid downstream name (NamePattern).
+func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // DefaultPrefix is the prefix used when none is configured.
 const DefaultPrefix = "shaper"
@@ -68,6 +82,19 @@ func (s Space) Bucket(ds string) string {
 // (paused flag, rate override, adaptive rate). Same slot as its bucket.
 func (s Space) DownstreamState(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":state"
+}
+
+// Leases is the ZSET of leases for calls in flight to downstream ds
+// (member "<token>|<admission key>", score: expiry in µs). Same slot as
+// its bucket.
+func (s Space) Leases(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":leases"
+}
+
+// LeaseCounts is the HASH of calls in flight per admission key of
+// downstream ds (for a per-key concurrency cap). Same slot as Leases.
+func (s Space) LeaseCounts(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":lease_counts"
 }
 
 // ControlVersions is a HASH of downstream name → a counter bumped on

@@ -124,7 +124,7 @@ func downstreamSets(s keys.Space, ds string) []scriptSet {
 		p + "groups", p + "aggregation_sets", s.Quarantine(ds),
 	}
 	return []scriptSet{
-		{what: "downstream (bucket, runtime state)", keys: []string{s.Bucket(ds), s.DownstreamState(ds)}},
+		{what: "downstream (bucket, runtime state, leases)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds)}},
 		{what: "asynq queue " + q, keys: asynqKeys},
 	}
 }
@@ -230,6 +230,8 @@ func TestKeysAreDistinct(t *testing.T) {
 	for _, ds := range []string{"api", "api.v2", "x"} {
 		add(s.Bucket(ds), "bucket "+ds)
 		add(s.DownstreamState(ds), "state "+ds)
+		add(s.Leases(ds), "leases "+ds)
+		add(s.LeaseCounts(ds), "lease counts "+ds)
 	}
 }
 
@@ -365,6 +367,21 @@ func TestAsynqKeys(t *testing.T) {
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestValidName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"billing-api", true}, {"a.b_c-9", true}, {strings.Repeat("x", 64), true},
+		{"", false}, {strings.Repeat("x", 65), false}, {"a b", false}, {"a:b", false}, {"{a}", false}, {"é", false},
+	} {
+		if got := keys.ValidName(c.name); got != c.want {
+			t.Errorf("ValidName(%q) = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

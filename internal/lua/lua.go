@@ -42,6 +42,8 @@ var (
 	recoverSrc string
 	//go:embed quarantine.lua
 	quarantineSrc string
+	//go:embed concurrency.lua
+	concurrencySrc string
 )
 
 var (
@@ -56,6 +58,7 @@ var (
 	adaptive          = redis.NewScript(adaptiveSrc)
 	recoverScript     = redis.NewScript(recoverSrc)
 	quarantine        = redis.NewScript(quarantineSrc)
+	concurrency       = redis.NewScript(concurrencySrc)
 )
 
 // The ARGV[4] mode of the admission and shaping scripts.

@@ -26,6 +26,8 @@ type Metrics struct {
 	RateInForce       *prometheus.GaugeVec     // downstream
 	Paused            *prometheus.GaugeVec     // downstream
 	Held              *prometheus.GaugeVec     // downstream
+	LeasesInUse       *prometheus.GaugeVec     // downstream
+	ConcurrencyLimit  *prometheus.GaugeVec     // downstream
 	ScriptDuration    *prometheus.HistogramVec // script
 	ScriptErrors      *prometheus.CounterVec   // script
 	Decisions         *prometheus.CounterVec   // downstream, limiter, outcome
@@ -75,6 +77,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the downstream is paused."}, []string{"downstream"}),
 		Held: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "held_tasks",
 			Help: "Tasks this process holds while they wait for their slot."}, []string{"downstream"}),
+		LeasesInUse: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "leases_in_use",
+			Help: "Calls in flight this process holds a concurrency lease for (sum over processes for the downstream's total)."}, []string{"downstream"}),
+		ConcurrencyLimit: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "concurrency_limit",
+			Help: "The downstream's cap on calls in flight across every process (0: none)."}, []string{"downstream"}),
 		ScriptDuration: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "redis", Name: "script_duration_seconds",
 			Help: "Latency of shaper's Lua script calls.", Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .05, .1, .5, 1}}, []string{"script"}),
 		ScriptErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "redis", Name: "script_errors_total",

@@ -150,7 +150,7 @@ func New(opts Options) *Page {
 	}
 	if c := opts.Config; c != nil {
 		for _, dc := range c.Downstreams {
-			s := configured{rate: dc.Rate, adaptive: dc.Adaptive, schedule: len(dc.Schedule)}
+			s := configured{rate: dc.Rate.String(), adaptive: dc.Adaptive, schedule: len(dc.Schedule)}
 			if dc.Admission != nil {
 				s.limiters = dc.Admission.Limiters
 			}
@@ -423,7 +423,7 @@ func (p *Page) Snapshot() Snapshot {
 			d.OverrideRate = cs.Override.RateString()
 		}
 		if a := st.adaptive; a != nil {
-			d.Adaptive = &AdaptiveInfo{Floor: a.Floor, Ceiling: cmpOr(a.Ceiling, st.rate), RatePerSecond: cs.Adaptive}
+			d.Adaptive = &AdaptiveInfo{Floor: a.Floor.String(), Ceiling: cmpOr(a.Ceiling.String(), st.rate), RatePerSecond: cs.Adaptive}
 		}
 		if span > 0 {
 			d.AchievedPerSecond = (d.ReleasesTotal - base.ds[ds.Name].releases) / span
@@ -489,7 +489,7 @@ func (p *Page) limiters(f families) []LimiterSnapshot {
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		for _, lc := range p.static[ds.Name].limiters {
 			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: string(lc.Algorithm),
-				Key: string(lc.Key), Rate: lc.Rate, Burst: lc.Burst})
+				Key: string(lc.Key), Rate: lc.Rate.String(), Burst: lc.Burst})
 			seen[[2]string{ds.Name, lc.Name}] = true
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/statuspage"
 	itestutil "github.com/shaper-io/shaper/internal/testutil"
@@ -68,13 +69,18 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	b.m = metrics.New(b.reg)
 	b.d = shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Registerer: b.reg, ShutdownTimeout: 5 * time.Second,
 		ControlInterval: 50 * time.Millisecond})
-	for _, dc := range cfg.Downstreams {
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pd := range pl.Downstreams {
 		h := o.handler
 		if h == nil {
 			h = func(context.Context, *shaping.Task) error { return nil }
 		}
-		if err := b.d.Add(shaping.Downstream{Name: dc.Name, Rate: dc.Limit(), MaxWait: dc.MaxWaitDuration(),
-			Workers: dc.Workers, Handler: h, Adaptive: dc.AdaptiveRate()}); err != nil {
+		sd := pd.Shaping
+		if err := b.d.Add(shaping.Downstream{Name: sd.Name, Rate: sd.Rate, MaxWait: sd.MaxWait,
+			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,16 +143,7 @@ func get(t *testing.T, url string) (string, http.Header) {
 	return string(body), resp.Header
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = itestutil.WaitFor
 
 func ds(s statuspage.Snapshot, name string) statuspage.DownstreamSnapshot {
 	for _, d := range s.Downstreams {

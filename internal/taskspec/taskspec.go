@@ -26,6 +26,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 )
 
@@ -301,6 +302,9 @@ func Reason(err error) string {
 	msg := err.Error()
 	for _, p := range []string{queue.ErrInvalidTask.Error() + ": ", "queue: "} {
 		msg = strings.TrimPrefix(msg, p)
+	}
+	if rest, ok := strings.CutPrefix(msg, limiters.ErrCostExceedsCapacity.Error()+": cost "); ok {
+		msg = "cost: " + rest // one wording for every cost bound: "cost: N exceeds the capacity C of …"
 	}
 	return OneLine(msg)
 }

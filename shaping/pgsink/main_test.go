@@ -17,6 +17,7 @@ import (
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/pgtest"
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/shaping"
 	"github.com/shaper-io/shaper/shaping/pgsink"
 )
@@ -178,16 +179,7 @@ func backlog(t *testing.T, b *bundle, downstream string) *asynq.QueueInfo {
 	return qi
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
+var waitFor = testutil.WaitFor
 
 func must(t *testing.T, err error) {
 	t.Helper()

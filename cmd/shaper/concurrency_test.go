@@ -1,0 +1,99 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/redistest"
+)
+
+// slowSink answers after d and remembers the most calls it had open at once.
+type slowSink struct {
+	mu       sync.Mutex
+	open     int
+	maxOpen  int
+	payloads map[string]int
+	srv      *httptest.Server
+}
+
+func newSlowSink(d time.Duration) *slowSink {
+	s := &slowSink{payloads: map[string]int{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.open++
+		s.maxOpen = max(s.maxOpen, s.open)
+		s.mu.Unlock()
+		time.Sleep(d) // the downstream's call time, which the cap is about
+		s.mu.Lock()
+		s.open--
+		s.payloads[string(b)]++
+		s.mu.Unlock()
+	}))
+	return s
+}
+
+func (s *slowSink) delivered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.payloads)
+}
+
+// Three shaper processes, `concurrency: 5`, a downstream that takes 200ms
+// per call: never more than 5 calls open at once across the processes.
+// A kill -9 of one process that holds leases: its places are free again
+// within the lease time (2s here) and nothing is lost (issue 13).
+func TestConcurrencyCapThreeProcessesAndKill(t *testing.T) {
+	sink := newSlowSink(200 * time.Millisecond)
+	defer sink.srv.Close()
+	prefix := redistest.Prefix(t)
+	const n = 150
+	enqueue(t, prefix, n)
+	cfg := fmt.Sprintf(`
+redis: {url: %q, prefix: %q}
+http: {listen: "127.0.0.1:0"}
+shutdown_timeout: 5s
+downstreams:
+  - name: api
+    rate: 100/s
+    concurrency: 5
+    lease: 2s
+    handler: {type: http, url: %q, timeout: 5s}
+`, redistest.URL(t), prefix, sink.srv.URL)
+	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
+	rdb := redistest.Client(t)
+	leases := keys.New(prefix).Leases("api")
+	waitFor(t, 30*time.Second, "the victim holding a lease", func() bool { return sink.delivered() >= 20 })
+	victim := procs[0]
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	<-victim.done
+	victim.done <- nil
+	waitFor(t, 90*time.Second, fmt.Sprintf("%d tasks delivered", n), func() bool { return sink.delivered() >= n })
+	for _, p := range procs[1:] {
+		p.stop(t)
+	}
+	waitFor(t, 5*time.Second, "every lease given back or expired", func() bool { return rdb.ZCard(context.Background(), leases).Val() == 0 })
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	t.Logf("concurrency 5 × 3 processes: at most %d calls open at once; %d tasks delivered %v after the kill", sink.maxOpen, len(sink.payloads), time.Since(killed).Round(time.Millisecond))
+	if sink.maxOpen > 5 {
+		t.Errorf("%d calls open at once, want at most 5", sink.maxOpen)
+	}
+	if sink.maxOpen < 4 {
+		t.Errorf("at most %d calls open at once under a backlog, want the cap (5) used", sink.maxOpen)
+	}
+	for i := range n {
+		if sink.payloads[fmt.Sprintf(`{"n":%d}`, i)] == 0 {
+			t.Errorf("task %d never delivered", i)
+		}
+	}
+}

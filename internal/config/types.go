@@ -1,0 +1,357 @@
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// Config is the whole configuration file. Parse and Load return it with
+// every default filled in.
+type Config struct {
+	Redis Redis `yaml:"redis"`
+	HTTP  HTTP  `yaml:"http"`
+	// ShutdownTimeout bounds a graceful shutdown. Default 10s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// Downstreams are the systems shaper protects; at least one.
+	Downstreams []Downstream `yaml:"downstreams"`
+	// Cron lists periodic producers: tasks enqueued on a schedule.
+	Cron []CronJob `yaml:"cron,omitempty"`
+}
+
+// Redis says how to reach Redis. At most one of URL, Cluster and Sentinel
+// is set; none of them means an embedded in-process Redis (quick start
+// only). Redis holds no secret: the password is read by Password.
+type Redis struct {
+	// URL is redis://[user@]host[:port][/db] or rediss://…; it must not
+	// contain a password.
+	URL string `yaml:"url"`
+	// PasswordEnv names the environment variable holding the password.
+	PasswordEnv string `yaml:"password_env,omitempty"`
+	// PasswordFile is a file holding the password (surrounding white
+	// space trimmed). Exclusive with PasswordEnv.
+	PasswordFile string `yaml:"password_file,omitempty"`
+	// Username is the ACL user, if any.
+	Username string `yaml:"username,omitempty"`
+	// TLSCAFile is a PEM CA bundle for a rediss:// URL.
+	TLSCAFile string `yaml:"tls_ca_file,omitempty"`
+	// Cluster lists Redis Cluster seed addresses (host:port).
+	Cluster []string `yaml:"cluster,omitempty"`
+	// Sentinel selects a master through Redis Sentinel.
+	Sentinel *Sentinel `yaml:"sentinel,omitempty"`
+	// Prefix starts every key shaper writes. Default "shaper".
+	Prefix string `yaml:"prefix"`
+	// Timeout bounds each Redis call. Default 2s.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// Sentinel is a Redis Sentinel setup.
+type Sentinel struct {
+	Master string   `yaml:"master"`
+	Addrs  []string `yaml:"addrs"`
+}
+
+// HTTP configures the daemon's HTTP server (enqueue API, control
+// endpoints, metrics, status page).
+type HTTP struct {
+	// Listen is host:port. Default 127.0.0.1:8080; ListenOff disables.
+	Listen string `yaml:"listen"`
+	// TokenEnv names the environment variable holding the bearer token
+	// that the enqueue and control endpoints require. "" means no token.
+	TokenEnv string `yaml:"token_env,omitempty"`
+	// MaxBody is the largest request body accepted. Default 1MiB, at most
+	// MaxMaxBody.
+	MaxBody ByteSize `yaml:"max_body"`
+	// AllowUnauthenticated lets Listen be an address reachable beyond this
+	// host (not loopback) while TokenEnv is empty. Without it that is an
+	// error: anyone who reaches the port could enqueue and pause.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated,omitempty"`
+}
+
+// Downstream is one protected system: its own queue, shaping bucket and
+// worker budget.
+type Downstream struct {
+	// Name is unique, 1-64 of [A-Za-z0-9_.-]; it names the queue and keys.
+	Name string `yaml:"name"`
+	// Rate is the release rate in limiters.ParseLimit syntax, e.g. "50/s".
+	Rate Rate `yaml:"rate"`
+	// Burst is how many releases may go out back to back. Default 1.
+	Burst int64 `yaml:"burst"`
+	// MaxWait is how long a worker may hold a task waiting for its slot.
+	// Default 1s, at most MaxMaxWait. Exclusive with Capacity, and zero
+	// when Capacity is set; use MaxWaitDuration.
+	MaxWait Duration `yaml:"max_wait,omitempty"`
+	// Capacity is the number of tasks the bucket may hold waiting for a
+	// slot, an alternative way to say MaxWait: MaxWait = Capacity / rate
+	// (at one instant it grants Capacity waiting slots plus the one that
+	// starts now).
+	Capacity int64 `yaml:"capacity,omitempty"`
+	// MaxCost is the largest cost one task may carry; a task above it is
+	// refused at enqueue. Default: what the bucket holds, rate × MaxWait
+	// (or Burst), at least 1 (shaping.DefaultMaxCost).
+	MaxCost int64 `yaml:"max_cost,omitempty"`
+	// Concurrency caps the calls in flight across every process; 0 (the
+	// default) means no cap.
+	Concurrency int `yaml:"concurrency,omitempty"`
+	// KeyConcurrency caps the calls in flight per admission key across
+	// every process; 0 (the default) means no cap.
+	KeyConcurrency int `yaml:"key_concurrency,omitempty"`
+	// Lease is how long a call's concurrency lease lives unless renewed
+	// (a crashed process's places are free within it). Default 10s; only
+	// with Concurrency or KeyConcurrency.
+	Lease Duration `yaml:"lease,omitempty"`
+	// Workers is the worker budget. Default ceil(rate × MaxWait) + 1,
+	// between 2 and 1000; an explicit value may be 1-10000.
+	Workers int `yaml:"workers"`
+	// MaxRetry is the retry budget of tasks enqueued without one, 0-1000.
+	// Default 25.
+	MaxRetry int `yaml:"max_retry"`
+	// Handler delivers a released task.
+	Handler Handler `yaml:"handler"`
+	// Admission, when set, limits what may be enqueued.
+	Admission *Admission `yaml:"admission,omitempty"`
+	// Schedule changes the rate at times of day (see RateChange); Rate
+	// holds until a change has fired.
+	Schedule []RateChange `yaml:"schedule,omitempty"`
+	// Timezone the schedule's cron expressions are read in (IANA name,
+	// e.g. Europe/Berlin); default UTC.
+	Timezone string `yaml:"timezone,omitempty"`
+	// Adaptive lets the downstream's answers move the rate (AIMD).
+	Adaptive *Adaptive `yaml:"adaptive,omitempty"`
+	// Batch aggregates the downstream's tasks into batches; the rate then
+	// counts rows (see batch.go).
+	Batch *Batch `yaml:"batch,omitempty"`
+}
+
+// HandlerType says how a released task is delivered.
+type HandlerType string
+
+// The handler types.
+const (
+	// HandlerHTTP sends the payload to URL.
+	HandlerHTTP HandlerType = "http"
+	// HandlerLog logs the task (for trying things out).
+	HandlerLog HandlerType = "log"
+	// HandlerGo runs a Go handler registered in code under the
+	// downstream's name.
+	HandlerGo HandlerType = "go"
+)
+
+// Handler delivers released tasks of one downstream.
+type Handler struct {
+	Type HandlerType `yaml:"type"`
+	// URL is the http(s) endpoint; required for HandlerHTTP, and only
+	// allowed there (as are Method and Headers).
+	URL string `yaml:"url,omitempty"`
+	// Method is the HTTP method. Default POST.
+	Method  string            `yaml:"method,omitempty"`
+	Headers map[string]string `yaml:"headers,omitempty"`
+	// Timeout bounds one delivery. Default 10s.
+	Timeout Duration `yaml:"timeout"`
+	// DSNEnv, Table, Columns, IDColumn and OnConflict configure
+	// HandlerPostgres, and only it (see batch.go).
+	DSNEnv     string            `yaml:"dsn_env,omitempty"`
+	Table      string            `yaml:"table,omitempty"`
+	Columns    map[string]string `yaml:"columns,omitempty"`
+	IDColumn   string            `yaml:"id_column,omitempty"`
+	OnConflict string            `yaml:"on_conflict,omitempty"`
+}
+
+// OnReject is what happens to a task that admission rejects.
+type OnReject string
+
+// The OnReject values.
+const (
+	// Reject refuses the task; the producer gets a Retry-After.
+	Reject OnReject = "reject"
+	// Defer enqueues the task to run once the limiters would allow it.
+	Defer OnReject = "defer"
+)
+
+// Failure policies, as written in the file; see Admission.Policy.
+const (
+	FailClosed = "fail_closed"
+	FailOpen   = "fail_open"
+)
+
+// Admission is a downstream's stack of admission limiters.
+type Admission struct {
+	// OnReject is Reject (default) or Defer.
+	OnReject OnReject `yaml:"on_reject"`
+	// Failure is FailClosed (default) or FailOpen: what the limiters do
+	// when Redis fails.
+	Failure string `yaml:"failure"`
+	// Prefilter rejects keys known to be over their limit in-process.
+	Prefilter bool `yaml:"prefilter"`
+	// Limiters are asked in order; all must allow. At least one.
+	Limiters []Limiter `yaml:"limiters"`
+}
+
+// KeyScope says which key an admission limiter counts under.
+type KeyScope string
+
+// The key scopes.
+const (
+	// KeyTenant counts each tenant separately.
+	KeyTenant KeyScope = "tenant"
+	// KeyGlobal counts every task of the downstream together.
+	KeyGlobal KeyScope = "global"
+)
+
+// Limiter is one admission limiter.
+type Limiter struct {
+	// Name names the limiter's keys and metrics. Default
+	// "<downstream>-<index>". Limiters of several downstreams may share a
+	// name, and so their Redis state, if they agree on algorithm, rate,
+	// burst and sub-windows.
+	Name string `yaml:"name"`
+	// Algorithm is one of limiters.Algorithms(). Default token_bucket.
+	Algorithm limiters.Algorithm `yaml:"algorithm"`
+	// Key is KeyTenant (default) or KeyGlobal.
+	Key KeyScope `yaml:"key"`
+	// Rate is the limit in limiters.ParseLimit syntax, e.g. "10/s".
+	Rate Rate `yaml:"rate"`
+	// Burst is the bucket capacity. Left out of the file (0 in a Config
+	// built in code) it is the rate's count; written as 0 in the file it is
+	// an error. The window algorithms count Rate per window, so Burst must
+	// be left out or equal it.
+	Burst int64 `yaml:"burst,omitempty"`
+	// SubWindows, with sliding_counter only, splits the window into that
+	// many sub-windows (2 to limiters.MaxSubWindows); 0 (the default) is
+	// the two-window counter. See limiters.Config.SubWindows.
+	SubWindows int `yaml:"sub_windows,omitempty"`
+}
+
+// Downstream returns the downstream called name.
+func (c *Config) Downstream(name string) (Downstream, bool) {
+	for _, d := range c.Downstreams {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Downstream{}, false
+}
+
+// Limit is the downstream's shaping rate: Rate, with capacity Burst (1
+// when Burst is 0). It is the zero Limit when Rate does not parse, which
+// Validate reports.
+func (d Downstream) Limit() limiters.Limit {
+	if d.Rate.Limit().IsZero() {
+		return limiters.Limit{}
+	}
+	return d.Rate.Limit().WithBurst(cmp.Or(d.Burst, DefaultBurst))
+}
+
+// MaxWaitDuration is how long a worker may hold a task for its slot:
+// MaxWait, or Capacity / rate when Capacity is set.
+func (d Downstream) MaxWaitDuration() time.Duration {
+	if d.Capacity > 0 {
+		return d.Limit().Interval(d.Capacity)
+	}
+	return time.Duration(d.MaxWait)
+}
+
+// Limit is the limiter's rate: Rate, with capacity Burst (the rate's count
+// when Burst is 0). It is the zero Limit when Rate does not parse.
+func (l Limiter) Limit() limiters.Limit {
+	lim := l.Rate.Limit()
+	if l.Burst > 0 && !lim.IsZero() {
+		lim = lim.WithBurst(l.Burst)
+	}
+	return lim
+}
+
+// Policy is the limiters' failure policy: limiters.FailOpen for
+// "fail_open", otherwise limiters.FailClosed.
+func (a Admission) Policy() limiters.Policy {
+	if a.Failure == FailOpen {
+		return limiters.FailOpen
+	}
+	return limiters.FailClosed
+}
+
+// Embedded reports whether r asks for the embedded in-process Redis: no
+// URL, Cluster or Sentinel.
+func (r Redis) Embedded() bool {
+	return r.URL == "" && len(r.Cluster) == 0 && r.Sentinel == nil
+}
+
+// Password reads the Redis password from the environment variable or file
+// the configuration names, now; "" when it names neither. A variable that
+// is unset or empty, or a file that is unreadable or empty, is an error.
+// Do not keep the result longer than needed, and never log it.
+func (r Redis) Password() (string, error) {
+	switch {
+	case r.PasswordEnv != "":
+		return fromEnv("redis.password_env", r.PasswordEnv)
+	case r.PasswordFile != "":
+		b, err := os.ReadFile(r.PasswordFile)
+		if err != nil {
+			return "", &Error{Path: "redis.password_file", Msg: err.Error(), Err: err}
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "" {
+			return "", &Error{Path: "redis.password_file", Msg: fmt.Sprintf("file %s is empty", q(r.PasswordFile))}
+		}
+		return s, nil
+	}
+	return "", nil
+}
+
+// String describes r without any secret, e.g.
+// "redis://10.0.0.5:6379/0 user=app password=env:SHAPER_REDIS_PASSWORD prefix=shaper timeout=2s".
+func (r Redis) String() string {
+	var b strings.Builder
+	switch {
+	case len(r.Cluster) > 0:
+		b.WriteString("cluster " + strings.Join(r.Cluster, ","))
+	case r.Sentinel != nil:
+		b.WriteString("sentinel " + r.Sentinel.Master + "@" + strings.Join(r.Sentinel.Addrs, ","))
+	case r.URL != "":
+		b.WriteString(redactURL(r.URL))
+	default:
+		b.WriteString("embedded")
+	}
+	if r.Username != "" {
+		b.WriteString(" user=" + r.Username)
+	}
+	switch {
+	case r.PasswordEnv != "":
+		b.WriteString(" password=env:" + r.PasswordEnv)
+	case r.PasswordFile != "":
+		b.WriteString(" password=file:" + r.PasswordFile)
+	}
+	if r.TLSCAFile != "" {
+		b.WriteString(" ca=" + r.TLSCAFile)
+	}
+	fmt.Fprintf(&b, " prefix=%s timeout=%s", r.Prefix, r.Timeout)
+	return b.String()
+}
+
+// Enabled reports whether the HTTP server should run.
+func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != ListenOff }
+
+// Token reads the bearer token from the environment variable TokenEnv
+// names, now; "" when TokenEnv is empty (no token required). An unset or
+// empty variable is an error. Never log the result.
+func (h HTTP) Token() (string, error) {
+	if h.TokenEnv == "" {
+		return "", nil
+	}
+	return fromEnv("http.token_env", h.TokenEnv)
+}
+
+func fromEnv(path, name string) (string, error) {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "", &Error{Path: path, Msg: fmt.Sprintf("environment variable %s is not set", name)}
+	case v == "":
+		return "", &Error{Path: path, Msg: fmt.Sprintf("environment variable %s is empty", name)}
+	}
+	return v, nil
+}

@@ -1,0 +1,439 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/sizing"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+var (
+	reName   = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	reLimit  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`) // limiters.Config.Name
+	rePrefix = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	reEnv    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	reToken  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
+)
+
+var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+func (c *Config) validate() *Error {
+	if e := c.validateDownstreams(); e != nil {
+		return e
+	}
+	return c.validateCron() // needs every downstream's name
+}
+
+func (c *Config) validateDownstreams() *Error {
+	if e := c.Redis.validate(); e != nil {
+		return e
+	}
+	if e := c.HTTP.validate(); e != nil {
+		return e
+	}
+	if c.ShutdownTimeout <= 0 {
+		return errf("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	if len(c.Downstreams) == 0 {
+		return errf("downstreams", "at least one downstream is required, got none")
+	}
+	names := map[string]string{}    // downstream name → path
+	lims := map[string]limiterUse{} // limiter name → first use
+	for i := range c.Downstreams {
+		d := &c.Downstreams[i]
+		p := fmt.Sprintf("downstreams[%d]", i)
+		if e := d.validate(p); e != nil {
+			return e
+		}
+		if first, dup := names[d.Name]; dup {
+			return errf(p+".name", "duplicate name %s (first at %s)", q(d.Name), first)
+		}
+		names[d.Name] = p
+		if e := d.validateSchedule(p); e != nil {
+			return e
+		}
+		if d.Admission == nil {
+			continue
+		}
+		for j, l := range d.Admission.Limiters {
+			lp := fmt.Sprintf("%s.admission.limiters[%d]", p, j)
+			u := limiterUse{downstream: i, path: lp, alg: l.Algorithm, limit: l.Limit(), sub: l.SubWindows}
+			first, ok := lims[l.Name]
+			if !ok {
+				lims[l.Name] = u
+				continue
+			}
+			if first.downstream == i {
+				return errf(lp+".name", "duplicate name %s (first at %s)", q(l.Name), first.path)
+			}
+			if first.alg != u.alg || first.limit != u.limit || first.sub != u.sub {
+				return errf(lp+".name", "%s is also the name of %s, which has another algorithm or limit (a name is one limiter: its Redis state and metrics)", q(l.Name), first.path)
+			}
+		}
+	}
+	return nil
+}
+
+type limiterUse struct {
+	downstream int
+	path       string
+	alg        limiters.Algorithm
+	limit      limiters.Limit
+	sub        int
+}
+
+func (r *Redis) validate() *Error {
+	var modes []string
+	if r.URL != "" {
+		modes = append(modes, "url")
+	}
+	if len(r.Cluster) > 0 {
+		modes = append(modes, "cluster")
+	}
+	if r.Sentinel != nil {
+		modes = append(modes, "sentinel")
+	}
+	if len(modes) > 1 {
+		return errf("redis."+modes[1], "set together with redis.%s (use one of url, cluster or sentinel)", modes[0])
+	}
+	if r.URL != "" {
+		if e := checkRedisURL(r.URL); e != nil {
+			return e
+		}
+	}
+	for i, a := range r.Cluster {
+		if msg := checkAddr(a); msg != "" {
+			return errf(fmt.Sprintf("redis.cluster[%d]", i), "%s", msg)
+		}
+	}
+	if s := r.Sentinel; s != nil {
+		if s.Master == "" {
+			return errf("redis.sentinel.master", "required")
+		}
+		if len(s.Addrs) == 0 {
+			return errf("redis.sentinel.addrs", "at least one sentinel address is required")
+		}
+		for i, a := range s.Addrs {
+			if msg := checkAddr(a); msg != "" {
+				return errf(fmt.Sprintf("redis.sentinel.addrs[%d]", i), "%s", msg)
+			}
+		}
+	}
+	auth := map[string]string{"password_env": r.PasswordEnv, "password_file": r.PasswordFile, "username": r.Username, "tls_ca_file": r.TLSCAFile}
+	if r.Embedded() {
+		for _, f := range []string{"username", "password_env", "password_file", "tls_ca_file"} {
+			if auth[f] != "" {
+				return errf("redis."+f, "%s is set but redis.url, cluster and sentinel are empty (the embedded Redis takes no credentials; is redis.url missing?)", q(auth[f]))
+			}
+		}
+	}
+	if r.PasswordEnv != "" && r.PasswordFile != "" {
+		return errf("redis.password_file", "%s set together with password_env %s (use one)", q(r.PasswordFile), q(r.PasswordEnv))
+	}
+	if r.PasswordEnv != "" && !reEnv.MatchString(r.PasswordEnv) {
+		return errf("redis.password_env", "invalid environment variable name %s", q(r.PasswordEnv))
+	}
+	if r.TLSCAFile != "" && !strings.HasPrefix(r.URL, "rediss://") {
+		return errf("redis.tls_ca_file", "%s needs a rediss:// url", q(r.TLSCAFile))
+	}
+	if !rePrefix.MatchString(r.Prefix) {
+		return errf("redis.prefix", "invalid prefix %s (want [A-Za-z0-9._-]+)", q(r.Prefix))
+	}
+	if r.Timeout <= 0 {
+		return errf("redis.timeout", "must be positive, got %s", r.Timeout)
+	}
+	return nil
+}
+
+func checkRedisURL(s string) *Error {
+	const path = "redis.url"
+	shown := q(redactURL(s))
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return errf(path, "invalid URL %s (want redis://host:port/db or rediss://…)", shown)
+	}
+	if scheme != "redis" && scheme != "rediss" {
+		return errf(path, "unsupported scheme %s (want redis:// or rediss://)", q(scheme))
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return errf(path, "invalid URL %s: %v", shown, err)
+	}
+	if _, ok := u.User.Password(); ok {
+		return errf(path, "%s contains a password (use password_env or password_file)", shown)
+	}
+	if u.Hostname() == "" {
+		return errf(path, "%s has no host", shown)
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return errf(path, "%s: invalid port %s", shown, q(port))
+		}
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return errf(path, "%s: invalid database number %s", shown, q(db))
+		}
+	}
+	return nil
+}
+
+// checkAddr says what is wrong with a host:port address, or "".
+func checkAddr(a string) string {
+	host, port, err := net.SplitHostPort(a)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("invalid address %s (want host:port)", q(a))
+	}
+	return ""
+}
+
+// redactURL hides the password of a URL, parsable or not.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if i := strings.LastIndex(rest, "@"); ok && i >= 0 {
+		return scheme + "://xxxxx@" + rest[i+1:]
+	}
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		return "xxxxx@" + s[i+1:]
+	}
+	return s
+}
+
+func (h *HTTP) validate() *Error {
+	if h.Enabled() {
+		_, port, err := net.SplitHostPort(h.Listen)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			return errf("http.listen", "invalid address %s (want host:port, e.g. 127.0.0.1:8080, or %q to disable)", q(h.Listen), ListenOff)
+		}
+	}
+	if h.TokenEnv != "" && !reEnv.MatchString(h.TokenEnv) {
+		return errf("http.token_env", "invalid environment variable name %s", q(h.TokenEnv))
+	}
+	if h.MaxBody <= 0 {
+		return errf("http.max_body", "must be positive, got %s", q(strconv.FormatInt(int64(h.MaxBody), 10)))
+	}
+	if h.MaxBody > MaxMaxBody {
+		return errf("http.max_body", "must be at most %s, got %s", MaxMaxBody, h.MaxBody)
+	}
+	return h.checkExposure()
+}
+
+func (d *Downstream) validate(p string) *Error {
+	if msg := checkName(d.Name); msg != "" {
+		return errf(p+".name", "%s", msg)
+	}
+	if d.Rate.IsZero() {
+		return errf(p+".rate", "required (e.g. 50/s)")
+	}
+	if e := checkRate(p+".rate", d.Rate); e != nil {
+		return e
+	}
+	if d.Burst < 1 {
+		return errf(p+".burst", "must be at least 1, got %d", d.Burst)
+	}
+	if err := d.Limit().Validate(); err != nil {
+		return errf(p+".burst", "burst %d with rate %s: %s", d.Burst, q(d.Rate.String()), limitMsg(err))
+	}
+	switch {
+	case d.MaxWait < 0:
+		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
+	case d.Capacity < 0:
+		return errf(p+".capacity", "must be at least 1, got %d", d.Capacity)
+	case d.MaxWait != 0 && d.Capacity != 0:
+		return errf(p+".capacity", "%d set together with max_wait %s (use one: capacity = max_wait × rate)", d.Capacity, d.MaxWait)
+	case d.MaxWait == 0 && d.Capacity == 0:
+		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
+	case time.Duration(d.MaxWait) > MaxMaxWait:
+		return errf(p+".max_wait", "must be at most %s, got %s (a task waiting longer belongs in the queue)", MaxMaxWait, d.MaxWait)
+	case d.Capacity > 0 && (d.MaxWaitDuration() > MaxMaxWait || d.MaxWaitDuration() <= 0):
+		return errf(p+".capacity", "%d at rate %s is more than %s of waiting (at most %s)", d.Capacity, q(d.Rate.String()), MaxMaxWait, MaxMaxWait)
+	}
+	if d.MaxCost < 0 {
+		return errf(p+".max_cost", "must be at least 1, got %d", d.MaxCost)
+	}
+	if d.MaxCost > 0 && d.Limit().Interval(d.MaxCost) > sizing.MaxInterval {
+		return errf(p+".max_cost", "%d at rate %s would hold the downstream for %s, over the limit of %s", d.MaxCost, q(d.Rate.String()), d.Limit().Interval(d.MaxCost).Round(time.Second), sizing.MaxInterval)
+	}
+	if e := d.validateConcurrency(p); e != nil {
+		return e
+	}
+	if d.Workers < 1 || d.Workers > maxWorkers {
+		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)
+	}
+	if d.MaxRetry < 0 || d.MaxRetry > maxRetryLimit {
+		return errf(p+".max_retry", "must be 0-%d, got %d", maxRetryLimit, d.MaxRetry)
+	}
+	if e := d.validateBatch(p); e != nil {
+		return e
+	}
+	if e := d.Handler.validate(p + ".handler"); e != nil {
+		return e
+	}
+	if d.Admission != nil {
+		return d.Admission.validate(p + ".admission")
+	}
+	return nil
+}
+
+// checkRate reports a rate that limiters.ParseLimit rejected, in its words.
+func checkRate(path string, r Rate) *Error {
+	if r.err != nil {
+		return errf(path, "%s", limitMsg(r.err))
+	}
+	return nil
+}
+
+// goFieldWords turns limiters' Go field names into the file's words.
+var goFieldWords = strings.NewReplacer("Burst ", "burst ", "Period ", "the rate's period ", "Rate ", "the rate's count ")
+
+// limitMsg is a limiters error without the package's prefix, in the
+// file's words rather than Go's field names.
+func limitMsg(err error) string {
+	return goFieldWords.Replace(strings.Replace(err.Error(), limiters.ErrInvalidLimit.Error()+": ", "", 1))
+}
+
+func (h *Handler) validate(p string) *Error {
+	if e := h.validatePostgres(p); e != nil {
+		return e
+	}
+	switch h.Type {
+	case HandlerHTTP:
+		if h.URL == "" {
+			return errf(p+".url", "required for an http handler")
+		}
+		shown := q(redactURL(h.URL))
+		u, err := url.Parse(h.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			return errf(p+".url", "invalid URL %s (want http:// or https://)", shown)
+		}
+		if u.Hostname() == "" {
+			return errf(p+".url", "%s has no host", shown)
+		}
+		if _, ok := u.User.Password(); ok {
+			return errf(p+".url", "%s contains a password (secrets do not belong in the file)", shown)
+		}
+		if !slices.Contains(httpMethods, h.Method) {
+			return errf(p+".method", "unsupported method %s (want one of %s)", q(h.Method), strings.Join(httpMethods, ", "))
+		}
+		names := make([]string, 0, len(h.Headers))
+		for k := range h.Headers {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for _, k := range names {
+			if !reToken.MatchString(k) {
+				return errf(p+".headers."+k, "invalid header name %s", q(k))
+			}
+			if strings.ContainsAny(h.Headers[k], "\r\n\x00") {
+				// The value may be a credential: never print it.
+				return errf(p+".headers."+k, "value of header %s contains a line break or NUL", q(k))
+			}
+		}
+	case HandlerLog, HandlerGo:
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"url", h.URL != ""}, {"method", h.Method != ""}, {"headers", len(h.Headers) > 0}} {
+			if f.set {
+				return errf(p+"."+f.name, "only allowed for type http, got type %s", q(string(h.Type)))
+			}
+		}
+	case HandlerPostgres: // validatePostgres
+	case "":
+		return errf(p+".type", "required (http, log, go or postgres)")
+	default:
+		return errf(p+".type", "unknown handler type %s (want http, log, go or postgres)", q(string(h.Type)))
+	}
+	if h.Timeout <= 0 {
+		return errf(p+".timeout", "must be positive, got %s", h.Timeout)
+	}
+	return nil
+}
+
+func (a *Admission) validate(p string) *Error {
+	if a.OnReject != Reject && a.OnReject != Defer {
+		return errf(p+".on_reject", "invalid value %s (want reject or defer)", q(string(a.OnReject)))
+	}
+	if a.Failure != FailClosed && a.Failure != FailOpen {
+		return errf(p+".failure", "invalid value %s (want fail_closed or fail_open)", q(a.Failure))
+	}
+	if len(a.Limiters) == 0 {
+		return errf(p+".limiters", "at least one limiter is required (leave admission out to admit everything)")
+	}
+	for j := range a.Limiters {
+		if e := a.Limiters[j].validate(fmt.Sprintf("%s.limiters[%d]", p, j)); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (l *Limiter) validate(p string) *Error {
+	if !reLimit.MatchString(l.Name) {
+		return errf(p+".name", "invalid name %s (want 1-128 of A-Z a-z 0-9 _ . -)", q(l.Name))
+	}
+	if _, err := limiters.ParseAlgorithm(string(l.Algorithm)); err != nil {
+		return errf(p+".algorithm", "%s", limitMsg(err))
+	}
+	if l.Key != KeyTenant && l.Key != KeyGlobal {
+		return errf(p+".key", "invalid value %s (want tenant or global)", q(string(l.Key)))
+	}
+	if l.Rate.IsZero() {
+		return errf(p+".rate", "required (e.g. 10/s)")
+	}
+	if e := checkRate(p+".rate", l.Rate); e != nil {
+		return e
+	}
+	lim := l.Limit()
+	switch l.Algorithm {
+	case limiters.FixedWindow, limiters.SlidingLog, limiters.SlidingCounter:
+		if l.Burst != 0 && l.Burst != lim.Rate {
+			return errf(p+".burst", "%s counts the rate per window, so burst must be left out or equal %d (the count of rate %s), got %d", l.Algorithm, lim.Rate, q(l.Rate.String()), l.Burst)
+		}
+	}
+	if l.Burst < 0 {
+		return errf(p+".burst", "must be at least 1, got %d", l.Burst)
+	}
+	if err := lim.Validate(); err != nil {
+		return errf(p+".burst", "burst %d with rate %s: %s", lim.Capacity(), q(l.Rate.String()), limitMsg(err))
+	}
+	if err := limiters.CheckSubWindows(l.Algorithm, lim, l.SubWindows); err != nil {
+		return errf(p+".sub_windows", "%s", limitMsg(err))
+	}
+	return nil
+}
+
+// maxConcurrency bounds concurrency and key_concurrency (leases are one
+// ZSET member each).
+const maxConcurrency = 100000
+
+func (d *Downstream) validateConcurrency(p string) *Error {
+	switch {
+	case d.Concurrency < 0 || d.Concurrency > maxConcurrency:
+		return errf(p+".concurrency", "must be 0 (no cap) to %d, got %d", maxConcurrency, d.Concurrency)
+	case d.KeyConcurrency < 0 || d.KeyConcurrency > maxConcurrency:
+		return errf(p+".key_concurrency", "must be 0 (no cap) to %d, got %d", maxConcurrency, d.KeyConcurrency)
+	case d.Concurrency > 0 && d.KeyConcurrency > d.Concurrency:
+		return errf(p+".key_concurrency", "%d is above concurrency %d: one key could never reach it", d.KeyConcurrency, d.Concurrency)
+	case d.Lease != 0 && d.Concurrency == 0 && d.KeyConcurrency == 0:
+		return errf(p+".lease", "%s set without concurrency or key_concurrency (a lease only exists under a cap)", d.Lease)
+	case d.Lease != 0 && (time.Duration(d.Lease) < time.Second || time.Duration(d.Lease) > time.Hour):
+		return errf(p+".lease", "must be 1s to 1h, got %s", d.Lease)
+	}
+	return nil
+}
