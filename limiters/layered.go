@@ -8,6 +8,7 @@ import (
 
 // Layer is one limiter in a Layered stack.
 type Layer struct {
+	// Limiter decides for this layer; required (NewLayered refuses nil).
 	Limiter Limiter
 	// Key maps the request's key to this layer's key; nil uses the request
 	// key as it is. Global returns a Key for a layer shared by all keys.

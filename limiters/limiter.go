@@ -100,6 +100,7 @@ const (
 	FailOpen
 )
 
+// String is the policy's config name: "fail_open" or "fail_closed".
 func (p Policy) String() string {
 	if p == FailOpen {
 		return "fail_open"
@@ -330,8 +331,8 @@ const MaxSubWindows = 1000
 // CheckSubWindows reports whether n sub-windows suit a limiter of algorithm
 // alg and limit l: n is 0 (none), or 2 to MaxSubWindows with the sliding
 // counter, each sub-window at least 1µs long and the window small enough
-// for exact arithmetic. Errors wrap ErrInvalidLimit; internal/config uses it
-// too, so the YAML and Go APIs refuse the same values.
+// for exact arithmetic. Errors wrap ErrInvalidLimit. The config file is
+// checked with it too, so the YAML and Go APIs refuse the same values.
 func CheckSubWindows(alg Algorithm, l Limit, n int) error {
 	if n == 0 {
 		return nil

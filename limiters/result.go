@@ -40,11 +40,12 @@ type Result struct {
 	// (window over, bucket full or empty) if nothing else arrives; 0 when
 	// it already is, or when no decision was made.
 	ResetAfter time.Duration
-	// Algorithm and Name identify the limiter that decided; in a Layered
-	// result, the layer that rejected (or the tightest layer). Both are
-	// empty ("") for a Result no Redis limiter made.
+	// Algorithm identifies the limiter that decided; in a Layered result,
+	// the layer that rejected (or the tightest layer). Empty ("") for a
+	// Result no Redis limiter made.
 	Algorithm Algorithm
-	Name      string
+	// Name is that limiter's Config.Name; "" as for Algorithm.
+	Name string
 
 	// undo gives back the charge; nil when there is nothing to give back.
 	undo *undo
@@ -95,6 +96,8 @@ func (r Result) WithCancel(cancel func(ctx context.Context) error) Result {
 	return r
 }
 
+// String reads like `allowed by token_bucket "api" (remaining 3, reset in
+// 1s)` or `rejected by token_bucket "api" (retry in 500ms)`.
 func (r Result) String() string {
 	switch {
 	case r.FailedOpen && r.Allowed:

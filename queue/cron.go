@@ -16,9 +16,13 @@ import (
 
 // CronJob enqueues Task each time Schedule fires.
 type CronJob struct {
-	Name     string
+	// Name identifies the job in its tick locks, task IDs and metrics.
+	Name string
+	// Schedule says when it fires; "@every d" ticks on multiples of d
+	// since the epoch in every process (see NextTick).
 	Schedule cron.Schedule
-	Task     Task
+	// Task is enqueued at every tick, with UniqueKey "cron:<Name>:<tick>".
+	Task Task
 }
 
 // Cron runs cron jobs so that each tick is enqueued exactly once however

@@ -39,12 +39,18 @@ const DefaultMaxRetry = 25
 
 // Errors. Each is wrapped with %w and a message naming the bad field.
 var (
+	// ErrInvalidTask: a Task field is missing, malformed or out of range
+	// (Validate names it).
 	ErrInvalidTask = errors.New("queue: invalid task")
 	// ErrUnknownDownstream is shaping.ErrUnknownDownstream: the Producer
 	// was given its Downstreams and the task names another.
 	ErrUnknownDownstream = shaping.ErrUnknownDownstream
-	ErrDuplicate         = errors.New("queue: duplicate unique key")
-	ErrEnqueue           = errors.New("queue: enqueue failed")
+	// ErrDuplicate: a task with the same UniqueKey exists (Outcome
+	// Duplicate).
+	ErrDuplicate = errors.New("queue: duplicate unique key")
+	// ErrEnqueue: the asynq enqueue failed (Redis down or slow); the task
+	// is not in the queue and its admission charge was given back.
+	ErrEnqueue = errors.New("queue: enqueue failed")
 )
 
 // Task is what a producer enqueues.
@@ -79,13 +85,17 @@ type Task struct {
 type Receipt struct {
 	// Outcome classifies the result: Accepted, Deferred, Rejected,
 	// Duplicate or NotEnqueued. Only Accepted and Deferred tasks have an ID.
-	Outcome    Outcome
-	ID         string
-	Queue      string
+	Outcome Outcome
+	// ID is the task's ID (its UniqueKey, when set); "" unless enqueued.
+	ID string
+	// Queue is the asynq queue the task went (or would have gone) to.
+	Queue string
+	// Downstream is the task's downstream.
 	Downstream string
 	// Deferred is true when admission rejected the task now and it was
 	// scheduled to run at ProcessAt (its Retry-After) instead.
-	Deferred  bool
+	Deferred bool
+	// ProcessAt is when the task becomes runnable; zero unless enqueued.
 	ProcessAt time.Time
 	// Admission is the admission decision (zero when there is no policy).
 	Admission limiters.Result
@@ -112,10 +122,13 @@ type Admission struct {
 // RejectedError is returned when admission rejects a task. Result carries
 // the decision: RetryAfter, Remaining, Limit.
 type RejectedError struct {
+	// Downstream is the task's downstream.
 	Downstream string
-	Result     limiters.Result
+	// Result is the rejecting decision.
+	Result limiters.Result
 }
 
+// Error names the downstream, the rejecting limiter and the Retry-After.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("queue: task for %q rejected by admission (%s %q): retry after %s",
 		e.Downstream, e.Result.Algorithm, e.Result.Name, e.Result.RetryAfter.Round(time.Millisecond))

@@ -20,6 +20,7 @@ const StateTTL = 30 * 24 * time.Hour
 // State is a downstream's runtime state as stored in Redis, shared by every
 // process.
 type State struct {
+	// Paused is true while the downstream is paused (false: the zero value).
 	Paused bool
 	// Override replaces the configured (or scheduled) rate; zero: none.
 	Override limiters.Limit

@@ -22,10 +22,16 @@ import (
 
 // Task is what a handler receives.
 type Task struct {
-	ID         string
-	Type       string
-	Payload    []byte
-	Headers    map[string]string
+	// ID is the task's asynq ID (its UniqueKey, when the producer set one).
+	ID string
+	// Type is the asynq task type (queue.DefaultType unless set;
+	// BatchType for a batch).
+	Type string
+	// Payload is delivered as the producer enqueued it.
+	Payload []byte
+	// Headers are the task's asynq headers (shaper's envelope included).
+	Headers map[string]string
+	// Downstream is the downstream the task was released to.
 	Downstream string
 	Key        string // admission key, if the producer gave one
 	Cost       int64  // units the task occupied in the bucket

@@ -24,7 +24,7 @@ import (
 // has no msg or an empty one, the msg is not an asynq TaskMessage, or the
 // msg names another id (asynq could never complete or retry it). Such an
 // entry is removed from every asynq structure and pushed, with its reason
-// and raw msg, onto the queue's quarantine list (keys.Space.Quarantine) in
+// and raw msg, onto the queue's quarantine list ("<prefix>:quarantine:{<queue>}") in
 // one script. The zero value is the defaults.
 type QuarantineConfig struct {
 	// Interval between scans of each queue's active list and lease set,
