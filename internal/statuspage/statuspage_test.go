@@ -268,8 +268,12 @@ func TestStatusJSONWhileTasksFlow(t *testing.T) {
 			shaping = &s.Scripts[i]
 		}
 	}
-	if shaping == nil || shaping.CallsTotal < 60 || shaping.P99Seconds == nil {
-		t.Errorf("scripts %+v, want shaping with >= 60 calls and a p99", s.Scripts)
+	// A lane reserves several slots per call (and stocks slots when the
+	// bucket has room), so 60 releases take between one call and about one
+	// per release (plus the start-up clock samples), never one per waiting
+	// worker per interval.
+	if shaping == nil || shaping.CallsTotal < 1 || shaping.CallsTotal > 60+20 || shaping.P99Seconds == nil {
+		t.Errorf("scripts %+v, want shaping with 1 to 80 calls for 60 releases and a p99", s.Scripts)
 	}
 
 	// The view carries the same figures as text.
