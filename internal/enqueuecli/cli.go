@@ -211,18 +211,12 @@ func (tf *taskFlags) fields(d *taskspec.Spec, set map[string]bool) []taskField {
 		{"key", func() error { d.Key = &tf.key; return nil }},
 		{"type", func() error { d.Type = &tf.typ; return nil }},
 		{"cost", func() error {
-			if tf.cost < 0 {
-				return fmt.Errorf("--cost must not be negative, got %d", tf.cost)
-			}
 			d.Cost = &tf.cost
-			return nil
+			return inRange("cost", tf.cost, 0)
 		}},
 		{"max-retry", func() error {
-			if tf.maxRetry < 0 || tf.maxRetry > 10000 {
-				return fmt.Errorf("--max-retry must be 0..10000, got %d", tf.maxRetry)
-			}
 			d.MaxRetry = &tf.maxRetry
-			return nil
+			return inRange("max-retry", int64(tf.maxRetry), taskspec.MaxRetryBound)
 		}},
 		{"task-timeout", func() error {
 			if tf.taskTimeout <= 0 {
@@ -254,6 +248,15 @@ func (tf *taskFlags) fields(d *taskspec.Spec, set map[string]bool) []taskField {
 			return nil
 		}},
 	}
+}
+
+// inRange refuses an integer flag outside 0..hi (hi 0: no upper bound),
+// in the words the JSON Lines fields use.
+func inRange(flag string, n, hi int64) error {
+	if msg := taskspec.OutOfRange(n, hi); msg != "" {
+		return fmt.Errorf("--%s %s", flag, msg)
+	}
+	return nil
 }
 
 // check refuses flags that do not go together or are out of range.

@@ -191,28 +191,48 @@ func parseBase64(s *Spec, field string, v json.RawMessage) *Error {
 }
 
 func parseCost(s *Spec, field string, v json.RawMessage) *Error {
-	n, err := integer(field, v)
-	if err != nil {
-		return err
+	n, err := boundedInt(field, v, 0)
+	if err == nil {
+		s.Cost = &n
 	}
-	if n < 0 {
-		return errf(field, "must not be negative, got %d", n)
-	}
-	s.Cost = &n
-	return nil
+	return err
 }
 
 func parseMaxRetry(s *Spec, field string, v json.RawMessage) *Error {
+	n, err := boundedInt(field, v, MaxRetryBound)
+	if err == nil {
+		r := int(n)
+		s.MaxRetry = &r
+	}
+	return err
+}
+
+// MaxRetryBound is the largest max_retry a task may ask for.
+const MaxRetryBound = 10000
+
+// OutOfRange says how n falls outside 0..hi (hi 0: no upper bound), as
+// "must not be negative, got -1" or "must be 0..10000, got 20000"; "" when
+// n is within.
+func OutOfRange(n, hi int64) string {
+	switch {
+	case hi > 0 && (n < 0 || n > hi):
+		return fmt.Sprintf("must be 0..%d, got %d", hi, n)
+	case n < 0:
+		return fmt.Sprintf("must not be negative, got %d", n)
+	}
+	return ""
+}
+
+// boundedInt reads an integer field within 0..hi (hi 0: no upper bound).
+func boundedInt(field string, v json.RawMessage, hi int64) (int64, *Error) {
 	n, err := integer(field, v)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if n < 0 || n > 10000 {
-		return errf(field, "must be 0..10000, got %d", n)
+	if msg := OutOfRange(n, hi); msg != "" {
+		return 0, errf(field, "%s", msg)
 	}
-	r := int(n)
-	s.MaxRetry = &r
-	return nil
+	return n, nil
 }
 
 func parseTimeout(s *Spec, field string, v json.RawMessage) *Error {
