@@ -13,10 +13,14 @@
 //
 // A decision is one script call (atomic, one round trip) that reads the
 // Redis clock, so every host agrees. Every call returns a Result with
-// Allowed, Remaining, RetryAfter and ResetAfter. Layered composes limiters
-// (all must allow; a rejection refunds the layers already charged);
-// Config.Failure picks fail-open or fail-closed when Redis errors; Prefilter
-// rejects keys known to be over their limit without a round trip.
+// Allowed, Remaining, RetryAfter and ResetAfter; Result.Cancel gives an
+// allowed charge back (like rate.Reservation.Cancel), and a Limiter of
+// your own makes its Results cancellable with Result.WithCancel. Layered
+// composes limiters (all must allow; a rejection cancels the layers
+// already charged); Config.Failure picks fail-open (a Result with
+// FailedOpen set, no error) or fail-closed (ErrFailedClosed: no decision)
+// when Redis errors; Prefilter rejects keys known to be over their limit
+// without a round trip. All types are safe for concurrent use.
 //
 // The queueing form of the leaky bucket (shaping) lives in package shaping.
 package limiters

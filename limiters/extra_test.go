@@ -175,7 +175,7 @@ func TestLayeredRefundRefundsEveryLayer(t *testing.T) {
 			t.Fatalf("%s: remaining = %d after Allow(2), want %d", l.lim.Config().Name, got, l.cap-2)
 		}
 	}
-	if err := lay.Refund(ctx, "u", 2, res); err != nil {
+	if err := res.Cancel(ctx); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
 	for _, l := range ls {
@@ -228,22 +228,38 @@ func TestFailurePolicy(t *testing.T) {
 			f    func(context.Context, string, int64) (limiters.Result, error)
 		}{{"Allow", open.Allow}, {"Peek", open.Peek}} {
 			res, err := call.f(ctx, "k", 1)
-			if !res.Allowed || !errors.Is(err, limiters.ErrFailedOpen) || !errors.Is(err, limiters.ErrRedis) || errors.Is(err, limiters.ErrFailedClosed) {
-				t.Errorf("%s fail open: %s = %v, %v; want allowed and ErrFailedOpen wrapping ErrRedis", alg, call.name, res, err)
+			if err != nil || !res.Allowed || !res.FailedOpen {
+				t.Errorf("%s fail open: %s = %v, %v; want allowed, FailedOpen and no error", alg, call.name, res, err)
 			}
-			if !limiters.Usable(err) {
-				t.Errorf("%s fail open: Usable(%v) = false", alg, err)
+			if c := res.Cause; !errors.Is(c, limiters.ErrFailedOpen) || !errors.Is(c, limiters.ErrRedis) || errors.Is(c, limiters.ErrFailedClosed) {
+				t.Errorf("%s fail open: %s Cause = %v; want ErrFailedOpen wrapping ErrRedis", alg, call.name, c)
 			}
 		}
-		// A refund cannot fail open: it reports the Redis error.
+		// A failed-open admission charged nothing: its Cancel does nothing
+		// and reaches no Redis.
 		res, _ := open.Allow(ctx, "k", 1)
-		if err := open.Refund(ctx, "k", 1, res); !errors.Is(err, limiters.ErrRedis) || errors.Is(err, limiters.ErrFailedOpen) {
-			t.Errorf("%s fail open: Refund = %v, want ErrRedis", alg, err)
+		if err := res.Cancel(ctx); err != nil {
+			t.Errorf("%s fail open: Cancel = %v, want nil (nothing was charged)", alg, err)
+		}
+		// A refund cannot fail open: a charge made while Redis answered,
+		// cancelled once it no longer does, reports the Redis error.
+		live := redistest.Client(t) // closed below, on purpose
+		lim, err := limiters.New(live, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err = lim.Allow(ctx, "k", 1)
+		if err != nil || !res.Allowed || res.FailedOpen {
+			t.Fatalf("%s: Allow on a live Redis = %v, %v", alg, res, err)
+		}
+		live.Close()
+		if err := res.Cancel(ctx); !errors.Is(err, limiters.ErrRedis) || errors.Is(err, limiters.ErrFailedOpen) {
+			t.Errorf("%s fail open: Cancel = %v, want ErrRedis", alg, err)
 		}
 		// A cost that can never fit is an error, not a fail-open admission.
 		res, err = open.Allow(ctx, "k", 6)
-		if res.Allowed || !errors.Is(err, limiters.ErrCostExceedsCapacity) || limiters.Usable(err) {
-			t.Errorf("%s fail open: Allow(6) = %v, %v; want rejected, ErrCostExceedsCapacity, not Usable", alg, res, err)
+		if res.Allowed || res.FailedOpen || !errors.Is(err, limiters.ErrCostExceedsCapacity) {
+			t.Errorf("%s fail open: Allow(6) = %v, %v; want rejected, ErrCostExceedsCapacity", alg, res, err)
 		}
 
 		cfg.Failure = limiters.FailClosed
@@ -252,21 +268,12 @@ func TestFailurePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err = closed.Allow(ctx, "k", 1)
-		if res.Allowed || res.RetryAfter <= 0 || !errors.Is(err, limiters.ErrFailedClosed) || errors.Is(err, limiters.ErrFailedOpen) {
+		if res.Allowed || res.FailedOpen || res.RetryAfter <= 0 || !errors.Is(err, limiters.ErrFailedClosed) || errors.Is(err, limiters.ErrFailedOpen) {
 			t.Errorf("%s fail closed: Allow = %v, %v; want rejected with a RetryAfter and ErrFailedClosed", alg, res, err)
-		}
-		if !limiters.Usable(err) {
-			t.Errorf("%s fail closed: Usable(%v) = false", alg, err)
 		}
 		if got := observed.Load(); got != 5 {
 			t.Errorf("%s: Observe saw %d failed calls, want 5", alg, got)
 		}
-	}
-	if !limiters.Usable(nil) {
-		t.Error("Usable(nil) = false")
-	}
-	if limiters.Usable(limiters.ErrRedis) || limiters.Usable(errors.New("other")) {
-		t.Error("Usable is true for an error that is neither nil nor a failure policy's")
 	}
 }
 
@@ -307,8 +314,9 @@ func TestFailurePolicyTimeout(t *testing.T) {
 		want := limiters.ErrFailedClosed
 		if policy == limiters.FailOpen {
 			want = limiters.ErrFailedOpen
+			err = res.Cause
 		}
-		if !errors.Is(err, want) || res.Allowed != (policy == limiters.FailOpen) {
+		if !errors.Is(err, want) || res.Allowed != (policy == limiters.FailOpen) || res.FailedOpen != (policy == limiters.FailOpen) {
 			t.Errorf("%v: Allow = %v, %v; want %v", policy, res, err, want)
 		}
 		if took > time.Second {
@@ -345,8 +353,8 @@ func TestLayeredFailure(t *testing.T) {
 			}
 		case limiters.FailOpen:
 			// The broken layer lets it through; the tenant layer decided.
-			if !res.Allowed || !errors.Is(err, limiters.ErrFailedOpen) || !limiters.Usable(err) {
-				t.Errorf("fail open: Allow = %v, %v; want allowed, ErrFailedOpen", res, err)
+			if err != nil || !res.Allowed || !res.FailedOpen || !errors.Is(res.Cause, limiters.ErrFailedOpen) {
+				t.Errorf("fail open: Allow = %v (cause %v), %v; want allowed, FailedOpen", res, res.Cause, err)
 			}
 			if got := remaining(t, tenant, "a"); got != 3 {
 				t.Errorf("fail open: tenant remaining = %d, want 3 (charged)", got)
@@ -381,12 +389,24 @@ type countingLimiter struct {
 	next           limiters.Limiter
 }
 
+// Allow attaches a Cancel that counts refunds (and passes them on), as a
+// third-party Limiter would with WithCancel.
 func (c *countingLimiter) Allow(ctx context.Context, key string, cost int64) (limiters.Result, error) {
 	c.calls.Add(1)
+	var r limiters.Result
+	var err error
 	if c.next != nil {
-		return c.next.Allow(ctx, key, cost)
+		r, err = c.next.Allow(ctx, key, cost)
+	} else {
+		r, err = c.decide(key, cost)
 	}
-	return c.decide(key, cost)
+	if err != nil || !r.Allowed {
+		return r, err
+	}
+	return r.WithCancel(func(ctx context.Context) error {
+		c.refunds.Add(1)
+		return r.Cancel(ctx)
+	}), nil
 }
 
 func (c *countingLimiter) Peek(ctx context.Context, key string, cost int64) (limiters.Result, error) {
@@ -395,14 +415,6 @@ func (c *countingLimiter) Peek(ctx context.Context, key string, cost int64) (lim
 		return c.next.Peek(ctx, key, cost)
 	}
 	return c.decide(key, cost)
-}
-
-func (c *countingLimiter) Refund(ctx context.Context, key string, cost int64, res limiters.Result) error {
-	c.refunds.Add(1)
-	if c.next != nil {
-		return c.next.Refund(ctx, key, cost, res)
-	}
-	return nil
 }
 
 func TestPrefilterBlocksUntilRetryAfter(t *testing.T) {
@@ -462,8 +474,15 @@ func TestPrefilterBlocksUntilRetryAfter(t *testing.T) {
 	if got := p.Blocked(); got != 2 {
 		t.Errorf("Blocked() = %d, want 2 (k and other)", got)
 	}
-	if err := p.Refund(ctx, "k", 1, limiters.Result{Allowed: true}); err != nil || inner.refunds.Load() != 1 {
-		t.Errorf("Refund = %v, %d refunds reached the limiter; want it passed through", err, inner.refunds.Load())
+	res, err := p.Allow(ctx, "k", 1)
+	if err != nil || !res.Allowed {
+		t.Fatalf("Allow(k, 1) = %v, %v; want allowed", res, err)
+	}
+	if err := res.Cancel(ctx); err != nil || inner.refunds.Load() != 1 {
+		t.Errorf("Cancel = %v, %d refunds reached the limiter; want it passed through", err, inner.refunds.Load())
+	}
+	if got := p.Blocked(); got != 1 {
+		t.Errorf("after Cancel: Blocked() = %d, want 1 (k forgotten: the refund may have made room)", got)
 	}
 }
 
@@ -603,5 +622,52 @@ func TestPrefilterOverRedis(t *testing.T) {
 	}
 	if got := inner.calls.Load(); got != 2 {
 		t.Errorf("%d calls reached Redis, want 2", got)
+	}
+}
+
+// A Limiter from outside the package makes its charges cancellable with
+// WithCancel, and Layered refunds it through that, on a rejection by a
+// later layer and on the whole result's Cancel.
+func TestLayeredCancelsThirdPartyLimiter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	allow := &countingLimiter{decide: func(string, int64) (limiters.Result, error) {
+		return limiters.Result{Allowed: true, Remaining: 1}, nil
+	}}
+	reject := &countingLimiter{decide: func(string, int64) (limiters.Result, error) {
+		return limiters.Result{RetryAfter: time.Second}, nil
+	}}
+	lay, err := limiters.NewLayered(limiters.Layer{Limiter: allow}, limiters.Layer{Limiter: reject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lay.Allow(ctx, "k", 1); err != nil || res.Allowed {
+		t.Fatalf("Allow = %v, %v; want rejected by the second layer", res, err)
+	}
+	if got := allow.refunds.Load(); got != 1 {
+		t.Errorf("after a rejection: first layer refunded %d times, want 1", got)
+	}
+	both, err := limiters.NewLayered(limiters.Layer{Limiter: allow}, limiters.Layer{Limiter: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := both.Allow(ctx, "k", 1)
+	if err != nil || !res.Allowed {
+		t.Fatalf("Allow = %v, %v; want allowed", res, err)
+	}
+	cp := res
+	for range 2 { // the Result and its copy share one Cancel
+		if err := cp.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := allow.refunds.Load(); got != 3 {
+		t.Errorf("after Cancel of a two-layer result: %d refunds in all, want 3 (1 + one per layer, once)", got)
+	}
+	if err := (limiters.Result{}).Cancel(ctx); err != nil {
+		t.Errorf("zero Result: Cancel = %v, want nil", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 // Layer is one limiter in a Layered stack.
 type Layer struct {
+	// Limiter decides for this layer; required (NewLayered refuses nil).
 	Limiter Limiter
 	// Key maps the request's key to this layer's key; nil uses the request
 	// key as it is. Global returns a Key for a layer shared by all keys.
@@ -19,12 +20,6 @@ const GlobalKey = "_global"
 
 // Global is a Layer.Key that maps every request to one shared key.
 func Global(string) string { return GlobalKey }
-
-type layerCharge struct {
-	layer int
-	key   string
-	res   Result
-}
 
 // Layered passes a request only if every layer allows it, in order. When a
 // layer rejects, the layers already charged are refunded, so a rejection
@@ -58,61 +53,72 @@ func (l *Layered) key(i int, key string) string {
 }
 
 // Allow asks each layer in turn. The Result is the rejecting layer's, or,
-// when all allow, the one with the least Remaining.
+// when all allow, the one with the least Remaining; its Cancel refunds
+// every layer charged. FailedOpen is set when any layer failed open.
 func (l *Layered) Allow(ctx context.Context, key string, cost int64) (Result, error) {
-	var charged []layerCharge
+	var charged []Result
 	var best Result
-	var softErr error // fail-open errors are reported, not fatal
+	var failedOpen []error // fail-open layers are reported, not fatal
 	for i := range l.layers {
-		k := l.key(i, key)
-		res, err := l.layers[i].Limiter.Allow(ctx, k, cost)
-		if err != nil && !errors.Is(err, ErrFailedOpen) {
-			rerr := l.refund(ctx, cost, charged)
-			return res, errors.Join(fmt.Errorf("layer %d: %w", i, err), rerr)
+		res, err := l.layers[i].Limiter.Allow(ctx, l.key(i, key), cost)
+		if res.FailedOpen {
+			failedOpen = append(failedOpen, res.Cause)
 		}
 		if err != nil {
-			softErr = errors.Join(softErr, err)
+			rerr := cancelAll(ctx, charged)
+			return res, errors.Join(fmt.Errorf("layer %d: %w", i, err), rerr)
 		}
 		if !res.Allowed {
-			if rerr := l.refund(ctx, cost, charged); rerr != nil {
+			if rerr := cancelAll(ctx, charged); rerr != nil {
 				return res, rerr
 			}
-			return res, softErr
+			return withFailedOpen(res, failedOpen), nil
 		}
-		charged = append(charged, layerCharge{layer: i, key: k, res: res})
+		charged = append(charged, res)
 		if i == 0 || res.Remaining < best.Remaining {
 			best = res
 		}
 	}
-	best.layers = charged
-	return best, softErr
+	best = withFailedOpen(best, failedOpen)
+	return best.WithCancel(func(ctx context.Context) error { return cancelAll(ctx, charged) }), nil
+}
+
+// withFailedOpen marks res as failed open when any layer was, with their
+// causes joined.
+func withFailedOpen(res Result, causes []error) Result {
+	if len(causes) > 0 {
+		res.FailedOpen = true
+		res.Cause = errors.Join(causes...)
+	}
+	return res
 }
 
 // Peek asks every layer without charging; the first rejection decides.
 func (l *Layered) Peek(ctx context.Context, key string, cost int64) (Result, error) {
 	var best Result
+	var failedOpen []error
 	for i := range l.layers {
 		res, err := l.layers[i].Limiter.Peek(ctx, l.key(i, key), cost)
+		if res.FailedOpen {
+			failedOpen = append(failedOpen, res.Cause)
+		}
 		if err != nil || !res.Allowed {
-			return res, err
+			return withFailedOpen(res, failedOpen), err
 		}
 		if i == 0 || res.Remaining < best.Remaining {
 			best = res
 		}
 	}
-	return best, nil
+	return withFailedOpen(best, failedOpen), nil
 }
 
-// Refund gives back every layer charged by the Allow that returned res.
-func (l *Layered) Refund(ctx context.Context, _ string, cost int64, res Result) error {
-	return l.refund(ctx, cost, res.layers)
-}
-
-func (l *Layered) refund(ctx context.Context, cost int64, charged []layerCharge) error {
+// cancelAll cancels every charged layer's Result. A layer whose Cancel
+// succeeded is not refunded again if the whole is retried.
+func cancelAll(ctx context.Context, charged []Result) error {
 	var errs []error
-	for _, c := range charged {
-		if err := l.layers[c.layer].Limiter.Refund(ctx, c.key, cost, c.res); err != nil {
-			errs = append(errs, fmt.Errorf("refund layer %d: %w", c.layer, err))
+	for i, c := range charged {
+		if err := c.Cancel(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("refund layer %d: %w", i, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -24,11 +24,13 @@ var (
 	// ErrRedis: the Redis call failed or timed out, or its reply was not
 	// the expected shape.
 	ErrRedis = errors.New("limiters: redis")
-	// ErrFailedOpen: Redis failed and the limiter's policy is FailOpen, so
-	// the request was allowed without a decision. The Result is usable.
+	// ErrFailedOpen is never returned: a failed-open decision is a Result
+	// with FailedOpen set, whose Cause wraps this (and ErrRedis).
 	ErrFailedOpen = errors.New("limiters: failed open")
 	// ErrFailedClosed: Redis failed and the limiter's policy is FailClosed,
-	// so the request was rejected without a decision.
+	// so no decision was made and the request must not pass. The Result
+	// beside it is a rejection with a RetryAfter of 1s, a hint for when to
+	// try again.
 	ErrFailedClosed = errors.New("limiters: failed closed")
 )
 
@@ -37,16 +39,27 @@ var (
 const maxExact = 1 << 52
 
 // Limit is a rate: Rate units per Period, with a capacity of Burst units.
+// The zero Limit is invalid (Validate refuses it); it stands for "no limit"
+// where a field says so (shaping.Control.SetRate). Limit is a plain value,
+// safe to copy and compare. PerSecond, PerMinute, PerHour and ParseLimit
+// build one with Burst = Rate.
 //
-// For the window algorithms the window is Period and the limit per window is
-// Rate (Burst must be 0 or equal Rate). For the buckets, Rate per Period is
-// the refill (token bucket) or leak (leaky bucket) rate and Burst is the
-// capacity; a zero Burst means Burst = Rate. Limit is a plain value, safe to
-// copy and compare.
+// Burst has one meaning: the capacity, with 0 standing for Rate (Capacity
+// reports it). How each user reads the fields:
+//
+//   - The window algorithms: the window is Period and the limit per window
+//     is Rate; Burst must be 0 or equal Rate.
+//   - The buckets (TokenBucket, LeakyBucket): Rate per Period is the refill
+//     or leak rate and Capacity() the bucket's size.
+//   - Package shaping reads only Rate and Period and ignores Burst: a
+//     shaping bucket's burst is shaping.Downstream.Burst (0 or 1: none).
 type Limit struct {
-	Rate   int64
+	// Rate is how many units per Period; must be positive.
+	Rate int64
+	// Period is the window or the time Rate units take; at least 1µs.
 	Period time.Duration
-	Burst  int64
+	// Burst is the capacity in units; 0 means Rate. Must not be negative.
+	Burst int64
 }
 
 // PerSecond is rate units per second, burst rate.

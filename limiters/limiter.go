@@ -3,7 +3,6 @@ package limiters
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -11,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
-	"github.com/shaper-io/shaper/lua"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // Algorithm names an admission algorithm.
@@ -57,7 +56,7 @@ func (a Algorithm) short() string {
 	return ""
 }
 
-func (a Algorithm) script() *redis.Script {
+func (a Algorithm) script() lua.Admission {
 	switch a {
 	case FixedWindow:
 		return lua.FixedWindow
@@ -65,26 +64,27 @@ func (a Algorithm) script() *redis.Script {
 		return lua.SlidingLog
 	case SlidingCounter:
 		return lua.SlidingCounter
-	case TokenBucket:
-		return lua.TokenBucket
 	case LeakyBucket:
 		return lua.LeakyBucket
 	}
-	return nil
+	return lua.TokenBucket
 }
 
 func (a Algorithm) windowed() bool { return a == FixedWindow || a == SlidingLog || a == SlidingCounter }
 
 // Limiter decides whether cost units for key may pass. Implementations are
 // safe for concurrent use.
+//
+// An error means no decision: the Result beside it is a rejection (Allowed
+// false) so a caller that reads only Allowed stays closed. A failed-open
+// decision is not an error: it is a Result with FailedOpen set.
 type Limiter interface {
-	// Allow decides and, when allowed, charges cost units to key.
+	// Allow decides and, when allowed, charges cost units to key. The
+	// Result's Cancel gives the charge back (see Result.WithCancel).
 	Allow(ctx context.Context, key string, cost int64) (Result, error)
-	// Peek decides without charging anything.
+	// Peek decides without charging anything; its Result has nothing to
+	// cancel.
 	Peek(ctx context.Context, key string, cost int64) (Result, error)
-	// Refund gives back a charge that Allow made (res is its Result), for
-	// a request that was admitted but then not carried out.
-	Refund(ctx context.Context, key string, cost int64, res Result) error
 }
 
 // Policy is what a limiter does when Redis fails.
@@ -94,11 +94,13 @@ const (
 	// FailClosed rejects the request (the zero value): nothing passes
 	// without a decision.
 	FailClosed Policy = iota
-	// FailOpen allows the request and returns ErrFailedOpen beside an
-	// allowed Result, so the caller can count it.
+	// FailOpen allows the request: Allow returns a Result with Allowed and
+	// FailedOpen set (and its Cause) and a nil error, so the caller can
+	// count it.
 	FailOpen
 )
 
+// String is the policy's config name: "fail_open" or "fail_closed".
 func (p Policy) String() string {
 	if p == FailOpen {
 		return "fail_open"
@@ -131,21 +133,29 @@ type Config struct {
 	// a call to a Redis that stopped answering.
 	Timeout time.Duration
 	// Observe, when set, is called after every Redis decision with the
-	// script's latency and its error (nil on success). For metrics.
+	// script's latency and its error (nil on success). For metrics. nil
+	// (the zero value) observes nothing.
 	Observe func(alg Algorithm, name string, d time.Duration, err error)
+	// Now, when set, is the clock every decision (and refund) is made at,
+	// instead of the Redis server's TIME. It is for tests and simulations
+	// only: hosts whose clocks disagree would disagree on every decision.
+	// nil (the zero value) uses the Redis clock, as production must.
+	Now func() time.Time
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // Redis is a Limiter whose state lives in Redis. Safe for concurrent use.
 type Redis struct {
-	rdb   redis.Scripter
-	cfg   Config
-	space keys.Space
-	// scaled limit (buckets) or limit/window (windows) passed to the script
-	a1, a2 int64
-	p      int64
-	script *redis.Script
+	store  *lua.Store
+	cfg    Config
+	space  keys.Space
+	script lua.Admission
+	// args holds the script's Limit, Window and SubWindows: the limit per
+	// window and the window (windows), or the scaled capacity and rate
+	// (buckets); a cost of c units is c*p in the script's units.
+	args lua.AdmissionArgs
+	p    int64
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -168,9 +178,9 @@ func New(rdb redis.Scripter, cfg Config) (*Redis, error) {
 	if err := CheckSubWindows(cfg.Algorithm, cfg.Limit, cfg.SubWindows); err != nil {
 		return nil, err
 	}
-	l := &Redis{rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), script: cfg.Algorithm.script()}
+	l := &Redis{store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), script: cfg.Algorithm.script()}
 	if cfg.SubWindows > 0 {
-		l.script = lua.SlidingSubwindows
+		l.script, l.args.SubWindows = lua.SlidingSubwindows, int64(cfg.SubWindows)
 	}
 	if cfg.Algorithm.windowed() {
 		if cfg.Limit.Burst != 0 && cfg.Limit.Burst != cfg.Limit.Rate {
@@ -180,10 +190,10 @@ func New(rdb redis.Scripter, cfg Config) (*Redis, error) {
 		if float64(cfg.Limit.Rate)*float64(w) > maxExact {
 			return nil, fmt.Errorf("%w: limit %d per window %s is too large for exact arithmetic", ErrInvalidLimit, cfg.Limit.Rate, cfg.Limit.Period)
 		}
-		l.a1, l.a2, l.p = cfg.Limit.Rate, w, 1
+		l.args.Limit, l.args.Window, l.p = cfg.Limit.Rate, w, 1
 	} else {
 		n, p := cfg.Limit.scaled()
-		l.a1, l.a2, l.p = cfg.Limit.Capacity()*p, n, p
+		l.args.Limit, l.args.Window, l.p = cfg.Limit.Capacity()*p, n, p
 	}
 	return l, nil
 }
@@ -201,35 +211,35 @@ func (l *Redis) Key(key string) string {
 }
 
 // Allow decides on cost units for key at the Redis server's time and
-// charges them when allowed.
+// charges them when allowed; the Result's Cancel refunds them.
 func (l *Redis) Allow(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModeCharge, 0, 0)
+	return l.allow(ctx, key, cost, l.now())
+}
+
+// now is the explicit time of a decision in µs, or 0 for the Redis clock.
+func (l *Redis) now() int64 {
+	if l.cfg.Now == nil {
+		return 0
+	}
+	return l.cfg.Now().UnixMicro()
+}
+
+// allow is Allow at nowUS (0: the Redis clock).
+func (l *Redis) allow(ctx context.Context, key string, cost int64, nowUS int64) (Result, error) {
+	res, token, err := l.run(ctx, key, cost, opAllow, nowUS, 0)
+	if err != nil || !res.Allowed || res.FailedOpen || cost <= 0 {
+		return res, err
+	}
+	return res.WithCancel(func(ctx context.Context) error {
+		_, _, err := l.run(ctx, key, cost, opRefund, l.now(), token)
+		return err
+	}), nil
 }
 
 // Peek decides without charging.
 func (l *Redis) Peek(ctx context.Context, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModePeek, 0, 0)
-}
-
-// AllowAt is Allow at an explicit time instead of the Redis clock. It is for
-// tests and simulations: production callers use Allow, so that every host
-// decides on the one Redis clock.
-func (l *Redis) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModeCharge, now.UnixMicro(), 0)
-}
-
-// PeekAt is Peek at an explicit time (tests only, as AllowAt).
-func (l *Redis) PeekAt(ctx context.Context, now time.Time, key string, cost int64) (Result, error) {
-	return l.run(ctx, key, cost, lua.ModePeek, now.UnixMicro(), 0)
-}
-
-// Refund gives back cost units charged by the Allow that returned res.
-func (l *Redis) Refund(ctx context.Context, key string, cost int64, res Result) error {
-	if !res.Allowed || cost <= 0 {
-		return nil
-	}
-	_, err := l.run(ctx, key, cost, lua.ModeRefund, 0, res.token)
-	return err
+	res, _, err := l.run(ctx, key, cost, opPeek, l.now(), 0)
+	return res, err
 }
 
 func (l *Redis) checkCost(cost int64) error {
@@ -242,10 +252,21 @@ func (l *Redis) checkCost(cost int64) error {
 	return nil
 }
 
-func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS, token int64) (Result, error) {
+// op is what run asks the script to do.
+type op int
+
+const (
+	opAllow op = iota
+	opPeek
+	opRefund
+)
+
+// run calls the script; token identifies the charge (the window number or
+// the admission time) for a later refund.
+func (l *Redis) run(ctx context.Context, key string, cost int64, o op, nowUS, token int64) (Result, int64, error) {
 	res := Result{Limit: l.cfg.Limit, Algorithm: l.cfg.Algorithm, Name: l.cfg.Name}
 	if err := l.checkCost(cost); err != nil {
-		return res, err
+		return res, 0, err
 	}
 	if l.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -253,44 +274,50 @@ func (l *Redis) run(ctx context.Context, key string, cost int64, mode int, nowUS
 		defer cancel()
 	}
 	start := time.Now()
-	args := []any{l.a1, l.a2, cost * l.p, mode, nowUS, token}
-	if l.cfg.SubWindows > 0 {
-		args = append(args, l.cfg.SubWindows)
-	}
-	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, args...).Int64Slice()
-	if err == nil && len(v) < 5 {
-		err = fmt.Errorf("reply has %d fields, want at least 5", len(v))
+	a := l.args
+	a.Cost, a.Now = cost*l.p, nowUS
+	var v lua.AdmissionReply
+	var err error
+	switch o {
+	case opAllow:
+		v, err = l.store.Admit(ctx, l.script, l.Key(key), a)
+	case opPeek:
+		v, err = l.store.PeekAdmission(ctx, l.script, l.Key(key), a)
+	case opRefund:
+		v, err = l.store.RefundAdmission(ctx, l.script, l.Key(key), a, token)
 	}
 	if l.cfg.Observe != nil {
 		l.cfg.Observe(l.cfg.Algorithm, l.cfg.Name, time.Since(start), err)
 	}
 	if err != nil {
 		err = fmt.Errorf("%w: %s %q: %w", ErrRedis, l.cfg.Algorithm, l.cfg.Name, err)
-		if mode == lua.ModeRefund {
-			return res, err
+		if o == opRefund {
+			return res, 0, err
 		}
-		return l.fail(res, err)
+		res, err = l.fail(res, err)
+		return res, 0, err
 	}
-	res.Allowed = v[0] == 1
-	res.Remaining = v[1] / l.p
-	res.RetryAfter = time.Duration(v[2]) * time.Microsecond
-	res.ResetAfter = time.Duration(v[3]) * time.Microsecond
-	res.token = v[4]
+	res.Allowed = v.Allowed
+	res.Remaining = v.Remaining / l.p
+	res.RetryAfter = time.Duration(v.RetryAfter) * time.Microsecond
+	res.ResetAfter = time.Duration(v.ResetAfter) * time.Microsecond
 	if res.Allowed {
 		res.RetryAfter = 0
 	}
 	if l.cfg.Algorithm == LeakyBucket {
 		// the script reports the level; remaining is the room left
-		res.Remaining = (l.a1 - v[1]) / l.p
+		res.Remaining = (l.args.Limit - v.Remaining) / l.p
 	}
-	return res, nil
+	return res, v.Token, nil
 }
 
 func (l *Redis) fail(res Result, err error) (Result, error) {
 	if l.cfg.Failure == FailOpen {
 		res.Allowed = true
+		res.FailedOpen = true
+		res.Cause = fmt.Errorf("%w: %w", ErrFailedOpen, err)
 		res.Remaining = l.cfg.Limit.Capacity()
-		return res, fmt.Errorf("%w: %w", ErrFailedOpen, err)
+		return res, nil
 	}
 	res.Allowed = false
 	res.RetryAfter = time.Second
@@ -304,8 +331,8 @@ const MaxSubWindows = 1000
 // CheckSubWindows reports whether n sub-windows suit a limiter of algorithm
 // alg and limit l: n is 0 (none), or 2 to MaxSubWindows with the sliding
 // counter, each sub-window at least 1µs long and the window small enough
-// for exact arithmetic. Errors wrap ErrInvalidLimit; internal/config uses it
-// too, so the YAML and Go APIs refuse the same values.
+// for exact arithmetic. Errors wrap ErrInvalidLimit. The config file is
+// checked with it too, so the YAML and Go APIs refuse the same values.
 func CheckSubWindows(alg Algorithm, l Limit, n int) error {
 	if n == 0 {
 		return nil
@@ -324,10 +351,4 @@ func CheckSubWindows(alg Algorithm, l Limit, n int) error {
 		return fmt.Errorf("%w: a window of %s with %d sub-windows is too long for exact arithmetic (window in µs × sub-windows must stay below 2^52)", ErrInvalidLimit, l.Period, n)
 	}
 	return nil
-}
-
-// Usable reports whether a Result returned beside err may be acted on: err
-// is nil, or the limiter failed open (allowed) or closed (rejected).
-func Usable(err error) bool {
-	return err == nil || errors.Is(err, ErrFailedOpen) || errors.Is(err, ErrFailedClosed)
 }

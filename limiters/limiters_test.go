@@ -321,13 +321,53 @@ func TestRefundEveryAlgorithm(t *testing.T) {
 		if err != nil || !res.Allowed {
 			t.Fatalf("%s: allow: %v %v", alg, res, err)
 		}
-		if err := lim.Refund(ctx, "r", 3, res); err != nil {
+		if err := res.Cancel(ctx); err != nil {
 			t.Fatalf("%s: refund: %v", alg, err)
+		}
+		// A second Cancel (of the Result or a copy) gives nothing back.
+		if err := res.Cancel(ctx); err != nil {
+			t.Fatalf("%s: second refund: %v", alg, err)
 		}
 		res, err = lim.Allow(ctx, "r", 5)
 		if err != nil || !res.Allowed {
 			t.Errorf("%s: after refund, the full capacity of 5 should fit: %v %v", alg, res, err)
 		}
+		if p, err := lim.Peek(ctx, "r", 1); err != nil || p.Allowed {
+			t.Errorf("%s: after one refund and a charge of 5, Peek(1) = %v, %v; want rejected (refunded once, not twice)", alg, p, err)
+		}
 		checkTTLs(t, rdb, lim.Config().Prefix)
+	}
+}
+
+// Config.Now decides on the given clock instead of Redis TIME: a window
+// filled at t0 stays full at t0, and the next window (a limiter whose clock
+// reads two periods later) starts empty, whatever the wall clock says.
+func TestConfigNowDecidesOnThatClock(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	t0 := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
+	for _, alg := range limiters.Algorithms() {
+		at := func(d time.Duration) *limiters.Redis {
+			lim, err := limiters.New(rdb, limiters.Config{Name: "now_" + string(alg), Algorithm: alg, Limit: limiters.PerHour(2),
+				Prefix: prefix, Now: func() time.Time { return t0.Add(d) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return lim
+		}
+		then, later := at(0), at(2*time.Hour) // past the sliding counter's previous window too
+		for i := range 2 {
+			if res, err := then.Allow(ctx, "k", 1); err != nil || !res.Allowed {
+				t.Fatalf("%s: step %d: got %v, %v; want allowed", alg, i, res, err)
+			}
+		}
+		if res, err := then.Allow(ctx, "k", 1); err != nil || res.Allowed {
+			t.Errorf("%s: third at t0: got %v, %v; want rejected", alg, res, err)
+		}
+		if res, err := later.Allow(ctx, "k", 2); err != nil || !res.Allowed {
+			t.Errorf("%s: two hours after t0: got %v, %v; want allowed (window over, bucket refilled)", alg, res, err)
+		}
 	}
 }

@@ -42,23 +42,25 @@ func NewPrefilter(next Limiter, maxKeys int, now func() time.Time) *Prefilter {
 	return &Prefilter{next: next, maxKeys: maxKeys, now: now, until: make(map[string]blocked)}
 }
 
-// Allow rejects locally while key is blocked, and otherwise asks next.
-func (p *Prefilter) Allow(ctx context.Context, key string, cost int64) (Result, error) {
-	return p.do(ctx, key, cost, p.next.Allow)
-}
-
 // Peek is Allow without a charge.
 func (p *Prefilter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
 	return p.do(ctx, key, cost, p.next.Peek)
 }
 
-// Refund passes through, and forgets any local block of key: the refund
-// may have made room the block does not know about.
-func (p *Prefilter) Refund(ctx context.Context, key string, cost int64, res Result) error {
-	p.mu.Lock()
-	delete(p.until, key)
-	p.mu.Unlock()
-	return p.next.Refund(ctx, key, cost, res)
+// Allow rejects locally while key is blocked, and otherwise asks next. The
+// Result's Cancel runs next's and forgets any local block of key: the
+// refund may have made room the block does not know about.
+func (p *Prefilter) Allow(ctx context.Context, key string, cost int64) (Result, error) {
+	res, err := p.do(ctx, key, cost, p.next.Allow)
+	if err != nil || !res.Allowed {
+		return res, err
+	}
+	return res.WithCancel(func(ctx context.Context) error {
+		p.mu.Lock()
+		delete(p.until, key)
+		p.mu.Unlock()
+		return res.Cancel(ctx)
+	}), nil
 }
 
 // Blocked reports how many keys are blocked now (for metrics and tests).

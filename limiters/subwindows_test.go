@@ -153,7 +153,7 @@ func TestSubWindowsRefundAndCost(t *testing.T) {
 	if err != nil || !res.Allowed {
 		t.Fatalf("allow: %v %v", res, err)
 	}
-	if err := lim.Refund(ctx, "r", 3, res); err != nil {
+	if err := res.Cancel(ctx); err != nil {
 		t.Fatalf("refund: %v", err)
 	}
 	if n := rdb.HLen(ctx, lim.Key("r")).Val(); n != 0 {

@@ -13,6 +13,7 @@ import (
 
 // Backlog counts a downstream's tasks by state.
 type Backlog struct {
+	// Downstream is the downstream counted.
 	Downstream string
 	Pending    int // waiting to be taken
 	Active     int // held by a worker (waiting for a slot or being delivered)

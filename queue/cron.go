@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
@@ -15,9 +16,13 @@ import (
 
 // CronJob enqueues Task each time Schedule fires.
 type CronJob struct {
-	Name     string
+	// Name identifies the job in its tick locks, task IDs and metrics.
+	Name string
+	// Schedule says when it fires; "@every d" ticks on multiples of d
+	// since the epoch in every process (see NextTick).
 	Schedule cron.Schedule
-	Task     Task
+	// Task is enqueued at every tick, with UniqueKey "cron:<Name>:<tick>".
+	Task Task
 }
 
 // Cron runs cron jobs so that each tick is enqueued exactly once however
@@ -35,16 +40,18 @@ type Cron struct {
 	space keys.Space
 	jobs  []CronJob
 	log   *slog.Logger
-	m     *metrics.Metrics
+	m     *metrics.Metrics // nil records nothing
 	now   func() time.Time
 }
 
-// NewCron returns a Cron enqueuing through p (so admission applies).
-func NewCron(rdb redis.UniversalClient, p *Producer, prefix string, jobs []CronJob, log *slog.Logger, m *metrics.Metrics) *Cron {
+// NewCron returns a Cron enqueuing through p (so admission applies), its
+// locks under prefix ("" means "shaper"). log nil means slog.Default(); reg
+// is where it registers shaper_cron_ticks_total (nil records nothing).
+func NewCron(rdb redis.UniversalClient, p *Producer, prefix string, jobs []CronJob, log *slog.Logger, reg prometheus.Registerer) *Cron {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Cron{rdb: rdb, p: p, space: keys.New(prefix), jobs: jobs, log: log, m: m, now: time.Now}
+	return &Cron{rdb: rdb, p: p, space: keys.New(prefix), jobs: jobs, log: log, m: metrics.New(reg), now: time.Now}
 }
 
 // NextTick is the first tick of s strictly after t.

@@ -19,7 +19,7 @@ const (
 	// has been refunded.
 	NotEnqueued Outcome = iota
 	// Accepted: enqueued to run now, or at the task's own ProcessAt. The
-	// error is nil, or matches limiters.ErrFailedOpen when the limiters
+	// error is nil; Receipt.Admission.FailedOpen is set when the limiters
 	// could not reach Redis and the policy let the task through.
 	Accepted
 	// Deferred: admission rejected the task for now and the policy is

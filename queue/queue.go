@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/envelope"
@@ -38,12 +39,18 @@ const DefaultMaxRetry = 25
 
 // Errors. Each is wrapped with %w and a message naming the bad field.
 var (
+	// ErrInvalidTask: a Task field is missing, malformed or out of range
+	// (Validate names it).
 	ErrInvalidTask = errors.New("queue: invalid task")
 	// ErrUnknownDownstream is shaping.ErrUnknownDownstream: the Producer
 	// was given its Downstreams and the task names another.
 	ErrUnknownDownstream = shaping.ErrUnknownDownstream
-	ErrDuplicate         = errors.New("queue: duplicate unique key")
-	ErrEnqueue           = errors.New("queue: enqueue failed")
+	// ErrDuplicate: a task with the same UniqueKey exists (Outcome
+	// Duplicate).
+	ErrDuplicate = errors.New("queue: duplicate unique key")
+	// ErrEnqueue: the asynq enqueue failed (Redis down or slow); the task
+	// is not in the queue and its admission charge was given back.
+	ErrEnqueue = errors.New("queue: enqueue failed")
 )
 
 // Task is what a producer enqueues.
@@ -78,13 +85,17 @@ type Task struct {
 type Receipt struct {
 	// Outcome classifies the result: Accepted, Deferred, Rejected,
 	// Duplicate or NotEnqueued. Only Accepted and Deferred tasks have an ID.
-	Outcome    Outcome
-	ID         string
-	Queue      string
+	Outcome Outcome
+	// ID is the task's ID (its UniqueKey, when set); "" unless enqueued.
+	ID string
+	// Queue is the asynq queue the task went (or would have gone) to.
+	Queue string
+	// Downstream is the task's downstream.
 	Downstream string
 	// Deferred is true when admission rejected the task now and it was
 	// scheduled to run at ProcessAt (its Retry-After) instead.
-	Deferred  bool
+	Deferred bool
+	// ProcessAt is when the task becomes runnable; zero unless enqueued.
 	ProcessAt time.Time
 	// Admission is the admission decision (zero when there is no policy).
 	Admission limiters.Result
@@ -111,10 +122,13 @@ type Admission struct {
 // RejectedError is returned when admission rejects a task. Result carries
 // the decision: RetryAfter, Remaining, Limit.
 type RejectedError struct {
+	// Downstream is the task's downstream.
 	Downstream string
-	Result     limiters.Result
+	// Result is the rejecting decision.
+	Result limiters.Result
 }
 
+// Error names the downstream, the rejecting limiter and the Retry-After.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("queue: task for %q rejected by admission (%s %q): retry after %s",
 		e.Downstream, e.Result.Algorithm, e.Result.Name, e.Result.RetryAfter.Round(time.Millisecond))
@@ -130,8 +144,12 @@ type ProducerConfig struct {
 	Downstreams []string
 	// Admission policies by downstream.
 	Admission map[string]Admission
-	// Metrics; nil records nothing.
-	Metrics *metrics.Metrics
+	// Registerer is where the producer registers its Prometheus
+	// collectors (shaper_admission_*, shaper_queue_enqueued_total: see
+	// docs/operations.md); nil records nothing. Collectors already
+	// registered there (by a Dispatcher or Cron given the same
+	// Registerer) are shared, not registered twice.
+	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// MaxPayload bounds a payload's size in bytes; 0 means 1 MiB.
@@ -156,6 +174,7 @@ type ProducerConfig struct {
 type Producer struct {
 	client *asynq.Client
 	cfg    ProducerConfig
+	m      *metrics.Metrics // nil records nothing
 	space  keys.Space
 	known  map[string]bool
 	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
@@ -170,7 +189,7 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, space: keys.New(cfg.Prefix)}
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix)}
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -223,10 +242,11 @@ func (p *Producer) maxCost(downstream string) int64 {
 
 // Enqueue runs the downstream's admission policy (if any) and enqueues the
 // task. Receipt.Outcome says what happened; the error says why a task was
-// not enqueued, or that admission failed open (limiters.ErrFailedOpen)
-// for one that was. A rejection returns *RejectedError (errors.As) and
-// enqueues nothing. If admission allowed the task but the enqueue fails,
-// the admission charge is refunded.
+// not enqueued (it is nil for an enqueued task). A rejection returns
+// *RejectedError (errors.As) and enqueues nothing. An admission that failed
+// open is no error: the task is enqueued and Receipt.Admission.FailedOpen
+// says so. If admission allowed the task but the enqueue fails, the
+// admission charge is refunded (Result.Cancel).
 func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 	rec, err := p.admitAndEnqueue(ctx, t)
 	switch {
@@ -254,18 +274,16 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	}
 	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
 	adm, hasAdm := p.cfg.Admission[t.Downstream]
-	var admErr error
 	if hasAdm && adm.Limiter != nil {
 		res, err := adm.Limiter.Allow(ctx, t.Key, t.Cost)
 		rec.Admission = res
-		if err != nil && !limiters.Usable(err) {
+		if err != nil && !errors.Is(err, limiters.ErrFailedClosed) {
 			p.decision(t.Downstream, res, "error")
 			return rec, err
 		}
-		if errors.Is(err, limiters.ErrFailedOpen) && p.cfg.Metrics != nil {
-			p.cfg.Metrics.FailOpen.WithLabelValues(t.Downstream, res.Name).Inc()
+		if res.FailedOpen && p.m != nil {
+			p.m.FailOpen.WithLabelValues(t.Downstream, res.Name).Inc()
 		}
-		admErr = err
 		if !res.Allowed {
 			if adm.OnReject != Defer || errors.Is(err, limiters.ErrFailedClosed) {
 				p.decision(t.Downstream, res, "rejected")
@@ -288,8 +306,8 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	}
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
-		if hasAdm && adm.Limiter != nil && rec.Admission.Allowed && !rec.Deferred {
-			if rerr := adm.Limiter.Refund(context.WithoutCancel(ctx), t.Key, t.Cost, rec.Admission); rerr != nil {
+		if rec.Admission.Allowed && !rec.Deferred {
+			if rerr := rec.Admission.Cancel(context.WithoutCancel(ctx)); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("queue: refund admission: %w", rerr))
 			}
 		}
@@ -297,18 +315,18 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	}
 	rec.ID = info.ID
 	rec.ProcessAt = info.NextProcessAt
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.Enqueued.WithLabelValues(t.Downstream).Inc()
+	if p.m != nil {
+		p.m.Enqueued.WithLabelValues(t.Downstream).Inc()
 		if rec.Deferred {
-			p.cfg.Metrics.Deferrals.WithLabelValues(t.Downstream).Inc()
+			p.m.Deferrals.WithLabelValues(t.Downstream).Inc()
 		}
 	}
-	return rec, admErr
+	return rec, nil
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
+	if p.m != nil {
+		p.m.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
 	}
 }
 

@@ -229,7 +229,7 @@ func TestAdmissionReject(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	lim := b.limiter(t, "tenant", limiters.TokenBucket, limiters.PerHour(3))
-	p := b.producer(t, ProducerConfig{Metrics: m, Admission: map[string]Admission{"api": {Limiter: lim}}})
+	p := b.producer(t, ProducerConfig{Registerer: reg, Admission: map[string]Admission{"api": {Limiter: lim}}})
 	ctx := context.Background()
 	for i := range 3 {
 		rec, err := p.Enqueue(ctx, Task{Downstream: "api", Key: "t1"})
@@ -283,7 +283,7 @@ func TestAdmissionDefer(t *testing.T) {
 	m := metrics.New(reg)
 	// 2 tokens, one back every 1.5s.
 	lim := b.limiter(t, "tenant", limiters.TokenBucket, limiters.Limit{Rate: 2, Period: 3 * time.Second, Burst: 2})
-	p := b.producer(t, ProducerConfig{Metrics: m, Admission: map[string]Admission{"api": {Limiter: lim, OnReject: Defer}}})
+	p := b.producer(t, ProducerConfig{Registerer: reg, Admission: map[string]Admission{"api": {Limiter: lim, OnReject: Defer}}})
 	ctx := context.Background()
 	for range 2 {
 		if rec, err := p.Enqueue(ctx, Task{Downstream: "api", Key: "t1"}); err != nil || rec.Deferred {
@@ -498,7 +498,7 @@ func TestFailurePolicyWithLimiterRedisDown(t *testing.T) {
 		}
 		return lim
 	}
-	p := b.producer(t, ProducerConfig{Metrics: m, Admission: map[string]Admission{
+	p := b.producer(t, ProducerConfig{Registerer: reg, Admission: map[string]Admission{
 		"open":         {Limiter: mk("open", limiters.FailOpen)},
 		"closed":       {Limiter: mk("closed", limiters.FailClosed)},
 		"closed-defer": {Limiter: mk("closed-defer", limiters.FailClosed), OnReject: Defer},
@@ -512,8 +512,8 @@ func TestFailurePolicyWithLimiterRedisDown(t *testing.T) {
 	srv.Stop()
 
 	rec, err := p.Enqueue(ctx, Task{Downstream: "open", Key: "t"})
-	if !errors.Is(err, limiters.ErrFailedOpen) || rec.ID == "" || !rec.Admission.Allowed || rec.Outcome != Accepted {
-		t.Errorf("fail_open: %+v, %v; want an enqueued task and ErrFailedOpen", rec, err)
+	if err != nil || rec.ID == "" || !rec.Admission.Allowed || !rec.Admission.FailedOpen || !errors.Is(rec.Admission.Cause, limiters.ErrFailedOpen) || rec.Outcome != Accepted {
+		t.Errorf("fail_open: %+v, %v; want an enqueued task, no error, and Admission.FailedOpen", rec, err)
 	}
 	if got := testutil.ToFloat64(m.FailOpen.WithLabelValues("open", "open")); got != 1 {
 		t.Errorf("fail_open_total = %v, want 1", got)

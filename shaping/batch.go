@@ -44,10 +44,14 @@ const BatchType = "shaper:batch"
 type BatchRow struct {
 	// ID is the producer's task ID (stable across retries: use it as an
 	// idempotency key, e.g. a unique column).
-	ID      string          `json:"id"`
-	Type    string          `json:"type"`
-	Key     string          `json:"key,omitempty"`
-	Cost    int64           `json:"cost"`
+	ID string `json:"id"`
+	// Type is the task's type as enqueued (queue.Task.Type).
+	Type string `json:"type"`
+	// Key is the task's admission key; "" when it had none.
+	Key string `json:"key,omitempty"`
+	// Cost is the units the task carried (at least 1).
+	Cost int64 `json:"cost"`
+	// Payload is the task's payload, as enqueued (JSON or raw bytes).
 	Payload json.RawMessage `json:"payload"`
 }
 

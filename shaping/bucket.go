@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/lua"
 )
 
 // ErrBucket: the shaping script failed or timed out. Shaping fails closed:
@@ -22,16 +22,23 @@ var ErrBucket = errors.New("shaping: bucket")
 // interval of one reservation's cost, a pushback, or the burst allowance.
 // Past it Reserve refuses the cost (ErrCostExceedsCapacity) and PushBack
 // clamps, so no task or answer can park a downstream for longer than this
-// (and `shaper ctl reset` clears a bucket at once). lua/shaping.lua checks
+// (and `shaper ctl reset` clears a bucket at once). internal/lua/shaping.lua checks
 // the same bound.
 const MaxInterval = sizing.MaxInterval
 
 // Bucket names a downstream's shaping bucket and the rate it releases at.
-// Only Rate.Rate and Rate.Period are read; the burst is Burst.
+// The zero Bucket is invalid (no rate).
 type Bucket struct {
-	Name  string
-	Rate  limiters.Limit
-	Burst int64 // releases allowed back to back after idle; 0 or 1 means none
+	// Name is the downstream's name; its bucket key is keys' Bucket(Name).
+	Name string
+	// Rate is the release rate: Rate.Rate units per Rate.Period. Only
+	// those two fields are read; Rate.Burst is ignored (whatever its value),
+	// since the burst of a shaping bucket is Burst.
+	Rate limiters.Limit
+	// Burst is how many releases may go back to back after an idle spell;
+	// 0 (the zero value) or 1 means none: every release is spaced by the
+	// interval of its cost.
+	Burst int64
 	// MaxCost is the largest cost Reserve accepts; 0 means any cost whose
 	// interval is within MaxInterval. A larger cost is refused with
 	// ErrCostExceedsCapacity, never reserved.
@@ -41,6 +48,12 @@ type Bucket struct {
 	// spaced by sizing.PaceSlack more than the exact interval, so that
 	// releases that late still put at most rate + 1 in any second.
 	LateTolerance time.Duration
+}
+
+// validateRate validates a shaping rate: Rate and Period only, as shaping
+// reads nothing else of a Limit (its burst is Downstream.Burst).
+func validateRate(l limiters.Limit) error {
+	return limiters.Limit{Rate: l.Rate, Period: l.Period}.Validate()
 }
 
 // DefaultMaxCost is the largest cost a downstream accepts unless it
@@ -85,7 +98,7 @@ func (r Reservation) SlotN(j int) time.Time {
 // Buckets runs the shaping script for any number of buckets. Safe for
 // concurrent use.
 type Buckets struct {
-	rdb     redis.Scripter
+	store   *lua.Store
 	space   keys.Space
 	timeout time.Duration
 	observe func(d time.Duration, err error)
@@ -104,7 +117,7 @@ func WithObserver(f func(d time.Duration, err error)) BucketsOption {
 
 // NewBuckets returns a client for buckets under prefix ("" = "shaper").
 func NewBuckets(rdb redis.Scripter, prefix string, opts ...BucketsOption) *Buckets {
-	b := &Buckets{rdb: rdb, space: keys.New(prefix), timeout: 2 * time.Second}
+	b := &Buckets{store: lua.New(rdb), space: keys.New(prefix), timeout: 2 * time.Second}
 	for _, o := range opts {
 		o(b)
 	}
@@ -117,7 +130,7 @@ const maxIntervalUS = int64(MaxInterval / time.Microsecond)
 // reservation starts now. For an operator undoing a pushback or a cost
 // that parked the downstream (`shaper ctl reset`).
 func (s *Buckets) Reset(ctx context.Context, name string) error {
-	_, err := s.run(ctx, Bucket{Name: name}, 0, 0, -1, lua.ModeReset, 0, 1)
+	_, err := s.run(ctx, Bucket{Name: name}, opReset, lua.BucketArgs{MaxWait: -1})
 	return err
 }
 
@@ -129,7 +142,7 @@ func (s *Buckets) Key(name string) string { return s.space.Bucket(name) }
 // process sharing the Redis: slots never overlap, so releases at their
 // slots never exceed the rate.
 func (s *Buckets) Reserve(ctx context.Context, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, 0, 1)
+	return s.call(ctx, b, cost, maxWait, opReserve, 0, 1)
 }
 
 // ReserveN reserves up to n consecutive slots of cost units each in one
@@ -140,36 +153,40 @@ func (s *Buckets) ReserveN(ctx context.Context, b Bucket, cost int64, n int, max
 	if n < 1 || n > maxSlotsPerCall {
 		return Reservation{}, fmt.Errorf("shaping: bucket %q: n must be 1-%d, got %d", b.Name, maxSlotsPerCall, n)
 	}
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, 0, n)
+	return s.call(ctx, b, cost, maxWait, opReserve, 0, n)
 }
 
 // maxSlotsPerCall is the script's cap on ReserveN's n.
 const maxSlotsPerCall = 1000
 
-// ReserveAt is Reserve at an explicit time (tests only: production uses
-// the Redis clock so every host agrees).
-func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, lua.ModeCharge, now.UnixMicro(), 1)
-}
-
 // Peek reports the wait a reservation would get, without reserving.
 func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, error) {
-	return s.call(ctx, b, cost, -1, lua.ModePeek, 0, 1)
+	return s.call(ctx, b, cost, -1, opPeek, 0, 1)
 }
 
 // PushBack moves b's next_free to at least now+d: every process's next
 // reservation waits for it. For a downstream that said "retry after d".
 func (s *Buckets) PushBack(ctx context.Context, b Bucket, d time.Duration) (time.Time, error) {
 	d = min(max(d, 0), MaxInterval)
-	r, err := s.run(ctx, b, int64(d/time.Microsecond), 0, -1, lua.ModeRefund, 0, 1)
+	r, err := s.run(ctx, b, opPushBack, lua.BucketArgs{Interval: int64(d / time.Microsecond), MaxWait: -1})
 	return r.NextFree, err
 }
 
-func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, mode int, now int64, n int) (Reservation, error) {
+// bucketOp is what run asks the script to do.
+type bucketOp int
+
+const (
+	opReserve bucketOp = iota
+	opPeek
+	opPushBack
+	opReset
+)
+
+func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, o bucketOp, now int64, n int) (Reservation, error) {
 	if cost < 1 {
 		return Reservation{}, fmt.Errorf("%w: cost must be at least 1, got %d", limiters.ErrInvalidCost, cost)
 	}
-	if err := b.Rate.Validate(); err != nil {
+	if err := validateRate(b.Rate); err != nil {
 		return Reservation{}, fmt.Errorf("shaping: bucket %q: %w", b.Name, err)
 	}
 	if b.MaxCost > 0 && cost > b.MaxCost {
@@ -190,19 +207,28 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if maxWait >= 0 {
 		mw = int64(maxWait / time.Microsecond)
 	}
-	return s.run(ctx, b, interval, burstUS, mw, mode, now, n)
+	return s.run(ctx, b, o, lua.BucketArgs{Interval: interval, Burst: burstUS, MaxWait: mw, Now: now, Slots: int64(n)})
 }
 
-func (s *Buckets) run(ctx context.Context, b Bucket, a1, a2, a3 int64, mode int, now int64, n int) (Reservation, error) {
+func (s *Buckets) run(ctx context.Context, b Bucket, o bucketOp, a lua.BucketArgs) (Reservation, error) {
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
 	start := time.Now()
-	v, err := lua.Shaping.Run(ctx, s.rdb, []string{s.space.Bucket(b.Name)}, a1, a2, a3, mode, now, n).Int64Slice()
-	if err == nil && len(v) != 5 {
-		err = fmt.Errorf("reply has %d fields, want 5", len(v))
+	key := s.space.Bucket(b.Name)
+	var v lua.BucketReply
+	var err error
+	switch o {
+	case opReserve:
+		v, err = s.store.Reserve(ctx, key, a)
+	case opPeek:
+		v, err = s.store.PeekBucket(ctx, key, a)
+	case opPushBack:
+		v, err = s.store.PushBack(ctx, key, a)
+	case opReset:
+		err = s.store.ResetBucket(ctx, key)
 	}
 	if s.observe != nil {
 		s.observe(time.Since(start), err)
@@ -211,12 +237,12 @@ func (s *Buckets) run(ctx context.Context, b Bucket, a1, a2, a3 int64, mode int,
 		return Reservation{}, fmt.Errorf("%w %q: %w", ErrBucket, b.Name, err)
 	}
 	return Reservation{
-		OK:       v[0] >= 1,
-		Count:    int(v[0]),
-		Wait:     time.Duration(v[1]) * time.Microsecond,
-		NextFree: time.UnixMicro(v[2]),
-		Now:      time.UnixMicro(v[3]),
-		base:     time.UnixMicro(v[4]),
-		interval: time.Duration(a1) * time.Microsecond,
+		OK:       v.Reserved >= 1,
+		Count:    int(v.Reserved),
+		Wait:     time.Duration(v.Wait) * time.Microsecond,
+		NextFree: time.UnixMicro(v.NextFree),
+		Now:      time.UnixMicro(v.Now),
+		base:     time.UnixMicro(v.Base),
+		interval: time.Duration(a.Interval) * time.Microsecond,
 	}, nil
 }

@@ -113,3 +113,30 @@ func TestBucketRejectsBadInput(t *testing.T) {
 		t.Error("rate 0: want an error")
 	}
 }
+
+// Shaping reads only a Limit's Rate and Period: Rate.Burst, whatever its
+// value (limiters' "0 means Rate", a large one, even a negative one), gives
+// no burst; the only burst is Bucket.Burst / Downstream.Burst.
+func TestBucketIgnoresLimitBurst(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	bs := shaping.NewBuckets(rdb, redistest.Prefix(t))
+	ctx := context.Background()
+	for _, burst := range []int64{0, 10, 50, -1} {
+		b := shaping.Bucket{Name: "api", Rate: limiters.Limit{Rate: 10, Period: time.Second, Burst: burst}}
+		if err := bs.Reset(ctx, b.Name); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []time.Duration{0, 100 * ms, 200 * ms} {
+			r, err := bs.ReserveAt(ctx, t0, b, 1, -1)
+			if err != nil || !r.OK || r.Wait != want {
+				t.Errorf("Rate.Burst %d: step %d: got ok=%v wait=%v (%v), want ok wait=%v", burst, i, r.OK, r.Wait, err, want)
+			}
+		}
+	}
+	d := shaping.New(rdb, shaping.Config{Prefix: redistest.Prefix(t)})
+	if err := d.Add(shaping.Downstream{Name: "api", Rate: limiters.Limit{Rate: 10, Period: time.Second, Burst: -1},
+		Handler: func(context.Context, *shaping.Task) error { return nil }}); err != nil {
+		t.Errorf("Add with Rate.Burst -1 = %v, want accepted (shaping does not read it)", err)
+	}
+}

@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/lua"
 )
 
 // StateTTL is how long a downstream's runtime state (pause, rate override,
@@ -20,6 +20,7 @@ const StateTTL = 30 * 24 * time.Hour
 // State is a downstream's runtime state as stored in Redis, shared by every
 // process.
 type State struct {
+	// Paused is true while the downstream is paused (false: the zero value).
 	Paused bool
 	// Override replaces the configured (or scheduled) rate; zero: none.
 	Override limiters.Limit
@@ -32,23 +33,24 @@ type State struct {
 // concurrent use; needs no Dispatcher.
 type Control struct {
 	rdb   redis.Scripter
+	store *lua.Store
 	space keys.Space
 }
 
 // NewControl returns a Control for keys under prefix.
 func NewControl(rdb redis.Scripter, prefix string) *Control {
-	return &Control{rdb: rdb, space: keys.New(prefix)}
+	return &Control{rdb: rdb, store: lua.New(rdb), space: keys.New(prefix)}
 }
 
 func (c *Control) set(ctx context.Context, ds string, kv ...string) error {
 	if !dsName.MatchString(ds) {
 		return fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
 	}
-	args := []any{StateTTL.Milliseconds()}
-	for _, s := range kv {
-		args = append(args, s)
+	var pairs [][2]string
+	for i := 0; i+1 < len(kv); i += 2 {
+		pairs = append(pairs, [2]string{kv[i], kv[i+1]})
 	}
-	if err := lua.Control.Run(ctx, c.rdb, []string{c.space.DownstreamState(ds)}, args...).Err(); err != nil {
+	if _, err := c.store.SetState(ctx, c.space.DownstreamState(ds), StateTTL.Milliseconds(), pairs...); err != nil {
 		return fmt.Errorf("shaping: control %q: %w", ds, err)
 	}
 	return c.bump(ctx, ds)
@@ -90,12 +92,13 @@ func (c *Control) Pause(ctx context.Context, ds string) error { return c.set(ctx
 func (c *Control) Resume(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "") }
 
 // SetRate overrides ds's rate in every process; the zero Limit removes the
-// override (back to the configured or scheduled rate).
+// override (back to the configured or scheduled rate). Only l.Rate and
+// l.Period are read.
 func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) error {
 	if l.IsZero() {
 		return c.set(ctx, ds, "override_rate", "", "override_period_us", "")
 	}
-	if err := l.Validate(); err != nil {
+	if err := validateRate(l); err != nil {
 		return err
 	}
 	return c.set(ctx, ds, "override_rate", strconv.FormatInt(l.Rate, 10),
@@ -157,7 +160,7 @@ func fromMilli(m int64) limiters.Limit {
 	return limiters.Limit{Rate: m, Period: 1000 * time.Second, Burst: 1}
 }
 
-func (a *Adaptive) args(start limiters.Limit) []any {
+func (a *Adaptive) args(start limiters.Limit, now int64) lua.AdaptiveArgs {
 	dec := a.Decrease
 	if dec <= 0 || dec >= 1 {
 		dec = 0.75
@@ -170,14 +173,13 @@ func (a *Adaptive) args(start limiters.Limit) []any {
 	if iv <= 0 {
 		iv = time.Second
 	}
-	return []any{milli(start), milli(a.Floor), milli(a.Ceiling), int64(dec * 1000), step, int64(iv / time.Microsecond), StateTTL.Milliseconds()}
+	return lua.AdaptiveArgs{Start: milli(start), Floor: milli(a.Floor), Ceiling: milli(a.Ceiling), Decrease: int64(dec * 1000),
+		Step: step, Interval: int64(iv / time.Microsecond), TTL: StateTTL.Milliseconds(), Now: now}
 }
 
 // adaptiveEvent runs adaptive.lua and returns the shared rate.
 func (c *Control) adaptiveEvent(ctx context.Context, ds string, a *Adaptive, start limiters.Limit, event string, now int64) (limiters.Limit, error) {
-	args := append([]any{event}, a.args(start)...)
-	args = append(args, now)
-	m, err := lua.Adaptive.Run(ctx, c.rdb, []string{c.space.DownstreamState(ds)}, args...).Int64()
+	m, err := c.store.Adaptive(ctx, c.space.DownstreamState(ds), lua.AdaptiveEvent(event), a.args(start, now))
 	if err != nil {
 		return limiters.Limit{}, fmt.Errorf("shaping: adaptive %q: %w", ds, err)
 	}

@@ -28,6 +28,7 @@ const (
 	Archive
 )
 
+// String is the action's name: "complete", "throttle", "retry", "archive".
 func (a Action) String() string {
 	switch a {
 	case Complete:
@@ -46,6 +47,8 @@ func (a Action) String() string {
 // test can check what the dispatcher would do without running one (see
 // package shapingtest).
 type Decision struct {
+	// Action is what the dispatcher does with the task (the zero value is
+	// Complete).
 	Action Action
 	// Pause is how long a Throttle pushes the bucket back; 0 with an
 	// adaptive rate and no Retry-After (the rate slows down instead).
@@ -63,7 +66,9 @@ type Decision struct {
 // Budget is a task's retry state: Retried failed attempts so far, of at
 // most MaxRetry (negative: no limit).
 type Budget struct {
-	Retried  int
+	// Retried is how many attempts have failed so far (0: a first attempt).
+	Retried int
+	// MaxRetry is the most failed attempts allowed; negative is no limit.
 	MaxRetry int
 }
 

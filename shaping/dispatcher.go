@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
@@ -20,10 +22,16 @@ import (
 
 // Task is what a handler receives.
 type Task struct {
-	ID         string
-	Type       string
-	Payload    []byte
-	Headers    map[string]string
+	// ID is the task's asynq ID (its UniqueKey, when the producer set one).
+	ID string
+	// Type is the asynq task type (queue.DefaultType unless set;
+	// BatchType for a batch).
+	Type string
+	// Payload is delivered as the producer enqueued it.
+	Payload []byte
+	// Headers are the task's asynq headers (shaper's envelope included).
+	Headers map[string]string
+	// Downstream is the downstream the task was released to.
 	Downstream string
 	Key        string // admission key, if the producer gave one
 	Cost       int64  // units the task occupied in the bucket
@@ -44,10 +52,13 @@ type HandlerFunc func(ctx context.Context, t *Task) error
 type Downstream struct {
 	// Name: 1-64 of [A-Za-z0-9_.-]. Its queue is "<prefix>:<name>".
 	Name string
-	// Rate is the release rate (Rate per Period; Burst ignored, see Burst).
+	// Rate is the release rate: Rate.Rate units per Rate.Period, required.
+	// Only those two fields are read; Rate.Burst is ignored whatever its
+	// value (limiters.PerSecond sets it; it means nothing here): the
+	// downstream's burst is Burst.
 	Rate limiters.Limit
 	// Burst lets this many releases through back to back after an idle
-	// spell; 0 or 1 spaces every release by 1/rate.
+	// spell; 0 (the zero value) or 1 spaces every release by 1/rate.
 	Burst int64
 	// MaxWait is the longest a worker holds a task for its slot; the
 	// bucket holds MaxWait × rate tasks. Zero means 1s.
@@ -103,8 +114,13 @@ type Config struct {
 	Prefix string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics; nil records nothing.
-	Metrics *metrics.Metrics
+	// Registerer is where the dispatcher registers its Prometheus
+	// collectors (shaper_shaping_*, shaper_redis_*, shaper_queue_*: see
+	// docs/operations.md); nil records nothing. Collectors that are
+	// already registered there with the same description (by a Producer
+	// or another Dispatcher given the same Registerer) are shared, not
+	// registered twice.
+	Registerer prometheus.Registerer
 	// ShutdownTimeout bounds how long Shutdown lets releases in flight
 	// finish; zero means 10s. Tasks still waiting for their slot go back
 	// to the queue at once.
@@ -146,6 +162,7 @@ type Config struct {
 // Dispatcher releases the tasks of its downstreams at their rates.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
+	store   *lua.Store // recovery and quarantine scripts
 	cfg     Config
 	space   keys.Space
 	buckets *Buckets
@@ -190,9 +207,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
-		rdb: rdb, cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger, m: cfg.Metrics,
+		rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
 		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
 	}
+	d.m = metrics.New(cfg.Registerer)
 	d.control = NewControl(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
 		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))
@@ -214,7 +232,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if !dsName.MatchString(ds.Name) {
 		return fmt.Errorf("shaping: downstream name must be 1-64 of [A-Za-z0-9_.-], got %q", ds.Name)
 	}
-	if err := ds.Rate.Validate(); err != nil {
+	if err := validateRate(ds.Rate); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
 	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
@@ -225,10 +243,10 @@ func (d *Dispatcher) Add(ds Downstream) error {
 			ds.Name, ds.Concurrency, ds.KeyConcurrency, ds.LeaseTime)
 	}
 	if a := ds.Adaptive; a != nil {
-		if err := a.Floor.Validate(); err != nil {
+		if err := validateRate(a.Floor); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive floor: %w", ds.Name, err)
 		}
-		if err := a.Ceiling.Validate(); err != nil {
+		if err := validateRate(a.Ceiling); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive ceiling: %w", ds.Name, err)
 		}
 		if a.Floor.PerSec() > a.Ceiling.PerSec() {

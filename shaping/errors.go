@@ -14,10 +14,13 @@ import (
 // Retry-After: the dispatcher pauses 1s, or, with an adaptive rate, only
 // slows the rate down.
 type ThrottledError struct {
+	// After is the downstream's Retry-After; 0 when it gave none.
 	After time.Duration
-	Err   error
+	// Err is the downstream's answer, for messages; may be nil.
+	Err error
 }
 
+// Error reads "shaping: downstream throttled, retry after <After>[: <Err>]".
 func (e *ThrottledError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("shaping: downstream throttled, retry after %s", e.After)
@@ -25,6 +28,7 @@ func (e *ThrottledError) Error() string {
 	return fmt.Sprintf("shaping: downstream throttled, retry after %s: %v", e.After, e.Err)
 }
 
+// Unwrap returns Err.
 func (e *ThrottledError) Unwrap() error { return e.Err }
 
 // Throttled wraps err as a ThrottledError asking to retry after d.

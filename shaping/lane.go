@@ -21,7 +21,18 @@ type lane struct {
 	mu   sync.Mutex
 	q    *list.List // of *waiter
 	kick chan struct{}
+	// When the bucket has room at once (demand below the rate), the lane
+	// reserves a few slots more than its waiters need and keeps them as
+	// stock, so that a worker coming back from its call takes a slot
+	// without a round trip. A stocked slot is a real reservation: used
+	// within its late tolerance or wasted, never replayed.
+	stock     []time.Time // slot starts on the Redis clock, oldest first
+	stockCost int64
+	behind    bool // the last reservation started at once (the bucket had room)
 }
+
+// maxStock bounds the slots a lane reserves ahead of its waiters.
+const maxStock = 32
 
 // waiter is one worker waiting for its slot.
 type waiter struct {
@@ -49,6 +60,10 @@ func newLane(r *runner) *lane {
 func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) {
 	w := &waiter{cost: cost, done: make(chan grant, 1)}
 	l.mu.Lock()
+	if g, ok := l.fromStock(cost); ok {
+		l.mu.Unlock()
+		return g, nil
+	}
 	var e *list.Element
 	if front {
 		e = l.q.PushFront(w)
@@ -73,6 +88,23 @@ func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) 
 		return grant{}, ctx.Err()
 	}
 	return grant{}, errStopping
+}
+
+// fromStock takes the oldest stocked slot of cost that is not yet too late
+// to use (l.mu held); slots past their tolerance are wasted.
+func (l *lane) fromStock(cost int64) (grant, bool) {
+	if l.stockCost != cost {
+		return grant{}, false
+	}
+	off, tol := l.r.offset.get(), l.r.lateTolerance(cost)/2
+	for len(l.stock) > 0 {
+		slot := l.stock[0]
+		l.stock = l.stock[1:]
+		if time.Since(slot.Add(off)) <= tol {
+			return grant{slot: slot, now: slot}, true
+		}
+	}
+	return grant{}, false
 }
 
 // head returns the cost of the first waiter and how many waiters from the
@@ -100,6 +132,14 @@ func (l *lane) hand(cost int64, res Reservation, err error) {
 	for j := 0; (err != nil && j < 1) || j < res.Count; j++ {
 		e := l.q.Front()
 		if e == nil || e.Value.(*waiter).cost != cost {
+			if err == nil { // slots no waiter took: stock for the next ones
+				if l.stockCost != cost {
+					l.stock, l.stockCost = nil, cost
+				}
+				for ; j < res.Count; j++ {
+					l.stock = append(l.stock, res.SlotN(j))
+				}
+			}
 			return
 		}
 		w := e.Value.(*waiter)
@@ -135,8 +175,12 @@ func (l *lane) run() {
 			}
 			continue
 		}
+		ask := n
+		if l.behindNow() {
+			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, n, r.ds.MaxWait)
+		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.ds.MaxWait)
 		cancel()
 		switch {
 		case errors.Is(err, limiters.ErrCostExceedsCapacity):
@@ -156,6 +200,7 @@ func (l *lane) run() {
 		backoff = 50 * time.Millisecond
 		recv := time.Now()
 		r.offset.observe(recv.Sub(res.Now), recv)
+		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
 			r.observeWaits(res)
 			l.hand(cost, res, nil)
@@ -168,6 +213,18 @@ func (l *lane) run() {
 			return
 		}
 	}
+}
+
+func (l *lane) behindNow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.behind && len(l.stock) == 0
+}
+
+func (l *lane) setBehind(b bool) {
+	l.mu.Lock()
+	l.behind = b
+	l.mu.Unlock()
 }
 
 // roomIn is how long until the bucket has room for the waiters: the first

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shaper-io/shaper/lua"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // Concurrency caps: at most Downstream.Concurrency calls in flight across
@@ -106,33 +106,35 @@ func (l *leaseLane) release(member string) {
 	l.nudge()
 }
 
+// call runs op ("acquire", "renew" or "release") for members; acquire
+// replies a granted flag per member and then the wait in µs, the others
+// the number of leases they touched.
 func (l *leaseLane) call(ctx context.Context, op string, members []string) ([]int64, error) {
 	r := l.r
-	args := make([]any, 0, 5+len(members))
-	args = append(args, op, 0, int64(r.leaseTime()/time.Microsecond), r.ds.Concurrency, r.ds.KeyConcurrency)
-	for _, m := range members {
-		args = append(args, m)
-	}
 	sp := r.d.space
-	v, err := lua.Concurrency.Run(ctx, r.d.rdb, []string{sp.Leases(r.ds.Name), sp.LeaseCounts(r.ds.Name)}, args...).Result()
+	ls, counts := sp.Leases(r.ds.Name), sp.LeaseCounts(r.ds.Name)
+	a := lua.LeaseArgs{Lease: int64(r.leaseTime() / time.Microsecond), Cap: int64(r.ds.Concurrency), KeyCap: int64(r.ds.KeyConcurrency)}
+	var v []int64
+	var err error
+	switch op {
+	case "acquire":
+		var wait int64
+		if v, wait, err = r.d.store.AcquireLeases(ctx, ls, counts, a, members); err == nil {
+			v = append(v, wait)
+		}
+	case "renew", "release":
+		f := r.d.store.RenewLeases
+		if op == "release" {
+			f = r.d.store.ReleaseLeases
+		}
+		var n int64
+		n, err = f(ctx, ls, counts, a, members)
+		v = []int64{n}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shaping: leases of %q: %w", r.ds.Name, err)
 	}
-	switch v := v.(type) {
-	case int64:
-		return []int64{v}, nil
-	case []any:
-		out := make([]int64, len(v))
-		for i, x := range v {
-			n, ok := x.(int64)
-			if !ok {
-				return nil, fmt.Errorf("shaping: leases of %q: reply field %d is %T", r.ds.Name, i, x)
-			}
-			out[i] = n
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("shaping: leases of %q: reply is %T", r.ds.Name, v)
+	return v, nil
 }
 
 // waiting returns up to leaseBatch waiters from the front.

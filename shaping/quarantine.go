@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/shaper-io/shaper/internal/keys"
-	"github.com/shaper-io/shaper/lua"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // QuarantineConfig tunes the scan that moves corrupt entries out of each
@@ -24,7 +24,7 @@ import (
 // has no msg or an empty one, the msg is not an asynq TaskMessage, or the
 // msg names another id (asynq could never complete or retry it). Such an
 // entry is removed from every asynq structure and pushed, with its reason
-// and raw msg, onto the queue's quarantine list (keys.Space.Quarantine) in
+// and raw msg, onto the queue's quarantine list ("<prefix>:quarantine:{<queue>}") in
 // one script. The zero value is the defaults.
 type QuarantineConfig struct {
 	// Interval between scans of each queue's active list and lease set,
@@ -299,10 +299,8 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 	if msg != nil {
 		judged = *msg
 	}
-	ks := []string{a.Task(id), a.Pending(), a.Active(), a.Scheduled(), a.Retry(), a.Archived(), a.Lease(),
-		a.Completed(), q.d.space.Quarantine(ds)}
-	n, err := lua.Quarantine.Run(ctx, q.d.rdb, ks, id, reason, judged, q.cfg.MaxEntries,
-		q.cfg.TTL.Milliseconds(), quarantineMsg).Int64()
+	n, err := q.d.store.Quarantine(ctx, a, q.d.space.Quarantine(ds), lua.QuarantineArgs{ID: id, Reason: reason,
+		Judged: judged, Keep: q.cfg.MaxEntries, TTL: q.cfg.TTL.Milliseconds(), Bytes: quarantineMsg})
 	if err != nil {
 		return false, fmt.Errorf("shaping: quarantine task %q of %q: %w", id, ds, err)
 	}

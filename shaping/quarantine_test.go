@@ -40,9 +40,10 @@ func newQEnv(t *testing.T, qc shaping.QuarantineConfig) *qEnv {
 	t.Helper()
 	e := &qEnv{rdb: redistest.Client(t), prefix: redistest.Prefix(t), seen: map[string]bool{}}
 	e.a = keys.New(e.prefix).Asynq("api")
-	e.m = metrics.New(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	e.m = metrics.New(reg) // the dispatcher's own collectors, shared through reg
 	e.d = shaping.New(e.rdb, shaping.Config{Prefix: e.prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: e.m, ShutdownTimeout: 5 * time.Second, Quarantine: qc})
+		Registerer: reg, ShutdownTimeout: 5 * time.Second, Quarantine: qc})
 	err := e.d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), Workers: 5,
 		Handler: func(ctx context.Context, tk *shaping.Task) error {
 			e.mu.Lock()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/lua"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // Crash recovery, faster than asynq's. asynq returns a dead worker's
@@ -121,16 +121,13 @@ func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (mo
 	q := d.space.Asynq(ds)
 	total := int64(0)
 	for {
-		v, err := lua.Recover.Run(ctx, d.rdb, []string{q.Lease(), q.Active(), q.Pending()},
-			q.TaskPrefix(), int64(asynqLease/time.Second), int64(d.cfg.RecoverAfter/time.Second), recoverBatch, now, int64(recoverSkew/time.Second)).Int64Slice()
+		m, dr, err := d.store.Recover(ctx, q, lua.RecoverArgs{Lease: int64(asynqLease / time.Second),
+			Stale: int64(d.cfg.RecoverAfter / time.Second), Batch: recoverBatch, Now: now, Skew: int64(recoverSkew / time.Second)})
 		if err != nil {
 			return moved, dropped, fmt.Errorf("shaping: recover %q: %w", ds, err)
 		}
-		if len(v) != 2 {
-			return moved, dropped, fmt.Errorf("shaping: recover %q: reply has %d fields, want 2", ds, len(v))
-		}
-		moved, dropped = moved+v[0], dropped+v[1]
-		if total += v[0] + v[1]; v[0]+v[1] < recoverBatch || total > 100*recoverBatch {
+		moved, dropped = moved+m, dropped+dr
+		if total += m + dr; m+dr < recoverBatch || total > 100*recoverBatch {
 			return moved, dropped, nil
 		}
 	}

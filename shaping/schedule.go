@@ -17,7 +17,9 @@ var CronParser = cronspec.Parser
 // RateChange sets a downstream's rate each time its cron expression fires.
 type RateChange struct {
 	Spec string // as written, for messages
+	// When fires at each change (a parsed Spec).
 	When cron.Schedule
+	// Rate is the rate from then on (Rate and Period only are read).
 	Rate limiters.Limit
 }
 

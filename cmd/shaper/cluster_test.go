@@ -18,10 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/lua"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -299,9 +299,9 @@ func TestClusterScriptFlushFallsBackToEval(t *testing.T) {
 	buckets := shaping.NewBuckets(cc, prefix)
 	b := shaping.Bucket{Name: "flush", Rate: limiters.PerSecond(1)}
 
-	exists := func(s *redis.Script) (on, off int) {
+	exists := func(sha string) (on, off int) {
 		cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			v, err := s.Exists(ctx, c).Result()
+			v, err := c.ScriptExists(ctx, sha).Result()
 			if err == nil && len(v) == 1 && v[0] {
 				on++
 			} else {
@@ -333,15 +333,15 @@ func TestClusterScriptFlushFallsBackToEval(t *testing.T) {
 		}
 	}
 	round(0)
-	if on, _ := exists(lua.TokenBucket); on < 3 {
+	if on, _ := exists(lua.TokenBucket.Hash()); on < 3 {
 		t.Errorf("token bucket script cached on %d masters after use, want 3", on)
 	}
 	flushScripts(t, cc)
-	if on, _ := exists(lua.TokenBucket); on != 0 {
+	if on, _ := exists(lua.TokenBucket.Hash()); on != 0 {
 		t.Fatalf("token bucket script still cached on %d masters after SCRIPT FLUSH", on)
 	}
 	round(1) // EVALSHA -> NOSCRIPT -> EVAL on every master
-	if on, _ := exists(lua.TokenBucket); on < 3 {
+	if on, _ := exists(lua.TokenBucket.Hash()); on < 3 {
 		t.Errorf("token bucket script cached on %d masters after the fallback, want 3 (EVAL caches it)", on)
 	}
 	flushScripts(t, cc)
@@ -522,17 +522,23 @@ func TestClusterKeyMemory(t *testing.T) {
 		{limiters.SlidingLog, limiters.PerMinute(1000), 1000, 150000},
 	} {
 		name := fmt.Sprintf("api%d", len(rows))
-		l, err := limiters.New(cc, limiters.Config{Name: name, Algorithm: c.alg, Limit: c.limit, Prefix: prefix})
+		now := time.Now()
+		cfg := limiters.Config{Name: name, Algorithm: c.alg, Limit: c.limit, Prefix: prefix, Now: func() time.Time { return now }}
+		l, err := limiters.New(cc, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		now := time.Now()
+		cfg.Now = func() time.Time { return now.Add(-c.limit.Period) }
+		prev, err := limiters.New(cc, cfg) // the same keys, a window earlier
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < n; i++ {
-			if res, err := l.AllowAt(ctx, now, user(i), c.cost); err != nil || !res.Allowed {
+			if res, err := l.Allow(ctx, user(i), c.cost); err != nil || !res.Allowed {
 				t.Fatalf("%s: %v %v", c.alg, res, err)
 			}
 			if c.alg == limiters.SlidingCounter { // the previous window too
-				if _, err := l.AllowAt(ctx, now.Add(-c.limit.Period), user(i), c.cost); err != nil {
+				if _, err := prev.Allow(ctx, user(i), c.cost); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -56,7 +56,6 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	var mu sync.Mutex
@@ -68,7 +67,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	}
 	release := shaping.LogHandler(logf)
 	cfg := demoConfig(opts.Rate)
-	d, p, err := startDemo(rdb, cfg, m, quiet, func(ctx context.Context, t *shaping.Task) error {
+	d, p, err := startDemo(rdb, cfg, reg, quiet, func(ctx context.Context, t *shaping.Task) error {
 		released.Add(1)
 		return release(ctx, t)
 	})
@@ -101,7 +100,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 	var admitted, rejected atomic.Int64
 	go produceDemo(ctx, p, opts.ProduceEvery, &admitted, &rejected)
 	in := queue.NewInspector(rdb, "")
-	go collectBacklog(ctx, in, d, m) // the page's backlog, as Run keeps it
+	go collectBacklog(ctx, in, d, metrics.New(reg)) // the page's backlog, as Run keeps it
 	return summarize(ctx, d, in, logf, opts.Rate, &released, &admitted, &rejected)
 }
 
@@ -138,13 +137,13 @@ func demoConfig(rate limiters.Limit) *config.Config {
 
 // startDemo builds the dispatcher and the producer of cfg's plan, as Run
 // does, with h as the demo downstream's handler.
-func startDemo(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metrics, quiet *slog.Logger, h shaping.HandlerFunc) (*shaping.Dispatcher, *queue.Producer, error) {
+func startDemo(rdb redis.UniversalClient, cfg *config.Config, reg prometheus.Registerer, quiet *slog.Logger, h shaping.HandlerFunc) (*shaping.Dispatcher, *queue.Producer, error) {
 	pl, err := plan.Build(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	dcfg := pl.Dispatcher
-	dcfg.Logger, dcfg.Metrics = quiet, m
+	dcfg.Logger, dcfg.Registerer = quiet, reg
 	d := shaping.New(rdb, dcfg)
 	demo := pl.Downstreams[0].Shaping
 	demo.Handler = h
@@ -152,7 +151,7 @@ func startDemo(rdb redis.UniversalClient, cfg *config.Config, m *metrics.Metrics
 		return nil, nil, err
 	}
 	pl.Producer.Logger = quiet
-	p, err := pl.NewProducer(rdb, m)
+	p, err := pl.NewProducer(rdb, reg)
 	if err != nil {
 		return nil, nil, err
 	}

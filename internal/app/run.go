@@ -68,11 +68,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 
 	pg := newPostgresSinks(rdb, pl.Prefix, log)
 	defer pg.Close()
-	d, err := newDispatcher(ctx, rdb, pl, opts.Handlers, log, m, pg)
+	d, err := newDispatcher(ctx, rdb, pl, opts.Handlers, log, reg, pg)
 	if err != nil {
 		return err
 	}
-	producer, err := pl.NewProducer(rdb, m)
+	producer, err := pl.NewProducer(rdb, reg)
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	go collectBacklog(ctx, inspector, d, m)
 	if len(pl.Cron) > 0 {
-		go queue.NewCron(rdb, producer, pl.Prefix, pl.Cron, log, m).Run(ctx)
+		go queue.NewCron(rdb, producer, pl.Prefix, pl.Cron, log, reg).Run(ctx)
 	}
 	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
 	for _, ds := range d.Downstreams() {
@@ -149,9 +149,9 @@ func shutdownWithin(d *shaping.Dispatcher, limit time.Duration, log *slog.Logger
 // newDispatcher builds the dispatcher of pl, each downstream with its
 // handler.
 func newDispatcher(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan, gos map[string]shaping.HandlerFunc,
-	log *slog.Logger, m *metrics.Metrics, pg *postgresSinks) (*shaping.Dispatcher, error) {
+	log *slog.Logger, reg prometheus.Registerer, pg *postgresSinks) (*shaping.Dispatcher, error) {
 	dcfg := pl.Dispatcher
-	dcfg.Logger, dcfg.Metrics = log, m
+	dcfg.Logger, dcfg.Registerer = log, reg
 	d := shaping.New(rdb, dcfg)
 	for i, pd := range pl.Downstreams {
 		ds := pd.Shaping

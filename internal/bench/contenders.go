@@ -22,7 +22,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
-	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -94,7 +93,7 @@ func (e *env) startShaper(ctx context.Context, prefix string, p int, sinkURL str
 			reg := prometheus.NewRegistry()
 			f.regs = append(f.regs, reg)
 			d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 5 * time.Second,
-				Metrics: metrics.New(reg)})
+				Registerer: reg})
 			err := d.Add(shaping.Downstream{Name: downstream, Rate: limiters.PerSecond(int64(o.Rate)), Workers: o.Workers,
 				MaxWait: time.Second, Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: sinkURL, Timeout: 5 * time.Second})})
 			if err == nil {

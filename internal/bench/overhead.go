@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -163,7 +162,7 @@ func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask
 		reg := prometheus.NewRegistry()
 		sf := &shaperFleet{regs: []*prometheus.Registry{reg}}
 		skipsOf = func() float64 { return sf.counter(ctx, "shaper_shaping_late_skips_total") }
-		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler), Metrics: metrics.New(reg)})
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.DiscardHandler), Registerer: reg})
 		err = d.Add(shaping.Downstream{Name: downstream, Rate: limiters.PerSecond(1_000_000), Workers: o.Workers, Handler: handle})
 		if err == nil {
 			err = d.Start()

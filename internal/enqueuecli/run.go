@@ -406,7 +406,7 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	at := r.where(j.line)
 	switch {
 	case rec.Outcome.Enqueued():
-		r.countEnqueued(rec, err, at)
+		r.countEnqueued(rec, at)
 		return enqueued, true
 	case errors.Is(err, limiters.ErrFailedClosed):
 		r.stop(j, "redis unreachable (admission failed closed: "+rejName(err)+" could not decide)", err, false)
@@ -431,10 +431,10 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	return r.notEnqueued(j, rec, err, at)
 }
 
-// countEnqueued counts and reports a task that is in the queue; a non-nil err
-// is ErrFailedOpen.
-func (r *runner) countEnqueued(rec queue.Receipt, err error, at string) {
-	failedOpen := err != nil
+// countEnqueued counts and reports a task that is in the queue, and whether
+// its admission failed open.
+func (r *runner) countEnqueued(rec queue.Receipt, at string) {
+	failedOpen := rec.Admission.FailedOpen
 	r.count(func(s *Summary) {
 		if rec.Outcome == queue.Deferred {
 			s.Deferred++
@@ -461,7 +461,11 @@ func (r *runner) countEnqueued(rec queue.Receipt, err error, at string) {
 		r.con.line("enqueue: %saccepted %s", at, rec.ID)
 	}
 	if failedOpen && (r.o.verbose || r.o.single()) {
-		r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(err.Error()))
+		why := "failed open"
+		if c := rec.Admission.Cause; c != nil {
+			why = c.Error()
+		}
+		r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(why))
 	}
 }
 

@@ -181,7 +181,7 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 	rec, err := a.cfg.Producer.Enqueue(ctx, task)
 	switch {
 	case rec.Outcome.Enqueued():
-		a.accepted(w, rec, err != nil) // a non-nil error here is ErrFailedOpen
+		a.accepted(w, rec, rec.Admission.FailedOpen)
 	case rec.Outcome == queue.Rejected && !errors.Is(err, limiters.ErrFailedClosed):
 		res := rec.Admission
 		SetRateLimitHeaders(w.Header(), res)

@@ -4,10 +4,10 @@
 package metrics
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Metrics holds shaper's collectors. A nil *Metrics is valid and records
@@ -39,9 +39,16 @@ type Metrics struct {
 	QuarantineLen     *prometheus.GaugeVec     // downstream
 }
 
-// New registers shaper's metrics on reg.
+// New registers shaper's metrics on reg, or, for those already registered
+// there, reuses the registered collectors: the dispatcher, the producer and
+// cron each call it with the prometheus.Registerer they were given, so that
+// one registry holds one set. A nil reg gives a nil *Metrics, which
+// records nothing.
 func New(reg prometheus.Registerer) *Metrics {
-	f := promauto.With(reg)
+	if reg == nil {
+		return nil
+	}
+	f := factory{reg}
 	waits := []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30}
 	return &Metrics{
 		Releases: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "releases_total",
@@ -104,4 +111,37 @@ func (m *Metrics) ObserveScript(script string, d time.Duration, err error) {
 	if err != nil {
 		m.ScriptErrors.WithLabelValues(script).Inc()
 	}
+}
+
+// factory builds collectors on a registry the way promauto.With does,
+// except that a collector already registered there is reused.
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) NewCounterVec(o prometheus.CounterOpts, labels []string) *prometheus.CounterVec {
+	return register(f.reg, prometheus.NewCounterVec(o, labels))
+}
+
+func (f factory) NewGaugeVec(o prometheus.GaugeOpts, labels []string) *prometheus.GaugeVec {
+	return register(f.reg, prometheus.NewGaugeVec(o, labels))
+}
+
+func (f factory) NewHistogramVec(o prometheus.HistogramOpts, labels []string) *prometheus.HistogramVec {
+	return register(f.reg, prometheus.NewHistogramVec(o, labels))
+}
+
+// register registers c on reg, or returns the identical collector already
+// there. Any other registration error is a programming error: it panics,
+// as promauto does.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(err)
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/config"
@@ -50,8 +51,9 @@ func admission(cfg *config.Config, dc config.Downstream) *Admission {
 }
 
 // NewAdmission builds the plan's admission policies on rdb, the
-// producer's Admission; m (may be nil) observes every script call.
-func (p *Plan) NewAdmission(rdb redis.UniversalClient, m *metrics.Metrics) (map[string]queue.Admission, error) {
+// producer's Admission; every script call is observed on reg (nil: not).
+func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer) (map[string]queue.Admission, error) {
+	m := metrics.New(reg)
 	out := map[string]queue.Admission{}
 	for _, d := range p.Downstreams {
 		a, ok := p.Admission[d.Config.Name]
@@ -89,13 +91,13 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, m *metrics.Metrics) (map[
 
 // NewProducer builds the plan's producer on rdb: admission, known
 // downstreams, retry budgets, cost bounds, batching, the payload limit.
-// m may be nil.
-func (p *Plan) NewProducer(rdb redis.UniversalClient, m *metrics.Metrics) (*queue.Producer, error) {
-	adm, err := p.NewAdmission(rdb, m)
+// Its metrics go to reg; nil records none.
+func (p *Plan) NewProducer(rdb redis.UniversalClient, reg prometheus.Registerer) (*queue.Producer, error) {
+	adm, err := p.NewAdmission(rdb, reg)
 	if err != nil {
 		return nil, err
 	}
 	pc := p.Producer
-	pc.Admission, pc.Metrics = adm, m
+	pc.Admission, pc.Registerer = adm, reg
 	return queue.NewProducer(rdb, pc), nil
 }

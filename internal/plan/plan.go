@@ -27,13 +27,13 @@ type Plan struct {
 	Prefix string
 	// Listen is the HTTP server's address; "" when it is off.
 	Listen string
-	// Dispatcher configures the dispatcher; Logger and Metrics are the
+	// Dispatcher configures the dispatcher; Logger and Registerer are the
 	// caller's to set.
 	Dispatcher shaping.Config
 	// Downstreams are the config's downstreams, in the file's order.
 	Downstreams []Downstream
-	// Producer configures the producer; Admission, Metrics and Logger are
-	// the caller's to set (NewProducer does).
+	// Producer configures the producer; Admission, Registerer and Logger
+	// are the caller's to set (NewProducer does).
 	Producer queue.ProducerConfig
 	// Admission is each downstream's admission policy, by name; a
 	// downstream without one is absent.

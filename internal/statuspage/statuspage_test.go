@@ -67,7 +67,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	}
 	b := &bundle{cfg: cfg, reg: prometheus.NewRegistry()}
 	b.m = metrics.New(b.reg)
-	b.d = shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Metrics: b.m, ShutdownTimeout: 5 * time.Second,
+	b.d = shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Registerer: b.reg, ShutdownTimeout: 5 * time.Second,
 		ControlInterval: 50 * time.Millisecond})
 	pl, err := plan.Build(cfg)
 	if err != nil {
@@ -84,7 +84,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 			t.Fatal(err)
 		}
 	}
-	if b.p, err = app.NewProducer(rdb, cfg, b.m); err != nil {
+	if b.p, err = app.NewProducer(rdb, cfg, b.reg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.p.Close() })

@@ -36,7 +36,7 @@ func (b *bundle) start(t *testing.T, pool *pgxpool.Pool, n int, rate int64, maxR
 	sink := b.sink(t, pool)
 	reg := prometheus.NewRegistry()
 	b.m = metrics.New(reg)
-	d := shaping.New(b.rdb, shaping.Config{Prefix: b.prefix, Logger: quiet, Metrics: b.m})
+	d := shaping.New(b.rdb, shaping.Config{Prefix: b.prefix, Logger: quiet, Registerer: reg})
 	must(t, d.Add(shaping.Downstream{Name: "db", Rate: limiters.PerSecond(rate), Workers: 8, MaxWait: time.Second,
 		Batch: &shaping.Batch{MaxRows: maxRows, MaxDelay: time.Second}, Handler: sink.Handle,
 		LateTolerance: limiters.PerSecond(rate).Interval(int64(maxRows)) / 2}))

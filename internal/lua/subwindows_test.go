@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/refmodel"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/lua"
 )
 
 // variant is one admission script as the differential tests drive it: an
@@ -69,13 +69,13 @@ func (a admission) nextEdge(t int64) int64 {
 func (r *admissionRun) checkRetry(in string, now int64, key string, cost, retry int64) {
 	r.tb.Helper()
 	peek := func(at int64) int64 {
-		args := []any{r.a.a1, r.a.a2, cost * r.a.p, lua.ModePeek, at, 0, r.a.sub}
-		got, err := r.script.Run(r.ctx, r.rdb, []string{key}, args...).Int64Slice()
+		args := lua.AdmissionArgs{Limit: r.a.a1, Window: r.a.a2, Cost: cost * r.a.p, Now: at, SubWindows: r.a.sub}
+		got, _, err := admit(r.ctx, r.store, lua.SlidingSubwindows, key, args, refmodel.Peek, 0)
 		if err != nil {
 			r.fail("%s: peek at now+%dµs: %v", in, at-now, err)
 		}
-		want := r.model.Do(at, key, r.a.a1, r.a.a2, cost*r.a.p, lua.ModePeek, 0)
-		if len(got) != 5 || refmodel.Reply(got) != want {
+		want := r.model.Do(at, key, r.a.a1, r.a.a2, cost*r.a.p, refmodel.Peek, 0)
+		if got != want {
 			r.fail("%s: peek at now+%dµs:\n  script %v\n  model  %v", in, at-now, got, want)
 		}
 		return got[0]
@@ -117,40 +117,41 @@ func TestSubWindowsScriptSteps(t *testing.T) {
 		// full. In sub-window 10 the 4 of sub-window 0 weigh 4*(1-e): 4*(1-e)+6+1 <= 10
 		// at e = 1/4, 1.025s; nothing is written (fields and TTL as before)
 		{at: 200 * ms, cost: 1, want: [4]int64{0, 0, 825_000, 1_000_000}, fields: 2, pttl: 1050*ms + margin},
-		{at: 1_024_999 * time.Microsecond, cost: 1, mode: lua.ModePeek, want: [4]int64{0, 0, 1, 175_001}, fields: 2},
-		{at: 1025 * ms, cost: 1, mode: lua.ModePeek, want: [4]int64{1, 0, 0, 175_000}, fields: 2},
+		{at: 1_024_999 * time.Microsecond, cost: 1, mode: refmodel.Peek, want: [4]int64{0, 0, 1, 175_001}, fields: 2},
+		{at: 1025 * ms, cost: 1, mode: refmodel.Peek, want: [4]int64{1, 0, 0, 175_000}, fields: 2},
 		{at: 1025 * ms, cost: 1, want: [4]int64{1, 0, 0, 1_075_000}, fields: 3, pttl: 1075*ms + margin},
 		// sub-window 11 at e = 1/2: sub-window 0 is out (its field deleted),
 		// sub-window 1 weighs 6*0.5, plus the 1 of sub-window 10: 4+6 <= 10
 		{at: 1150 * ms, cost: 6, want: [4]int64{1, 0, 0, 1_050_000}, fields: 3, pttl: 1050*ms + margin},
 		// giving back the 6 empties sub-window 11's field: it is deleted
-		{at: 1160 * ms, cost: 6, mode: lua.ModeRefund, token: 6, want: [4]int64{1, 0, 0, 0}, fields: 2},
+		{at: 1160 * ms, cost: 6, mode: refmodel.Refund, token: 6, want: [4]int64{1, 0, 0, 0}, fields: 2},
 		// at e = 0.6: 6*0.4 + 1 = 3.4 counted, 6.6 left
-		{at: 1160 * ms, cost: 0, mode: lua.ModePeek, want: [4]int64{1, 6, 0, 940_000}, fields: 2},
+		{at: 1160 * ms, cost: 0, mode: refmodel.Peek, want: [4]int64{1, 6, 0, 940_000}, fields: 2},
 		// long idle: every field has slid out; a charge deletes them all
-		{at: 5 * time.Second, cost: 1, mode: lua.ModePeek, want: [4]int64{1, 9, 0, 0}, fields: 2},
+		{at: 5 * time.Second, cost: 1, mode: refmodel.Peek, want: [4]int64{1, 9, 0, 0}, fields: 2},
 		{at: 5 * time.Second, cost: 1, want: [4]int64{1, 9, 0, 1_100_000}, fields: 1, pttl: 1100*ms + margin},
 	}
 	tokens := make([]int64, len(steps))
 	for i, s := range steps {
 		now := t0 + int64(s.at/time.Microsecond)
 		var token int64
-		if s.mode == lua.ModeRefund {
+		if s.mode == refmodel.Refund {
 			token = tokens[s.token]
 		}
 		before := rdb.HGetAll(ctx, key).Val()
-		got, err := lua.SlidingSubwindows.Run(ctx, rdb, []string{key}, 10, 1_000_000, s.cost, s.mode, now, token, 10).Int64Slice()
+		got, _, err := admit(ctx, lua.New(rdb), lua.SlidingSubwindows, key,
+			lua.AdmissionArgs{Limit: 10, Window: 1_000_000, Cost: s.cost, Now: now, SubWindows: 10}, s.mode, token)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		if after := rdb.HGetAll(ctx, key).Val(); (got[0] == 0 || s.mode == lua.ModePeek) && !maps.Equal(before, after) {
+		if after := rdb.HGetAll(ctx, key).Val(); (got[0] == 0 || s.mode == refmodel.Peek) && !maps.Equal(before, after) {
 			t.Errorf("step %d: a rejection or a peek wrote: %v became %v", i, before, after)
 		}
 		tokens[i] = got[4]
 		if [4]int64(got[:4]) != s.want {
 			t.Errorf("step %d (at %v cost %d mode %d): got %v, want %v", i, s.at, s.cost, s.mode, got[:4], s.want)
 		}
-		if wantSub := (now - t0) / 100_000; s.mode != lua.ModeRefund && got[4]-tokens[0] != wantSub {
+		if wantSub := (now - t0) / 100_000; s.mode != refmodel.Refund && got[4]-tokens[0] != wantSub {
 			t.Errorf("step %d: sub-window %d, want %d after the first", i, got[4]-tokens[0], wantSub)
 		}
 		if n := rdb.HLen(ctx, key).Val(); n != s.fields {
@@ -178,10 +179,11 @@ func TestSubWindowsClockStepBack(t *testing.T) {
 	rdb := redistest.Client(t)
 	key := redistest.Prefix(t) + ":{swc10:test:k}"
 	t0 := time.Now().Truncate(time.Second).Add(time.Second).UnixMicro()
-	call := func(atMS float64, cost int64, mode int) []int64 {
+	call := func(atMS float64, cost int64, mode int) refmodel.Reply {
 		t.Helper()
 		now := t0 + int64(atMS*1000)
-		v, err := lua.SlidingSubwindows.Run(ctx, rdb, []string{key}, 10, 1_000_000, cost, mode, now, 0, 10).Int64Slice()
+		v, _, err := admit(ctx, lua.New(rdb), lua.SlidingSubwindows, key,
+			lua.AdmissionArgs{Limit: 10, Window: 1_000_000, Cost: cost, Now: now, SubWindows: 10}, mode, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +193,7 @@ func TestSubWindowsClockStepBack(t *testing.T) {
 		atMS float64
 		cost int64
 	}{{150, 5}, {950, 5}, {1150, 2}} { // sub-windows 1, 9 and 11
-		if v := call(s.atMS, s.cost, lua.ModeCharge); v[0] != 1 {
+		if v := call(s.atMS, s.cost, refmodel.Charge); v[0] != 1 {
 			t.Fatalf("charge %d at %vms: %v, want allowed", s.cost, s.atMS, v)
 		}
 	}
@@ -199,14 +201,14 @@ func TestSubWindowsClockStepBack(t *testing.T) {
 	// In sub-window 11 the 5 of sub-window 1 weigh 5*(1-e); without the 2
 	// of sub-window 11 the request would fit at e = 0.2 (1.12s), with them
 	// only at e = 0.6, 1.16s.
-	v := call(1050, 1, lua.ModeCharge)
+	v := call(1050, 1, refmodel.Charge)
 	if v[0] != 0 || v[2] != 110_000 {
 		t.Fatalf("cost 1 at 1050ms: %v, want rejected with retry_after 110000µs", v)
 	}
-	if p := call(1159.999, 1, lua.ModePeek); p[0] != 0 {
+	if p := call(1159.999, 1, refmodel.Peek); p[0] != 0 {
 		t.Errorf("peek 1µs before the Retry-After: %v, want rejected", p)
 	}
-	if p := call(1160, 1, lua.ModePeek); p[0] != 1 {
+	if p := call(1160, 1, refmodel.Peek); p[0] != 1 {
 		t.Errorf("peek at the Retry-After: %v, want allowed", p)
 	}
 }

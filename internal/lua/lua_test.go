@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/refmodel"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/lua"
 )
 
 // The differential tests below run the same random sequence of calls through
@@ -52,7 +52,44 @@ var shapes = []shape{
 	{name: "3/10us", limit: limiters.Limit{Rate: 3, Period: 10 * time.Microsecond}, fast: true},
 }
 
-func scriptOf(alg limiters.Algorithm) *redis.Script {
+// admit runs one admission call in mode (refmodel.Charge, Peek or Refund)
+// through the Store, and returns its reply as the model's five fields, with
+// the whole typed reply beside it.
+func admit(ctx context.Context, st *lua.Store, alg lua.Admission, key string, a lua.AdmissionArgs, mode int, token int64) (refmodel.Reply, lua.AdmissionReply, error) {
+	var r lua.AdmissionReply
+	var err error
+	switch mode {
+	case refmodel.Peek:
+		r, err = st.PeekAdmission(ctx, alg, key, a)
+	case refmodel.Refund:
+		r, err = st.RefundAdmission(ctx, alg, key, a, token)
+	default:
+		r, err = st.Admit(ctx, alg, key, a)
+	}
+	allowed := int64(0)
+	if r.Allowed {
+		allowed = 1
+	}
+	return refmodel.Reply{allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Token}, r, err
+}
+
+// bucket runs one shaping.lua call in mode (refmodel.Charge: reserve, Peek,
+// Refund: push back) through the Store, and returns its five fields.
+func bucket(ctx context.Context, st *lua.Store, key string, a lua.BucketArgs, mode int) ([5]int64, error) {
+	var r lua.BucketReply
+	var err error
+	switch mode {
+	case refmodel.Peek:
+		r, err = st.PeekBucket(ctx, key, a)
+	case refmodel.Refund:
+		r, err = st.PushBack(ctx, key, a)
+	default:
+		r, err = st.Reserve(ctx, key, a)
+	}
+	return [5]int64{r.Reserved, r.Wait, r.NextFree, r.Now, r.Base}, err
+}
+
+func scriptOf(alg limiters.Algorithm) lua.Admission {
 	switch alg {
 	case limiters.FixedWindow:
 		return lua.FixedWindow
@@ -121,7 +158,7 @@ type op struct {
 	back  int64 // µs this call's now lags the clock (a clock step back)
 	key   int   // 0..2
 	cost  int64 // units, 0..capacity
-	mode  int   // lua.ModeCharge, ModePeek or ModeRefund
+	mode  int   // refmodel.Charge, ModePeek or ModeRefund
 	pick  int   // refund: which open charge to give back; shaping: max wait multiple, push-back length
 	extra int64 // shaping: max wait class
 }
@@ -159,11 +196,11 @@ func decodeOps(data []byte, capacity, period int64) []op {
 		o.key = int(b[2] % 3)
 		switch (b[2] / 3) % 4 {
 		case 0, 1:
-			o.mode = lua.ModeCharge
+			o.mode = refmodel.Charge
 		case 2:
-			o.mode = lua.ModePeek
+			o.mode = refmodel.Peek
 		case 3:
-			o.mode = lua.ModeRefund
+			o.mode = refmodel.Refund
 		}
 		if b[3] < 128 {
 			o.cost = 1
@@ -226,7 +263,8 @@ type admissionRun struct {
 	ctx    context.Context
 	rdb    redis.UniversalClient
 	a      admission
-	script *redis.Script
+	script lua.Admission
+	store  *lua.Store
 	model  refmodel.Model
 	prefix string
 	keys   [3]string
@@ -240,7 +278,7 @@ type admissionRun struct {
 func newAdmissionRun(tb testing.TB, rdb redis.UniversalClient, prefix string, a admission) *admissionRun {
 	r := &admissionRun{
 		tb: tb, ctx: context.Background(), rdb: rdb, a: a,
-		script: scriptOf(a.alg), model: refmodel.New(string(a.alg)),
+		script: scriptOf(a.alg), store: lua.New(rdb), model: refmodel.New(string(a.alg)),
 		prefix: prefix, clock: newClock(),
 	}
 	if a.sub > 0 {
@@ -262,10 +300,10 @@ func (r *admissionRun) step(i int, o op) {
 	r.tb.Helper()
 	now := r.clock.advance(o, r.a.nextEdge)
 	mode, cost, token := o.mode, o.cost, int64(0)
-	if mode == lua.ModeRefund {
+	if mode == refmodel.Refund {
 		open := r.open[o.key]
 		if len(open) == 0 {
-			mode = lua.ModeCharge
+			mode = refmodel.Charge
 		} else {
 			// Refund a charge Allow made, as limiters.Redis.Refund does:
 			// the same cost, the reply's token.
@@ -275,39 +313,31 @@ func (r *admissionRun) step(i int, o op) {
 		}
 	}
 	key := r.keys[o.key]
-	args := []any{r.a.a1, r.a.a2, cost * r.a.p, mode, now, token}
-	if r.a.sub > 0 {
-		args = append(args, r.a.sub)
-	}
-	got, err := r.script.Run(r.ctx, r.rdb, []string{key}, args...).Int64Slice()
+	args := lua.AdmissionArgs{Limit: r.a.a1, Window: r.a.a2, Cost: cost * r.a.p, Now: now, SubWindows: r.a.sub}
+	// The Store checks the reply's length (6 fields for the fixed window,
+	// its counter's PTTL last; 5 for the others): a wrong one is an error.
+	got, rep, err := admit(r.ctx, r.store, r.script, key, args, mode, token)
 	if err != nil {
 		r.fail("step %d: script: %v", i, err)
 	}
 	want := r.model.Do(now, key, r.a.a1, r.a.a2, cost*r.a.p, mode, token)
-	in := fmt.Sprintf("step %d: now=%d (t+%dµs) key=k%d ARGV=%v", i, now, now-r.clock.start, o.key, args)
+	in := fmt.Sprintf("step %d: now=%d (t+%dµs) key=k%d mode=%d token=%d %+v", i, now, now-r.clock.start, o.key, mode, token, args)
 	r.hist = append(r.hist, fmt.Sprintf("  %s -> %v", in, got))
 	if len(r.hist) > 12 {
 		r.hist = r.hist[1:]
 	}
-	wantLen := 5
-	if r.a.alg == limiters.FixedWindow {
-		wantLen = 6 // plus the counter's PTTL
-	}
-	if len(got) != wantLen {
-		r.fail("%s: script replied %v, want %d fields", in, got, wantLen)
-	}
-	if refmodel.Reply(got[:5]) != want {
-		r.fail("%s:\n  script %v\n  model  %v", in, got[:5], want)
+	if got != want {
+		r.fail("%s:\n  script %v\n  model  %v", in, got, want)
 	}
 	if r.a.alg == limiters.FixedWindow {
-		if pttl := got[5]; pttl != -2 && pttl <= 0 {
+		if pttl := rep.CounterPTTL; pttl != -2 && pttl <= 0 {
 			r.fail("%s: reply's pttl_ms = %d, want -2 or positive", in, pttl)
 		}
-		if mode == lua.ModeCharge && got[0] == 1 && cost > 0 && got[5] <= 0 {
-			r.fail("%s: a charged counter reports pttl_ms %d", in, got[5])
+		if mode == refmodel.Charge && got[0] == 1 && cost > 0 && rep.CounterPTTL <= 0 {
+			r.fail("%s: a charged counter reports pttl_ms %d", in, rep.CounterPTTL)
 		}
 	}
-	if mode == lua.ModeCharge && got[0] == 1 && cost > 0 {
+	if mode == refmodel.Charge && got[0] == 1 && cost > 0 {
 		// The key just charged must outlive its state (reset_after: the
 		// window's end, the log's newest entry leaving, the bucket full
 		// or empty) by the scripts' margin; allow half of the margin for
@@ -324,13 +354,13 @@ func (r *admissionRun) step(i int, o op) {
 			r.fail("%s: charged key %s has PTTL %dms, want at least %v (reset_after plus most of the margin)", in, k, ms, need)
 		}
 	}
-	if r.a.sub > 0 && mode == lua.ModeCharge && got[0] == 0 {
+	if r.a.sub > 0 && mode == refmodel.Charge && got[0] == 0 {
 		r.checkRetry(in, now, key, cost, got[2])
 	}
 	switch {
-	case mode == lua.ModeRefund:
+	case mode == refmodel.Refund:
 		r.refunds++
-	case mode == lua.ModePeek:
+	case mode == refmodel.Peek:
 		r.peeks++
 	case got[0] == 1:
 		r.allowed++
@@ -487,7 +517,7 @@ func (r *shapingRun) step(i int, o op) {
 	default:
 		maxWait = int64(o.pick%5) * r.unit
 	}
-	if mode == lua.ModeRefund {
+	if mode == refmodel.Refund {
 		// push back: a downstream's Retry-After, up to one period
 		interval = int64(o.pick) * r.period / 256
 	}
@@ -496,9 +526,9 @@ func (r *shapingRun) step(i int, o op) {
 	if o.pick%3 == 0 {
 		n = int64(o.pick%7) + 1 // several slots in one call (ReserveN)
 	}
-	args := []any{interval, r.burst, maxWait, mode, now, n}
-	got, err := lua.Shaping.Run(context.Background(), r.rdb, []string{key}, args...).Int64Slice()
-	in := fmt.Sprintf("step %d: now=%d (t+%dµs) key=k%d ARGV=%v", i, now, now-r.clock.start, o.key, args)
+	args := lua.BucketArgs{Interval: interval, Burst: r.burst, MaxWait: maxWait, Now: now, Slots: n}
+	got, err := bucket(context.Background(), lua.New(r.rdb), key, args, mode)
+	in := fmt.Sprintf("step %d: now=%d (t+%dµs) key=k%d mode=%d %+v", i, now, now-r.clock.start, o.key, mode, args)
 	fail := func(format string, args ...any) {
 		r.tb.Helper()
 		r.tb.Fatalf("shaping %v: %s: "+format+"\nlast steps:\n%s", append([]any{r.limit, in}, append(args, strings.Join(r.hist, "\n"))...)...)
@@ -511,10 +541,10 @@ func (r *shapingRun) step(i int, o op) {
 		r.hist = r.hist[1:]
 	}
 	want := r.model.Do(now, key, interval, r.burst, maxWait, mode, n)
-	if len(got) != 5 || [5]int64(got) != want {
+	if got != want {
 		fail("\n  script %v\n  model  %v", got, want)
 	}
-	if mode == lua.ModeCharge {
+	if mode == refmodel.Charge {
 		if got[0] >= 1 {
 			r.reserved++
 			if got[1] > 0 {
@@ -527,10 +557,10 @@ func (r *shapingRun) step(i int, o op) {
 	// The key just written lives until next_free (plus the burst
 	// allowance) is in the past, plus the margin, and no longer.
 	// (PTTL only falls after a write, so the bound of the last write holds.)
-	if (mode == lua.ModeCharge && got[0] >= 1) || (mode == lua.ModeRefund && r.nf[o.key] < now+interval) {
+	if (mode == refmodel.Charge && got[0] >= 1) || (mode == refmodel.Refund && r.nf[o.key] < now+interval) {
 		r.maxTTL[o.key] = ttlOf(got[2] - now + r.burst)
 	}
-	if mode != lua.ModePeek {
+	if mode != refmodel.Peek {
 		r.nf[o.key] = got[2]
 	}
 	ms, err := r.rdb.Do(context.Background(), "PTTL", key).Int64()
@@ -542,7 +572,7 @@ func (r *shapingRun) step(i int, o op) {
 	}
 	// A reservation's state matters until next_free plus the burst
 	// allowance is past: the key must outlive that by most of the margin.
-	if mode == lua.ModeCharge && got[0] >= 1 {
+	if mode == refmodel.Charge && got[0] >= 1 {
 		need := time.Duration(got[2]-now+r.burst)*time.Microsecond + margin/2
 		if ttl := time.Duration(ms) * time.Millisecond; ttl < need {
 			fail("PTTL %v after a reservation, want at least %v", ttl, need)

@@ -1,0 +1,12 @@
+package shaping
+
+import (
+	"context"
+	"time"
+)
+
+// ReserveAt is Reserve at an explicit time, for this package's step tests
+// (production reserves on the Redis clock so every host agrees).
+func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
+	return s.call(ctx, b, cost, maxWait, opReserve, now.UnixMicro(), 1)
+}
