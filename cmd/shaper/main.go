@@ -16,6 +16,7 @@ import (
 	_ "time/tzdata" // schedules name time zones; work on hosts without tzdata
 
 	"github.com/shaper-io/shaper/internal/app"
+	"github.com/shaper-io/shaper/internal/cliflags"
 )
 
 const usageText = `Usage:
@@ -41,18 +42,10 @@ type options struct {
 func parseArgs(args []string, stdout io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.configPath, "config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
 	fs.StringVar(&o.listen, "listen", "", "HTTP listen address for the quick start (default 127.0.0.1:8080)")
-	fs.Usage = func() {} // a usage error is one line; -h prints the help below
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			io.WriteString(stdout, usageText)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return o, err
-		}
-		return o, fmt.Errorf("%v (see shaper -h)", err)
+	if err := cliflags.Parse(fs, args, stdout, usageText); err != nil {
+		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: shaper takes only flags, or a subcommand (ctl) before them (see shaper -h)", fs.Arg(0))

@@ -102,9 +102,21 @@ func main() {
 	}
 }
 
+// importRun is one import: the options and what run derives from them.
+type importRun struct {
+	o           options
+	rate        limiters.Limit
+	file        string // the JSON Lines, generated or -file
+	rows        int    // lines in file
+	db          *pgx.Conn
+	table       string // o.Table, quoted
+	out, errOut io.Writer
+}
+
 func run(ctx context.Context, o options, out, errOut io.Writer) (summary, error) {
-	rate, err := limiters.ParseLimit(o.Rate)
-	if err != nil {
+	r := &importRun{o: o, out: out, errOut: errOut}
+	var err error
+	if r.rate, err = limiters.ParseLimit(o.Rate); err != nil {
 		return summary{}, err
 	}
 	if o.Batch < 0 {
@@ -116,25 +128,53 @@ func run(ctx context.Context, o options, out, errOut io.Writer) (summary, error)
 			return summary{}, err
 		}
 		defer mr.Close()
-		o.Redis = "redis://" + mr.Addr()
+		r.o.Redis = "redis://" + mr.Addr()
 	}
-	file, rows := o.File, o.Rows
-	if file == "" {
-		file = filepath.Join(o.Dir, "rows.jsonl")
-		if err := generate(file, rows); err != nil {
-			return summary{}, err
-		}
-	} else if rows, err = countLines(file); err != nil {
+	if err := r.input(); err != nil {
 		return summary{}, err
 	}
-
-	db, err := pgx.Connect(ctx, o.DSN)
-	if err != nil {
+	if r.db, err = pgx.Connect(ctx, o.DSN); err != nil {
 		return summary{}, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	defer db.Close(context.Background())
-	table := pgx.Identifier{o.Table}.Sanitize()
-	if _, err := db.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s;
+	defer r.db.Close(context.Background())
+	r.table = pgx.Identifier{o.Table}.Sanitize()
+	if err := r.createTable(ctx); err != nil {
+		return summary{}, err
+	}
+	cfgPath, cfg, err := r.writeConfig()
+	if err != nil {
+		return summary{}, err
+	}
+	if err := r.enqueue(ctx, cfgPath); err != nil {
+		return summary{}, err
+	}
+	if err := r.drain(ctx, cfgPath, cfg); err != nil {
+		return summary{}, err
+	}
+	s, err := databaseView(ctx, r.db, r.table)
+	if err != nil {
+		return s, err
+	}
+	r.report(s)
+	return s, nil
+}
+
+// input generates -rows lines into the run's directory, or counts the
+// lines of -file.
+func (r *importRun) input() error {
+	r.file, r.rows = r.o.File, r.o.Rows
+	if r.file == "" {
+		r.file = filepath.Join(r.o.Dir, "rows.jsonl")
+		return generate(r.file, r.rows)
+	}
+	var err error
+	r.rows, err = countLines(r.file)
+	return err
+}
+
+// createTable drops and creates the table.
+func (r *importRun) createTable(ctx context.Context) error {
+	if _, err := r.db.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s;
 CREATE TABLE %[1]s (
 	task_id      text PRIMARY KEY,                  -- the task's ID: the idempotency key
 	n            integer NOT NULL,
@@ -142,89 +182,108 @@ CREATE TABLE %[1]s (
 	amount_cents bigint NOT NULL CHECK (amount_cents >= 0),
 	created_at   timestamptz NOT NULL,
 	committed_at timestamptz NOT NULL DEFAULT now()  -- the writing transaction's time
-)`, table)); err != nil {
-		return summary{}, fmt.Errorf("create table: %w", err)
+)`, r.table)); err != nil {
+		return fmt.Errorf("create table: %w", err)
 	}
+	return nil
+}
 
-	cfgPath := filepath.Join(o.Dir, "shaper.yaml")
-	cfgText := shaperConfig(o, rate)
+// writeConfig writes the shaper config, loads it back and prints it.
+func (r *importRun) writeConfig() (string, *config.Config, error) {
+	cfgPath := filepath.Join(r.o.Dir, "shaper.yaml")
+	cfgText := shaperConfig(r.o, r.rate)
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
-		return summary{}, err
+		return "", nil, err
 	}
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
-		return summary{}, err
+		return "", nil, err
 	}
-	os.Setenv(dsnEnv, o.DSN)
-	batchText := fmt.Sprintf("in batches of %d", o.Batch)
-	if o.Batch == 0 {
+	os.Setenv(dsnEnv, r.o.DSN)
+	batchText := fmt.Sprintf("in batches of %d", r.o.Batch)
+	if r.o.Batch == 0 {
 		batchText = "one INSERT per row"
 	}
-	fmt.Fprintf(out, "pg-import: %d rows from %s into %s at %s, %s\n\n%s\n", rows, file, o.Table, rate.RateString(), batchText, indent(cfgText))
+	fmt.Fprintf(r.out, "pg-import: %d rows from %s into %s at %s, %s\n\n%s\n", r.rows, r.file, r.o.Table, r.rate.RateString(), batchText, indent(cfgText))
+	return cfgPath, cfg, nil
+}
 
-	// The file, as `enqueue --config shaper.yaml --file rows.jsonl` sends
-	// it: the whole backlog first, so that what follows is shaper alone.
-	args := []string{"--config", cfgPath, "--file", file, "--concurrency", "16", "--progress", "never"}
-	fmt.Fprintf(out, "$ enqueue %s\n", strings.Join(args, " "))
-	if code := enqueuecli.Main(ctx, args, enqueuecli.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: out}); code != enqueuecli.ExitOK {
-		return summary{}, fmt.Errorf("enqueue exited with %d", code)
+// enqueue sends the file as `enqueue --config shaper.yaml --file rows.jsonl`
+// does: the whole backlog first, so that what follows is shaper alone.
+func (r *importRun) enqueue(ctx context.Context, cfgPath string) error {
+	args := []string{"--config", cfgPath, "--file", r.file, "--concurrency", "16", "--progress", "never"}
+	fmt.Fprintf(r.out, "$ enqueue %s\n", strings.Join(args, " "))
+	if code := enqueuecli.Main(ctx, args, enqueuecli.IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: r.out}); code != enqueuecli.ExitOK {
+		return fmt.Errorf("enqueue exited with %d", code)
 	}
+	return nil
+}
 
-	// shaper, as `shaper -config shaper.yaml` runs it.
-	fmt.Fprintf(out, "$ shaper -config %s\n", cfgPath)
+// drain runs shaper, as `shaper -config shaper.yaml` does, until every row
+// is committed, and stops it.
+func (r *importRun) drain(ctx context.Context, cfgPath string, cfg *config.Config) error {
+	fmt.Fprintf(r.out, "$ shaper -config %s\n", cfgPath)
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	logger := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(r.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- app.Run(sctx, cfg, app.Options{Logger: logger, OnReady: func(string) { close(ready) }})
 	}()
 	select {
 	case <-ready:
 	case err := <-done:
-		return summary{}, fmt.Errorf("shaper: %w", err)
+		return fmt.Errorf("shaper: %w", err)
 	}
-
-	begin := time.Now()
-	deadline := begin.Add(time.Duration(float64(rows)/rate.PerSec()*float64(time.Second)) + 60*time.Second)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	last := 0
-	for last < rows {
-		select {
-		case err := <-done:
-			return summary{}, fmt.Errorf("shaper stopped: %v", err)
-		case <-tick.C:
-			var n int
-			if err := db.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-				return summary{}, err
-			}
-			if o.Progress {
-				fmt.Fprintf(out, "  %5.1fs  %7d rows committed  (+%d)\n", time.Since(begin).Seconds(), n, n-last)
-			}
-			last = n
-			if time.Now().After(deadline) {
-				return summary{}, fmt.Errorf("only %d of %d rows committed by the deadline", n, rows)
-			}
-		}
+	if err := r.waitForRows(ctx, done); err != nil {
+		return err
 	}
 	stop()
 	if err := <-done; err != nil {
-		return summary{}, fmt.Errorf("shaper: %w", err)
+		return fmt.Errorf("shaper: %w", err)
 	}
+	return nil
+}
 
-	s, err := databaseView(ctx, db, table)
-	if err != nil {
-		return s, err
+// waitForRows counts the table's rows every second (printing them with
+// -progress) until all are there, shaper stops (done) or the deadline,
+// the drain at the rate plus a minute, passes.
+func (r *importRun) waitForRows(ctx context.Context, done <-chan error) error {
+	begin := time.Now()
+	deadline := begin.Add(time.Duration(float64(r.rows)/r.rate.PerSec()*float64(time.Second)) + 60*time.Second)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := 0
+	for last < r.rows {
+		select {
+		case err := <-done:
+			return fmt.Errorf("shaper stopped: %v", err)
+		case <-tick.C:
+			var n int
+			if err := r.db.QueryRow(ctx, "SELECT count(*) FROM "+r.table).Scan(&n); err != nil {
+				return err
+			}
+			if r.o.Progress {
+				fmt.Fprintf(r.out, "  %5.1fs  %7d rows committed  (+%d)\n", time.Since(begin).Seconds(), n, n-last)
+			}
+			last = n
+			if time.Now().After(deadline) {
+				return fmt.Errorf("only %d of %d rows committed by the deadline", n, r.rows)
+			}
+		}
 	}
-	fmt.Fprintf(out, "\nthe database's view: rows committed per second (by committed_at)\n")
+	return nil
+}
+
+// report prints the database's view: rows per second and the summary.
+func (r *importRun) report(s summary) {
+	fmt.Fprintf(r.out, "\nthe database's view: rows committed per second (by committed_at)\n")
 	for i, n := range s.PerSecond {
-		fmt.Fprintf(out, "  second %3d  %6d  %s\n", i+1, n, strings.Repeat("#", min(60, n*40/max(1, int(rate.PerSec())))))
+		fmt.Fprintf(r.out, "  second %3d  %6d  %s\n", i+1, n, strings.Repeat("#", min(60, n*40/max(1, int(r.rate.PerSec())))))
 	}
-	fmt.Fprintf(out, "committed %d rows (%d distinct) in %d transactions over %.1fs: %.0f rows/s (rate %s); busiest second %d rows\n",
-		s.Rows, s.Distinct, s.Transactions, s.Seconds, s.RowsPerSec, rate.RateString(), s.BusiestSecond)
-	return s, nil
+	fmt.Fprintf(r.out, "committed %d rows (%d distinct) in %d transactions over %.1fs: %.0f rows/s (rate %s); busiest second %d rows\n",
+		s.Rows, s.Distinct, s.Transactions, s.Seconds, s.RowsPerSec, r.rate.RateString(), s.BusiestSecond)
 }
 
 func shaperConfig(o options, rate limiters.Limit) string {

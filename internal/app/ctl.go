@@ -83,22 +83,18 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 	switch rest[0] {
 	case "status":
 		return ctlStatus(ctx, ctl, queue.NewInspector(rdb, pl.Prefix), pl, out)
-	case "pause":
+	case "pause", "resume":
 		if err := need(2); err != nil {
 			return err
 		}
-		if err := ctl.Pause(ctx, rest[1]); err != nil {
+		act, did := ctl.Pause, "paused"
+		if rest[0] == "resume" {
+			act, did = ctl.Resume, "resumed"
+		}
+		if err := act(ctx, rest[1]); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "paused %s\n", rest[1])
-	case "resume":
-		if err := need(2); err != nil {
-			return err
-		}
-		if err := ctl.Resume(ctx, rest[1]); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "resumed %s\n", rest[1])
+		fmt.Fprintf(out, "%s %s\n", did, rest[1])
 	case "rate":
 		if err := need(3); err != nil {
 			return err

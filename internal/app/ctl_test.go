@@ -86,3 +86,35 @@ func TestGoHandlerErrorPointsAtExample(t *testing.T) {
 		t.Errorf("the message points at examples/batchwrites: %v", serr)
 	}
 }
+
+// pause and resume say what they did, and status shows it.
+func TestCtlPauseResume(t *testing.T) {
+	t.Parallel()
+	cfg := ctlConfig(t)
+	paused := func() bool {
+		t.Helper()
+		var out bytes.Buffer
+		if err := app.Ctl(context.Background(), []string{"-config", cfg, "status"}, &out); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(out.String(), `"paused": true`)
+	}
+	for i, step := range []struct {
+		cmd, want string
+		paused    bool
+	}{{"pause", "paused api\n", true}, {"resume", "resumed api\n", false}} {
+		var out bytes.Buffer
+		if err := app.Ctl(context.Background(), []string{"-config", cfg, step.cmd, "api"}, &out); err != nil {
+			t.Fatalf("step %d: ctl %s api: %v", i, step.cmd, err)
+		}
+		if out.String() != step.want {
+			t.Errorf("step %d: ctl %s api printed %q, want %q", i, step.cmd, out.String(), step.want)
+		}
+		if got := paused(); got != step.paused {
+			t.Errorf("step %d: after ctl %s, status paused %v, want %v", i, step.cmd, got, step.paused)
+		}
+	}
+	if err := app.Ctl(context.Background(), []string{"-config", cfg, "resume", "nope"}, &bytes.Buffer{}); !errors.Is(err, app.ErrUsage) {
+		t.Errorf("ctl resume nope: %v, want a usage error (unknown downstream)", err)
+	}
+}

@@ -261,20 +261,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				return nil, err
 			}
 		}
-		for i, p := range o.Procs {
-			for _, id := range o.Contenders {
-				if burstOne(id) && i > 0 {
-					continue
-				}
-				e.logf("fidelity: %s, P=%d, backlog %d at %d/s ...", id, p, o.Backlog, o.Rate)
-				row := e.fidelity(ctx, id, p)
-				e.logf("fidelity: %s, P=%d: %d/%d delivered, %.1f/s, max %d in 1s, drain %.1fs%s", id, p, row.Delivered,
-					row.Backlog, row.AchievedRate, row.MaxIn1s, row.DrainS, errSuffix(row.Error))
-				rep.Fidelity = append(rep.Fidelity, row)
-				if err := ctx.Err(); err != nil {
-					return rep, err
-				}
-			}
+		if err := e.fidelityRounds(ctx, rep); err != nil {
+			return rep, err
 		}
 	}
 	if has(ScenarioDecisions) {
@@ -288,27 +276,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, err
 	}
 	if has(ScenarioMemory) || has(ScenarioGrowth) {
-		rep.MemKeys = o.MemKeys
-		levels := []int{o.MemKeys}
-		if has(ScenarioGrowth) {
-			levels = slices.Sorted(slices.Values(append(slices.Clone(o.Levels), o.MemKeys)))
-			levels = slices.Compact(levels)
-		}
-		rows := e.keyScaling(ctx, levels, has(ScenarioGrowth), !has(ScenarioGrowth))
-		if has(ScenarioMemory) {
-			for _, r := range rows {
-				if r.Keys == o.MemKeys && isBase(r.Family) || r.Error != "" && isBase(r.Family) {
-					rep.Memory = append(rep.Memory, r)
-				}
-			}
-		}
-		if has(ScenarioGrowth) {
-			for _, r := range rows {
-				if slices.Contains(o.Levels, r.Keys) || r.Error != "" {
-					rep.Growth = append(rep.Growth, r)
-				}
-			}
-		}
+		e.memoryRounds(ctx, rep, has(ScenarioMemory), has(ScenarioGrowth))
 	}
 	if has(ScenarioRelease) && ctx.Err() == nil {
 		rep.Release = e.release(ctx)
@@ -319,7 +287,80 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
+// fidelityRounds runs scenario 1, each contender at each process count
+// (a burst-one contender at the first only), into rep.Fidelity; it stops
+// with ctx's error when ctx ends.
+func (e *env) fidelityRounds(ctx context.Context, rep *Report) error {
+	o := e.opts
+	for i, p := range o.Procs {
+		for _, id := range o.Contenders {
+			if burstOne(id) && i > 0 {
+				continue
+			}
+			e.logf("fidelity: %s, P=%d, backlog %d at %d/s ...", id, p, o.Backlog, o.Rate)
+			row := e.fidelity(ctx, id, p)
+			e.logf("fidelity: %s, P=%d: %d/%d delivered, %.1f/s, max %d in 1s, drain %.1fs%s", id, p, row.Delivered,
+				row.Backlog, row.AchievedRate, row.MaxIn1s, row.DrainS, errSuffix(row.Error))
+			rep.Fidelity = append(rep.Fidelity, row)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// memoryRounds runs scenarios 5 (memory, at MemKeys) and 6 (growth, at
+// each level) over one key-scaling pass, into rep.Memory and rep.Growth.
+func (e *env) memoryRounds(ctx context.Context, rep *Report, memory, growth bool) {
+	o := e.opts
+	rep.MemKeys = o.MemKeys
+	levels := []int{o.MemKeys}
+	if growth {
+		levels = slices.Sorted(slices.Values(append(slices.Clone(o.Levels), o.MemKeys)))
+		levels = slices.Compact(levels)
+	}
+	rows := e.keyScaling(ctx, levels, growth, !growth)
+	if memory {
+		for _, r := range rows {
+			if r.Keys == o.MemKeys && isBase(r.Family) || r.Error != "" && isBase(r.Family) {
+				rep.Memory = append(rep.Memory, r)
+			}
+		}
+	}
+	if growth {
+		for _, r := range rows {
+			if slices.Contains(o.Levels, r.Keys) || r.Error != "" {
+				rep.Growth = append(rep.Growth, r)
+			}
+		}
+	}
+}
+
 func isBase(family string) bool { return !strings.HasPrefix(family, "sliding_log, full") }
+
+// eachPair runs f for each a of as and, within it, each b of bs, and
+// returns f's rows in that order; it stops early once ctx ends.
+func eachPair[A, B, R any](ctx context.Context, as []A, bs []B, f func(a A, b B) R) []R {
+	var rows []R
+	for _, a := range as {
+		for _, b := range bs {
+			rows = append(rows, f(a, b))
+			if ctx.Err() != nil {
+				return rows
+			}
+		}
+	}
+	return rows
+}
+
+// keepFirst records err's message in *msg unless *msg holds one already:
+// a row reports the first thing that went wrong.
+func keepFirst(msg *string, err error) {
+	if err != nil && *msg == "" {
+		*msg = err.Error()
+	}
+}
 
 func errSuffix(s string) string {
 	if s == "" {

@@ -132,18 +132,27 @@ downstreams:
 			return nil, err
 		}
 		f.metrics = append(f.metrics, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-		cmd := exec.Command(e.shaperBin, "-config", path)
 		buf := &syncBuffer{}
-		cmd.Stderr = buf
-		if err := cmd.Start(); err != nil {
+		if _, err := f.spawn(e.shaperBin, path, buf, buf); err != nil {
 			f.stop(ctx)
-			return nil, fmt.Errorf("bench: start %s: %w", e.shaperBin, err)
+			return nil, err
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		f.procs, f.done, f.stderr = append(f.procs, cmd), append(f.done, done), append(f.stderr, buf)
 	}
 	return f, nil
+}
+
+// spawn starts a shaper process on the config at path, its stderr written
+// to stderr, whose tail is kept (for errors); stop ends it.
+func (f *shaperFleet) spawn(bin, path string, stderr io.Writer, tail *syncBuffer) (*exec.Cmd, error) {
+	cmd := exec.Command(bin, "-config", path)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start %s: %w", bin, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	f.procs, f.done, f.stderr = append(f.procs, cmd), append(f.done, done), append(f.stderr, tail)
+	return cmd, nil
 }
 
 // counter sums a shaper counter (e.g. "shaper_shaping_late_skips_total")

@@ -46,27 +46,19 @@ const (
 )
 
 func (e *env) economy(ctx context.Context) []EconomyRow {
-	o := e.opts
-	var rows []EconomyRow
-	for _, rate := range o.EconomyRates {
-		n := max(int(float64(rate)*o.EconomyDrain.Seconds()), 2)
-		var raw float64
-		for _, c := range []string{econRaw, econDefault, econTwenty} {
-			row := e.economyRun(ctx, c, rate, n)
-			if c == econRaw {
-				raw = row.CmdsPerTask
-			} else if raw > 0 {
-				row.VsRaw = round(row.CmdsPerTask/raw, 2)
-			}
-			e.logf("economy: %d/s, %s × %d: %.1f commands and %.2f scripts per task (%d/%d delivered)%s", rate, c,
-				row.Processes, row.CmdsPerTask, row.ScriptsPerTask, row.Delivered, n, errSuffix(row.Error))
-			rows = append(rows, row)
-			if ctx.Err() != nil {
-				return rows
-			}
+	var raw float64 // econRaw's commands per task at this rate: it runs first
+	return eachPair(ctx, e.opts.EconomyRates, []string{econRaw, econDefault, econTwenty}, func(rate int, c string) EconomyRow {
+		n := max(int(float64(rate)*e.opts.EconomyDrain.Seconds()), 2)
+		row := e.economyRun(ctx, c, rate, n)
+		if c == econRaw {
+			raw = row.CmdsPerTask
+		} else if raw > 0 {
+			row.VsRaw = round(row.CmdsPerTask/raw, 2)
 		}
-	}
-	return rows
+		e.logf("economy: %d/s, %s × %d: %.1f commands and %.2f scripts per task (%d/%d delivered)%s", rate, c,
+			row.Processes, row.CmdsPerTask, row.ScriptsPerTask, row.Delivered, n, errSuffix(row.Error))
+		return row
+	})
 }
 
 // economyRun enqueues n tasks and drains them with one contender, counting
@@ -168,20 +160,12 @@ type KeepupRow struct {
 }
 
 func (e *env) keepup(ctx context.Context) []KeepupRow {
-	o := e.opts
-	var rows []KeepupRow
-	for _, rate := range o.KeepupRates {
-		for _, p := range o.ReleaseProcs {
-			row := e.keepupRun(ctx, rate, p)
-			e.logf("keepup: %d/s × %d (workers %d): %.1f/s (%.1f%%), max %d in 1 s at release, %d/%d delivered%s", rate, p,
-				row.Workers, row.Achieved, row.KeepUpPct, row.MaxIn1sRelease, row.Delivered, row.Backlog, errSuffix(row.Error))
-			rows = append(rows, row)
-			if ctx.Err() != nil {
-				return rows
-			}
-		}
-	}
-	return rows
+	return eachPair(ctx, e.opts.KeepupRates, e.opts.ReleaseProcs, func(rate, p int) KeepupRow {
+		row := e.keepupRun(ctx, rate, p)
+		e.logf("keepup: %d/s × %d (workers %d): %.1f/s (%.1f%%), max %d in 1 s at release, %d/%d delivered%s", rate, p,
+			row.Workers, row.Achieved, row.KeepUpPct, row.MaxIn1sRelease, row.Delivered, row.Backlog, errSuffix(row.Error))
+		return row
+	})
 }
 
 func (e *env) keepupRun(ctx context.Context, rate, p int) KeepupRow {

@@ -33,18 +33,14 @@ type IdleRow struct {
 const idleRaw = "asynq, no limit (1 server, 1 queue)"
 
 func (e *env) idle(ctx context.Context) []IdleRow {
-	o := e.opts
-	var rows []IdleRow
-	for _, n := range o.IdleLevels {
-		for _, p := range o.ReleaseProcs {
-			row := e.idleShaper(ctx, n, p)
-			e.logf("idle: %d downstreams × %d: %.0f commands/s (%.2f per downstream per process), %.0f connections, %.0f goroutines, %.1f MB per process, start %.2f s%s",
-				n, p, row.CmdsPerS, row.PerDsProc, row.Connections, row.Goroutines, row.RSSMB, row.StartS, errSuffix(row.Error))
-			rows = append(rows, row)
-			if ctx.Err() != nil {
-				return rows
-			}
-		}
+	rows := eachPair(ctx, e.opts.IdleLevels, e.opts.ReleaseProcs, func(n, p int) IdleRow {
+		row := e.idleShaper(ctx, n, p)
+		e.logf("idle: %d downstreams × %d: %.0f commands/s (%.2f per downstream per process), %.0f connections, %.0f goroutines, %.1f MB per process, start %.2f s%s",
+			n, p, row.CmdsPerS, row.PerDsProc, row.Connections, row.Goroutines, row.RSSMB, row.StartS, errSuffix(row.Error))
+		return row
+	})
+	if ctx.Err() != nil {
+		return rows
 	}
 	row := e.idleRaw(ctx)
 	e.logf("idle: %s: %.1f commands/s%s", idleRaw, row.CmdsPerS, errSuffix(row.Error))
@@ -74,11 +70,7 @@ func (e *env) idleShaper(ctx context.Context, n, p int) IdleRow {
 		row.Error = err.Error()
 		return row
 	}
-	defer func() {
-		if err := f.stop(ctx); err != nil && row.Error == "" {
-			row.Error = err.Error()
-		}
-	}()
+	defer func() { keepFirst(&row.Error, f.stop(ctx)) }()
 	for _, w := range f.watch {
 		d, _, _ := w.state()
 		row.StartS = max(row.StartS, round(d.Seconds(), 2))
@@ -159,12 +151,8 @@ func (e *env) idleRaw(ctx context.Context) IdleRow {
 // the whole d. The idle round measures over fixed windows, so this is a
 // measuring interval, not a wait for a condition.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	wait, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	<-wait.Done()
+	return ctx.Err() == nil
 }

@@ -70,11 +70,7 @@ func (e *env) kill(ctx context.Context) KillRow {
 		row.Error = err.Error()
 		return row
 	}
-	defer func() {
-		if err := f.stop(ctx); err != nil && row.Error == "" {
-			row.Error = err.Error()
-		}
-	}()
+	defer func() { keepFirst(&row.Error, f.stop(ctx)) }()
 	row.Workers = f.workers()
 	start := time.Now()
 	if !pollUntil(ctx, start.Add(30*time.Second), 10*time.Millisecond, func() bool { return len(sink.OK()) > 0 }) {

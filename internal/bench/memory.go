@@ -100,42 +100,16 @@ func (e *env) keyScaling(ctx context.Context, levels []int, latency, onlyBase bo
 	return rows
 }
 
+// scaleFamily measures one family at each of levels, filling keys level by
+// level; it stops at the first level it cannot fill or measure.
 func (e *env) scaleFamily(ctx context.Context, f keyFamily, levels []int, latency bool) []GrowthRow {
 	fail := func(err error) []GrowthRow {
 		return []GrowthRow{{Family: f.name, Limit: f.limit, Error: err.Error()}}
 	}
-	if err := e.flush(ctx); err != nil {
-		return fail(err)
-	}
-	tmpl, err := e.capture(ctx, f.fill)
+	calls, err := e.fillCalls(ctx, f)
 	if err != nil {
 		return fail(err)
 	}
-	var calls [][]any
-	if f.twoWindows {
-		// ARGV[5] (argument 8) is "now": fill the previous window first.
-		t, err := e.rdb.Time(ctx).Result()
-		if err != nil {
-			return fail(err)
-		}
-		prev := slices.Clone(tmpl)
-		prev[8] = t.Add(-time.Hour).UnixMicro()
-		calls = append(calls, prev)
-	}
-	if f.subWindows > 0 {
-		// one call in each of the n sub-windows up to now (ARGV[5], as above)
-		t, err := e.rdb.Time(ctx).Result()
-		if err != nil {
-			return fail(err)
-		}
-		sub := time.Hour / time.Duration(f.subWindows)
-		for j := f.subWindows - 1; j > 0; j-- {
-			c := slices.Clone(tmpl)
-			c[8] = t.Add(-time.Duration(j) * sub).UnixMicro()
-			calls = append(calls, c)
-		}
-	}
-	calls = append(calls, tmpl)
 	if err := e.flush(ctx); err != nil { // drop the probe's state
 		return fail(err)
 	}
@@ -148,13 +122,7 @@ func (e *env) scaleFamily(ctx context.Context, f keyFamily, levels []int, latenc
 	have := 0
 	for _, n := range levels {
 		row := GrowthRow{Family: f.name, Limit: f.limit, Keys: n}
-		if n > 100_000 && !slices.Contains(e.opts.BigFamilies, f.name) {
-			row.Skipped = "over 100k keys only " + strings.Join(e.opts.BigFamilies, ", ") + " runs (time)"
-			rows = append(rows, row)
-			continue
-		}
-		if int64(n)*f.entries > e.opts.EntryBudget {
-			row.Skipped = fmt.Sprintf("%s entries > budget %s", inum(int64(n)*f.entries), inum(e.opts.EntryBudget))
+		if row.Skipped = e.skipLevel(f, n); row.Skipped != "" {
 			rows = append(rows, row)
 			continue
 		}
@@ -165,29 +133,89 @@ func (e *env) scaleFamily(ctx context.Context, f keyFamily, levels []int, latenc
 			break
 		}
 		have = n
-		mem, err := e.infoInt(ctx, "memory", "used_memory")
-		if err != nil {
+		if err := e.measureLevel(ctx, &row, mem0, decide, latency); err != nil {
 			row.Error = err.Error()
 			rows = append(rows, row)
 			break
-		}
-		dbsize, _ := e.rdb.DBSize(ctx).Result()
-		row.UsedPerKey = round(float64(mem-mem0)/float64(n), 1)
-		row.RedisKeysPerKey = round(float64(dbsize)/float64(n), 2)
-		if mu, err := e.memoryUsage(ctx, 1000); err == nil {
-			row.MemoryUsage = round(mu*row.RedisKeysPerKey, 1)
-		}
-		if latency {
-			row.P50us, row.P99us, row.Decisions, err = timeDecisions(ctx, decide, n, e.opts.LatencySamples)
-			if err != nil {
-				row.Error = err.Error()
-			}
 		}
 		e.logf("keys: %s at %s keys: %.0f B/key (used_memory), %.0f B/key (MEMORY USAGE), p50 %.0fµs (filled in %.1fs)",
 			f.name, inum(int64(n)), row.UsedPerKey, row.MemoryUsage, row.P50us, time.Since(start).Seconds())
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// fillCalls captures the calls that fill one key of the family on an
+// emptied Redis: its probe decision, preceded by the calls that fill the
+// previous window or the earlier sub-windows.
+func (e *env) fillCalls(ctx context.Context, f keyFamily) ([][]any, error) {
+	if err := e.flush(ctx); err != nil {
+		return nil, err
+	}
+	tmpl, err := e.capture(ctx, f.fill)
+	if err != nil {
+		return nil, err
+	}
+	var calls [][]any
+	if f.twoWindows {
+		// ARGV[5] (argument 8) is "now": fill the previous window first.
+		t, err := e.rdb.Time(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		prev := slices.Clone(tmpl)
+		prev[8] = t.Add(-time.Hour).UnixMicro()
+		calls = append(calls, prev)
+	}
+	if f.subWindows > 0 {
+		// one call in each of the n sub-windows up to now (ARGV[5], as above)
+		t, err := e.rdb.Time(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		sub := time.Hour / time.Duration(f.subWindows)
+		for j := f.subWindows - 1; j > 0; j-- {
+			c := slices.Clone(tmpl)
+			c[8] = t.Add(-time.Duration(j) * sub).UnixMicro()
+			calls = append(calls, c)
+		}
+	}
+	return append(calls, tmpl), nil
+}
+
+// skipLevel says why n keys of the family are not run, or "".
+func (e *env) skipLevel(f keyFamily, n int) string {
+	if n > 100_000 && !slices.Contains(e.opts.BigFamilies, f.name) {
+		return "over 100k keys only " + strings.Join(e.opts.BigFamilies, ", ") + " runs (time)"
+	}
+	if int64(n)*f.entries > e.opts.EntryBudget {
+		return fmt.Sprintf("%s entries > budget %s", inum(int64(n)*f.entries), inum(e.opts.EntryBudget))
+	}
+	return ""
+}
+
+// measureLevel fills row's memory figures for the keys populated now (and,
+// with latency, its decision latency: an error there is the row's, not
+// the run's). Only a failure to read used_memory is returned.
+func (e *env) measureLevel(ctx context.Context, row *GrowthRow, mem0 int64, decide decideFunc, latency bool) error {
+	mem, err := e.infoInt(ctx, "memory", "used_memory")
+	if err != nil {
+		return err
+	}
+	n := row.Keys
+	dbsize, _ := e.rdb.DBSize(ctx).Result()
+	row.UsedPerKey = round(float64(mem-mem0)/float64(n), 1)
+	row.RedisKeysPerKey = round(float64(dbsize)/float64(n), 2)
+	if mu, err := e.memoryUsage(ctx, 1000); err == nil {
+		row.MemoryUsage = round(mu*row.RedisKeysPerKey, 1)
+	}
+	if latency {
+		row.P50us, row.P99us, row.Decisions, err = timeDecisions(ctx, decide, n, e.opts.LatencySamples)
+		if err != nil {
+			row.Error = err.Error()
+		}
+	}
+	return nil
 }
 
 // populate replays calls for keys k<from> .. k<to-1>, pipelined.

@@ -188,6 +188,17 @@ func (e *env) drain(ctx context.Context, id, h string) (tasksPerSec, cmdsPerTask
 	return float64(n-1) / span.Seconds(), float64(cmds1-cmds0) / float64(n), skipsOf(), nil
 }
 
+// asynqEnqueuer enqueues task i with asynq alone into prefix's queue of
+// the downstream; closeClient releases its client.
+func (e *env) asynqEnqueuer(prefix string) (enq func(ctx context.Context, i int) error, closeClient func() error) {
+	c := asynq.NewClientFromRedisClient(e.rdb)
+	q := prefix + ":" + downstream
+	return func(ctx context.Context, i int) error {
+		_, err := c.EnqueueContext(ctx, asynq.NewTask("bench", payload(i)), asynq.Queue(q))
+		return err
+	}, c.Close
+}
+
 // enqueueMany enqueues n tasks from g goroutines (order does not matter).
 func (e *env) enqueueMany(ctx context.Context, id, prefix string, n, g int) error {
 	var enq func(ctx context.Context, i int) error
@@ -199,13 +210,9 @@ func (e *env) enqueueMany(ctx context.Context, id, prefix string, n, g int) erro
 			return err
 		}
 	} else {
-		c := asynq.NewClientFromRedisClient(e.rdb)
-		defer c.Close()
-		q := prefix + ":" + downstream
-		enq = func(ctx context.Context, i int) error {
-			_, err := c.EnqueueContext(ctx, asynq.NewTask("bench", payload(i)), asynq.Queue(q))
-			return err
-		}
+		var closeClient func() error
+		enq, closeClient = e.asynqEnqueuer(prefix)
+		defer closeClient()
 	}
 	_, err := countedLoop(ctx, g, n, enq)
 	return err
@@ -290,13 +297,9 @@ func (e *env) enqueueRate(ctx context.Context, way string, g int) (float64, erro
 	var enq func(ctx context.Context, i int) error
 	switch way {
 	case wayAsynq:
-		c := asynq.NewClientFromRedisClient(e.rdb)
-		defer c.Close()
-		q := prefix + ":" + downstream
-		enq = func(ctx context.Context, i int) error {
-			_, err := c.EnqueueContext(ctx, asynq.NewTask("bench", payload(i)), asynq.Queue(q))
-			return err
-		}
+		var closeClient func() error
+		enq, closeClient = e.asynqEnqueuer(prefix)
+		defer closeClient()
 	default:
 		cfg := queue.ProducerConfig{Prefix: prefix}
 		if way == wayAdmitted {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -118,16 +117,12 @@ func (e *env) launch(ctx context.Context, prefix string, p int, cfg string, limi
 	}
 	f := &procFleet{shaperFleet: &shaperFleet{}}
 	for i := 0; i < p; i++ {
-		cmd := exec.Command(e.shaperBin, "-config", path)
 		w := &logWatch{started: time.Now()}
-		cmd.Stderr = w
-		if err := cmd.Start(); err != nil {
+		cmd, err := f.spawn(e.shaperBin, path, w, &w.tail)
+		if err != nil {
 			f.stop(ctx)
-			return nil, fmt.Errorf("bench: start %s: %w", e.shaperBin, err)
+			return nil, err
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		f.procs, f.done, f.stderr = append(f.procs, cmd), append(f.done, done), append(f.stderr, &w.tail)
 		f.watch, f.pids = append(f.watch, w), append(f.pids, cmd.Process.Pid)
 	}
 	deadline := time.Now().Add(limit)

@@ -91,16 +91,32 @@ func (d *Downstream) validateBatch(p string) *Error {
 	return nil
 }
 
-// postgresFields are the fields only a postgres handler may set.
-func (h *Handler) postgresFields() []struct {
+// typeField is a handler field that only one handler type may set.
+type typeField struct {
 	name string
 	set  bool
-} {
-	return []struct {
-		name string
-		set  bool
-	}{{"dsn_env", h.DSNEnv != ""}, {"table", h.Table != ""}, {"columns", len(h.Columns) > 0},
+}
+
+// postgresFields are the fields only a postgres handler may set.
+func (h *Handler) postgresFields() []typeField {
+	return []typeField{{"dsn_env", h.DSNEnv != ""}, {"table", h.Table != ""}, {"columns", len(h.Columns) > 0},
 		{"id_column", h.IDColumn != ""}, {"on_conflict", h.OnConflict != ""}}
+}
+
+// httpFields are the fields only an http handler may set.
+func (h *Handler) httpFields() []typeField {
+	return []typeField{{"url", h.URL != ""}, {"method", h.Method != ""}, {"headers", len(h.Headers) > 0}}
+}
+
+// onlyFor refuses the first of fields that is set, on a handler that is
+// not of type want.
+func (h *Handler) onlyFor(p string, want HandlerType, fields []typeField) *Error {
+	for _, f := range fields {
+		if f.set {
+			return errf(p+"."+f.name, "only allowed for type %s, got type %s", want, q(string(h.Type)))
+		}
+	}
+	return nil
 }
 
 // validatePostgres checks a postgres handler, and that no other type sets
@@ -108,20 +124,10 @@ func (h *Handler) postgresFields() []struct {
 // database when shaper starts (pgsink.Sink.Check).
 func (h *Handler) validatePostgres(p string) *Error {
 	if h.Type != HandlerPostgres {
-		for _, f := range h.postgresFields() {
-			if f.set {
-				return errf(p+"."+f.name, "only allowed for type postgres, got type %s", q(string(h.Type)))
-			}
-		}
-		return nil
+		return h.onlyFor(p, HandlerPostgres, h.postgresFields())
 	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"url", h.URL != ""}, {"method", h.Method != ""}, {"headers", len(h.Headers) > 0}} {
-		if f.set {
-			return errf(p+"."+f.name, "only allowed for type http, got type %s", q(string(h.Type)))
-		}
+	if err := h.onlyFor(p, HandlerHTTP, h.httpFields()); err != nil {
+		return err
 	}
 	switch {
 	case h.DSNEnv == "":

@@ -345,13 +345,8 @@ func (h *Handler) validate(p string) *Error {
 			}
 		}
 	case HandlerLog, HandlerGo:
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"url", h.URL != ""}, {"method", h.Method != ""}, {"headers", len(h.Headers) > 0}} {
-			if f.set {
-				return errf(p+"."+f.name, "only allowed for type http, got type %s", q(string(h.Type)))
-			}
+		if err := h.onlyFor(p, HandlerHTTP, h.httpFields()); err != nil {
+			return err
 		}
 	case HandlerPostgres: // validatePostgres
 	case "":

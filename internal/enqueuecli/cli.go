@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/cliflags"
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/taskspec"
 	"github.com/shaper-io/shaper/limiters"
@@ -121,7 +122,53 @@ Flags:
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	tf := o.define(fs)
+	if err := cliflags.Parse(fs, args, stdout, usageText); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errors.New(oneLine(err.Error()))
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (flags only; see enqueue -h)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.payloadSet = set["payload"]
+	for _, f := range tf.fields(&o.defaults, set) {
+		if !set[f.name] {
+			continue
+		}
+		if err := f.apply(); err != nil {
+			return nil, err
+		}
+	}
+	if set["rate"] {
+		l, err := parseRate(tf.rate)
+		if err != nil {
+			return nil, fmt.Errorf("--rate: %v", err)
+		}
+		o.rate = l
+	}
+	if err := o.check(set); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// taskFlags are the flags that set defaults for the fields of a task. Each
+// counts only when given: a default of zero is not "cost 0".
+type taskFlags struct {
+	downstream, key, typ, at, in, rate string
+	cost                               int64
+	maxRetry                           int
+	taskTimeout                        time.Duration
+}
+
+// define defines every flag on fs: the options' own in o, the tasks'
+// defaults in the returned taskFlags.
+func (o *options) define(fs *flag.FlagSet) *taskFlags {
+	tf := &taskFlags{}
 	fs.StringVar(&o.configPath, "config", "", "the shaper config file (redis, downstreams, admission)")
 	fs.StringVar(&o.redisURL, "redis", "", "redis:// or rediss:// URL; overrides the config's redis (without --config: no admission)")
 	fs.StringVar(&o.prefix, "prefix", "", "key prefix; overrides the config's redis.prefix (default shaper)")
@@ -130,15 +177,15 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.payload, "payload", "", "enqueue one task with this payload (its bytes as given)")
 	fs.StringVar(&o.payloadFile, "payload-file", "", "enqueue one task with this file's bytes as payload (- for stdin)")
 	fs.StringVar(&o.unique, "unique", "", "unique key for the one task: a second task with it is refused while the first exists")
-	downstream := fs.String("downstream", "", "the downstream; for JSON Lines, the default for lines without one")
-	key := fs.String("key", "", "admission key (tenant, user, API key)")
-	cost := fs.Int64("cost", 0, "units the task takes in limiters and in the downstream's bucket (default 1)")
-	at := fs.String("at", "", "run no earlier than this time (RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)")
-	in := fs.String("in", "", "run no earlier than this long from now (e.g. 30s, 5m)")
-	typ := fs.String("type", "", "asynq task type (default shaper:task)")
-	maxRetry := fs.Int("max-retry", 0, "handler-failure retry budget (default: the downstream's max_retry)")
-	taskTimeout := fs.Duration("task-timeout", 0, "bound on one delivery attempt (default asynq's 30m)")
-	rate := fs.String("rate", "", "pace enqueues to this rate, e.g. 100/s, 5000/m, or a number per second")
+	fs.StringVar(&tf.downstream, "downstream", "", "the downstream; for JSON Lines, the default for lines without one")
+	fs.StringVar(&tf.key, "key", "", "admission key (tenant, user, API key)")
+	fs.Int64Var(&tf.cost, "cost", 0, "units the task takes in limiters and in the downstream's bucket (default 1)")
+	fs.StringVar(&tf.at, "at", "", "run no earlier than this time (RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)")
+	fs.StringVar(&tf.in, "in", "", "run no earlier than this long from now (e.g. 30s, 5m)")
+	fs.StringVar(&tf.typ, "type", "", "asynq task type (default shaper:task)")
+	fs.IntVar(&tf.maxRetry, "max-retry", 0, "handler-failure retry budget (default: the downstream's max_retry)")
+	fs.DurationVar(&tf.taskTimeout, "task-timeout", 0, "bound on one delivery attempt (default asynq's 30m)")
+	fs.StringVar(&tf.rate, "rate", "", "pace enqueues to this rate, e.g. 100/s, 5000/m, or a number per second")
 	fs.IntVar(&o.concurrency, "concurrency", 1, "enqueues in flight at once (1 keeps the input's order)")
 	fs.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always, never")
@@ -147,101 +194,96 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.verbose, "v", false, "one line on stderr per task")
 	fs.BoolVar(&o.quiet, "q", false, "no summary line on stderr (errors still go there)")
 	fs.BoolVar(&o.skipDuplicates, "skip-duplicates", false, "a task whose unique key is taken counts as done, not as a failure")
-	fs.Usage = func() {} // a usage error is one line; -h prints the help below
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			io.WriteString(stdout, usageText)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil, err
-		}
-		return nil, errors.New(oneLine(err.Error()) + " (see enqueue -h)")
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (flags only; see enqueue -h)", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	o.payloadSet = set["payload"]
+	return tf
+}
 
-	d := &o.defaults
-	if set["downstream"] {
-		d.Downstream = downstream
+// taskField checks a given task flag and sets its default in the Spec.
+type taskField struct {
+	name  string
+	apply func() error
+}
+
+// fields are the task flags in the order they are checked (the first bad
+// one is the error), each setting its field of d.
+func (tf *taskFlags) fields(d *taskspec.Spec, set map[string]bool) []taskField {
+	return []taskField{
+		{"downstream", func() error { d.Downstream = &tf.downstream; return nil }},
+		{"key", func() error { d.Key = &tf.key; return nil }},
+		{"type", func() error { d.Type = &tf.typ; return nil }},
+		{"cost", func() error {
+			d.Cost = &tf.cost
+			return inRange("cost", tf.cost, 0)
+		}},
+		{"max-retry", func() error {
+			d.MaxRetry = &tf.maxRetry
+			return inRange("max-retry", int64(tf.maxRetry), taskspec.MaxRetryBound)
+		}},
+		{"task-timeout", func() error {
+			if tf.taskTimeout <= 0 {
+				return fmt.Errorf("--task-timeout must be positive, got %s", tf.taskTimeout)
+			}
+			d.Timeout = &tf.taskTimeout
+			return nil
+		}},
+		{"at", func() error {
+			if set["in"] {
+				return errors.New("set --at or --in, not both")
+			}
+			t, err := taskspec.ParseAt(tf.at)
+			if err != nil {
+				return fmt.Errorf("--at: %v", err)
+			}
+			d.At = &t
+			return nil
+		}},
+		{"in", func() error {
+			v, err := taskspec.ParseDuration(tf.in)
+			if err != nil {
+				return fmt.Errorf("--in: %v", err)
+			}
+			if v < 0 {
+				return fmt.Errorf("--in must not be negative, got %s", v)
+			}
+			d.In = &v
+			return nil
+		}},
 	}
-	if set["key"] {
-		d.Key = key
+}
+
+// inRange refuses an integer flag outside 0..hi (hi 0: no upper bound),
+// in the words the JSON Lines fields use.
+func inRange(flag string, n, hi int64) error {
+	if msg := taskspec.OutOfRange(n, hi); msg != "" {
+		return fmt.Errorf("--%s %s", flag, msg)
 	}
-	if set["type"] {
-		d.Type = typ
-	}
-	if set["cost"] {
-		if *cost < 0 {
-			return nil, fmt.Errorf("--cost must not be negative, got %d", *cost)
-		}
-		d.Cost = cost
-	}
-	if set["max-retry"] {
-		if *maxRetry < 0 || *maxRetry > 10000 {
-			return nil, fmt.Errorf("--max-retry must be 0..10000, got %d", *maxRetry)
-		}
-		d.MaxRetry = maxRetry
-	}
-	if set["task-timeout"] {
-		if *taskTimeout <= 0 {
-			return nil, fmt.Errorf("--task-timeout must be positive, got %s", *taskTimeout)
-		}
-		d.Timeout = taskTimeout
-	}
-	if set["at"] && set["in"] {
-		return nil, errors.New("set --at or --in, not both")
-	}
-	if set["at"] {
-		t, err := taskspec.ParseAt(*at)
-		if err != nil {
-			return nil, fmt.Errorf("--at: %v", err)
-		}
-		d.At = &t
-	}
-	if set["in"] {
-		v, err := taskspec.ParseDuration(*in)
-		if err != nil {
-			return nil, fmt.Errorf("--in: %v", err)
-		}
-		if v < 0 {
-			return nil, fmt.Errorf("--in must not be negative, got %s", v)
-		}
-		d.In = &v
-	}
-	if set["rate"] {
-		l, err := parseRate(*rate)
-		if err != nil {
-			return nil, fmt.Errorf("--rate: %v", err)
-		}
-		o.rate = l
-	}
+	return nil
+}
+
+// check refuses flags that do not go together or are out of range.
+func (o *options) check(set map[string]bool) error {
 	switch {
 	case o.payloadSet && o.payloadFile != "":
-		return nil, errors.New("set --payload or --payload-file, not both")
+		return errors.New("set --payload or --payload-file, not both")
 	case o.single() && o.file != "":
-		return nil, errors.New("--file reads many tasks; --payload and --payload-file give one: use one way")
+		return errors.New("--file reads many tasks; --payload and --payload-file give one: use one way")
 	case !o.single() && set["unique"]:
-		return nil, errors.New("--unique is for one task (--payload or --payload-file); in JSON Lines, set \"unique\" per line")
+		return errors.New("--unique is for one task (--payload or --payload-file); in JSON Lines, set \"unique\" per line")
 	case set["unique"] && o.unique == "":
-		return nil, errors.New("--unique must not be empty")
+		return errors.New("--unique must not be empty")
 	case o.single() && o.rejects != "":
-		return nil, errors.New("--rejects is for JSON Lines input")
+		return errors.New("--rejects is for JSON Lines input")
 	case o.concurrency < 1 || o.concurrency > 256:
-		return nil, fmt.Errorf("--concurrency must be 1..256, got %d", o.concurrency)
+		return fmt.Errorf("--concurrency must be 1..256, got %d", o.concurrency)
 	case o.progress != "auto" && o.progress != "always" && o.progress != "never":
-		return nil, fmt.Errorf("--progress must be auto, always or never, got %q", o.progress)
+		return fmt.Errorf("--progress must be auto, always or never, got %q", o.progress)
 	case o.verbose && o.quiet:
-		return nil, errors.New("set -v or -q, not both")
+		return errors.New("set -v or -q, not both")
 	case o.configPath == "" && o.redisURL == "" && !o.dryRun:
-		return nil, errors.New("set --config (the shaper config file) or --redis (a redis:// URL)")
+		return errors.New("set --config (the shaper config file) or --redis (a redis:// URL)")
 	case set["redis-timeout"] && o.redisTimeout <= 0:
-		return nil, fmt.Errorf("--redis-timeout must be positive, got %s", o.redisTimeout)
+		return fmt.Errorf("--redis-timeout must be positive, got %s", o.redisTimeout)
 	}
-	return o, nil
+	return nil
 }
 
 // parseRate reads "100/s", "5000/m", "10/500ms" or a bare number per second.

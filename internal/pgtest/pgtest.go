@@ -53,11 +53,18 @@ func Admin(tb testing.TB) *pgx.Conn {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	c := connectAdmin(ctx, tb)
+	tb.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// connectAdmin connects to the administrative database or fails the test.
+func connectAdmin(ctx context.Context, tb testing.TB) *pgx.Conn {
+	tb.Helper()
 	c, err := pgx.Connect(ctx, AdminDSN())
 	if err != nil {
 		tb.Fatal(unreachable(err))
 	}
-	tb.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
 
@@ -79,10 +86,7 @@ func DB(tb testing.TB) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminDSN())
-	if err != nil {
-		tb.Fatal(unreachable(err))
-	}
+	admin := connectAdmin(ctx, tb)
 	db, err := acquire(ctx, admin)
 	admin.Close(ctx)
 	if err != nil {

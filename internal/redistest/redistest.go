@@ -244,12 +244,21 @@ func ScanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 		}
 		return it.Err()
 	}
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		return keys, cc.ForEachMaster(ctx, scan)
+	if err := eachMaster(ctx, rdb, "ScanKeys", scan); err != nil {
+		return nil, err
 	}
-	c, ok := rdb.(*redis.Client)
-	if !ok {
-		return nil, fmt.Errorf("redistest: ScanKeys: unsupported client %T", rdb)
+	return keys, nil
+}
+
+// eachMaster runs f on every master of a cluster client (concurrently: f
+// guards what it shares), or on the one node of a plain client. caller
+// names the function in the error for any other client.
+func eachMaster(ctx context.Context, rdb redis.UniversalClient, caller string, f func(context.Context, *redis.Client) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, f)
+	case *redis.Client:
+		return f(ctx, c)
 	}
-	return keys, scan(ctx, c)
+	return fmt.Errorf("redistest: %s needs a *redis.Client or *redis.ClusterClient, got %T", caller, rdb)
 }

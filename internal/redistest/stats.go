@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -37,6 +38,7 @@ func (s CommandStats) Sub(before CommandStats) CommandStats {
 // cluster client).
 func ReadCommandStats(ctx context.Context, rdb redis.UniversalClient) (CommandStats, error) {
 	out := CommandStats{}
+	var mu sync.Mutex // a cluster's masters are read concurrently
 	read := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "commandstats").Result()
 		if err != nil {
@@ -51,19 +53,17 @@ func ReadCommandStats(ctx context.Context, rdb redis.UniversalClient) (CommandSt
 				if k, v, _ := strings.Cut(f, "="); k == "calls" {
 					var n int64
 					if _, err := fmt.Sscan(v, &n); err == nil {
+						mu.Lock()
 						out[strings.TrimPrefix(name, "cmdstat_")] += n
+						mu.Unlock()
 					}
 				}
 			}
 		}
 		return nil
 	}
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		return out, cc.ForEachMaster(ctx, read)
+	if err := eachMaster(ctx, rdb, "ReadCommandStats", read); err != nil {
+		return nil, err
 	}
-	c, ok := rdb.(*redis.Client)
-	if !ok {
-		return nil, fmt.Errorf("redistest: ReadCommandStats needs a *redis.Client or *redis.ClusterClient, got %T", rdb)
-	}
-	return out, read(ctx, c)
+	return out, nil
 }

@@ -48,16 +48,23 @@ func New(alg string) Model {
 func ceil(x float64) int64  { return int64(math.Ceil(x)) }
 func floor(x float64) int64 { return int64(math.Floor(x)) }
 
+// refundWindow gives cost back to the window token (the window number the
+// decision returned) of key, as fixed_window.lua and sliding_counter.lua
+// refund: never below zero.
+func refundWindow(c map[string]int64, key string, cost, token int64) Reply {
+	k := fmt.Sprint(key, ":", token)
+	if n := c[k]; n > 0 {
+		c[k] = n - min(n, cost)
+	}
+	return Reply{1, 0, 0, 0, token}
+}
+
 // FixedWindow models fixed_window.lua.
 type FixedWindow struct{ c map[string]int64 }
 
 func (m *FixedWindow) Do(now int64, key string, limit, window, cost int64, mode int, token int64) Reply {
 	if mode == Refund {
-		k := fmt.Sprint(key, ":", token)
-		if c := m.c[k]; c > 0 {
-			m.c[k] = c - min(c, cost)
-		}
-		return Reply{1, 0, 0, 0, token}
+		return refundWindow(m.c, key, cost, token)
 	}
 	n := floor(float64(now) / float64(window))
 	k := fmt.Sprint(key, ":", n)
@@ -137,11 +144,7 @@ type SlidingCounter struct{ c map[string]int64 }
 
 func (m *SlidingCounter) Do(now int64, key string, limit, window, cost int64, mode int, token int64) Reply {
 	if mode == Refund {
-		k := fmt.Sprint(key, ":", token)
-		if c := m.c[k]; c > 0 {
-			m.c[k] = c - min(c, cost)
-		}
-		return Reply{1, 0, 0, 0, token}
+		return refundWindow(m.c, key, cost, token)
 	}
 	n := floor(float64(now) / float64(window))
 	elapsed := now - n*window

@@ -59,7 +59,29 @@ func run(n, procs int, rate string, every time.Duration) error {
 	defer srv.Stop()
 	sink := testsink.New()
 	defer sink.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	if err := enqueue(srv.Addr, n); err != nil {
+		return err
+	}
+	cfg := filepath.Join(dir, "shaper.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+redis: {url: "redis://%s", prefix: soak}
+http: {listen: "127.0.0.1:0"}
+downstreams:
+  - {name: api, rate: %s, max_wait: 500ms, handler: {type: http, url: %q}}
+`, srv.Addr, rate, sink.URL())), 0o600)
+	addrs, stop, err := startShapers(bin, cfg, procs)
+	defer stop()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d processes at %s\n\n", procs, rate)
+	watch(addrs, sink, n, every)
+	return nil
+}
+
+// enqueue puts n tasks into the queue from 8 goroutines: the backlog.
+func enqueue(addr string, n int) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: "soak"})
 	start := time.Now()
@@ -83,20 +105,25 @@ func run(n, procs int, rate string, every time.Duration) error {
 		return err
 	}
 	fmt.Printf("enqueued %d tasks in %s\n", n, time.Since(start).Round(time.Millisecond))
-	cfg := filepath.Join(dir, "shaper.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-redis: {url: "redis://%s", prefix: soak}
-http: {listen: "127.0.0.1:0"}
-downstreams:
-  - {name: api, rate: %s, max_wait: 500ms, handler: {type: http, url: %q}}
-`, srv.Addr, rate, sink.URL())), 0o600)
-	var addrs []string
+	return nil
+}
+
+// startShapers starts procs shaper processes on cfg and returns their
+// HTTP addresses (as each logs it on start); stop interrupts them and
+// waits for them to exit.
+func startShapers(bin, cfg string, procs int) (addrs []string, stop func(), err error) {
 	var cmds []*exec.Cmd
+	stop = func() {
+		for _, c := range cmds {
+			c.Process.Signal(os.Interrupt)
+			c.Wait()
+		}
+	}
 	for i := 0; i < procs; i++ {
 		cmd := exec.Command(bin, "-config", cfg)
 		stderr, _ := cmd.StderrPipe()
 		if err := cmd.Start(); err != nil {
-			return err
+			return addrs, stop, err
 		}
 		cmds = append(cmds, cmd)
 		sc := bufio.NewScanner(stderr)
@@ -108,13 +135,13 @@ downstreams:
 		}
 		go io.Copy(io.Discard, stderr)
 	}
-	defer func() {
-		for _, c := range cmds {
-			c.Process.Signal(os.Interrupt)
-			c.Wait()
-		}
-	}()
-	fmt.Printf("%d processes at %s\n\n| t (s) | delivered | goroutines per process | RSS MiB per process |\n|---:|---:|---|---|\n", procs, rate)
+	return addrs, stop, nil
+}
+
+// watch prints a table row of deliveries, goroutines and RSS every
+// interval until the sink has n deliveries, then the achieved rate.
+func watch(addrs []string, sink *testsink.Sink, n int, every time.Duration) {
+	fmt.Printf("| t (s) | delivered | goroutines per process | RSS MiB per process |\n|---:|---:|---|---|\n")
 	begin := time.Now()
 	for {
 		var gor, rss []string
@@ -133,7 +160,6 @@ downstreams:
 	took := time.Since(begin)
 	fmt.Printf("\n%d tasks in %s: %.0f/s; max in any 1s window: %d\n", n, took.Round(time.Millisecond), float64(n)/took.Seconds(),
 		testsink.MaxInWindow(testsink.Times(sink.Hits()), time.Second))
-	return nil
 }
 
 var (

@@ -53,63 +53,7 @@ func view(s Snapshot) View {
 		v.Cells["live"] = "Redis unreachable · figures stale since " + since
 	}
 	for _, d := range s.Downstreams {
-		k := func(f string) string { return DownstreamKey(d.Name, f) }
-		state := "running"
-		switch {
-		case !s.Redis.Reachable:
-			state = "Redis unreachable"
-		case d.Paused:
-			state = "paused"
-		case d.Adaptive != nil:
-			state = "adaptive"
-		}
-		v.Cells[k("state")] = state
-		v.Cells[k("configured")] = d.ConfiguredRate
-		v.Cells[k("in_force")] = perSec(d.RatePerSecond)
-		v.Cells[k("override")] = cmpOr(d.OverrideRate, "none")
-		v.Cells[k("schedule")] = "none"
-		if d.ScheduleChanges > 0 {
-			v.Cells[k("schedule")] = fmt.Sprintf("%d changes", d.ScheduleChanges)
-		}
-		v.Cells[k("adaptive")] = "off"
-		if a := d.Adaptive; a != nil {
-			cur := "not moved yet"
-			if a.RatePerSecond > 0 {
-				cur = perSec(a.RatePerSecond)
-			}
-			v.Cells[k("adaptive")] = fmt.Sprintf("%s (%s … %s)", cur, a.Floor, a.Ceiling)
-		}
-		v.Cells[k("achieved")] = perSec(d.AchievedPerSecond)
-		v.Cells[k("releases")] = count(d.ReleasesTotal)
-		for _, st := range BacklogStates {
-			if b, ok := d.Backlog[st]; ok {
-				v.Cells[k("backlog_"+st)] = count(b)
-			} else {
-				v.Cells[k("backlog_"+st)] = "—"
-			}
-		}
-		v.Cells[k("held")] = count(d.Held)
-		v.Cells[k("leases")] = "no cap"
-		if d.ConcurrencyLimit > 0 {
-			v.Cells[k("leases")] = count(d.LeasesInUse) + " / " + count(d.ConcurrencyLimit)
-		}
-		v.Cells[k("workers")] = strconv.Itoa(d.Workers)
-		v.Cells[k("max_wait")] = d.MaxWait
-		v.Cells[k("late_p50")] = dur(d.Lateness.P50Seconds)
-		v.Cells[k("late_p99")] = dur(d.Lateness.P99Seconds)
-		v.Cells[k("late_mean")] = dur(d.Lateness.MeanSeconds)
-		v.Cells[k("pushbacks")] = count(d.PushbacksTotal)
-		v.Cells[k("bucket_full")] = count(d.BucketFullTotal)
-		v.Cells[k("late_skips")] = count(d.LateSkipsTotal)
-		v.Cells[k("deferrals")] = count(d.DeferralsTotal)
-		v.Cells[k("enqueued")] = count(d.EnqueuedTotal)
-		v.Cells[k("quarantined")] = count(d.QuarantinedTotal)
-		v.Cells[k("quarantine_entries")] = count(d.QuarantineEntries)
-		var outs []string
-		for _, o := range sortedKeys(d.Outcomes) {
-			outs = append(outs, o+" "+count(d.Outcomes[o]))
-		}
-		v.Cells[k("outcomes")] = cmpOr(strings.Join(outs, " · "), "none yet")
+		downstreamCells(v.Cells, d, s.Redis.Reachable)
 		v.Sparks[d.Name] = spark(d.PerSecond, d.RatePerSecond, int(math.Round(s.WindowSeconds/max(s.IntervalSeconds, 1e-9))))
 	}
 	for _, l := range s.Limiters {
@@ -124,6 +68,69 @@ func view(s Snapshot) View {
 		v.Cells[ScriptKey(sc.Script, "p99")] = dur(sc.P99Seconds)
 	}
 	return v
+}
+
+// downstreamCells formats one downstream's row into cells.
+func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachable bool) {
+	k := func(f string) string { return DownstreamKey(d.Name, f) }
+	cells[k("state")] = downstreamState(d, redisReachable)
+	cells[k("configured")] = d.ConfiguredRate
+	cells[k("in_force")] = perSec(d.RatePerSecond)
+	cells[k("override")] = cmpOr(d.OverrideRate, "none")
+	cells[k("schedule")] = "none"
+	if d.ScheduleChanges > 0 {
+		cells[k("schedule")] = fmt.Sprintf("%d changes", d.ScheduleChanges)
+	}
+	cells[k("adaptive")] = "off"
+	if a := d.Adaptive; a != nil {
+		cur := "not moved yet"
+		if a.RatePerSecond > 0 {
+			cur = perSec(a.RatePerSecond)
+		}
+		cells[k("adaptive")] = fmt.Sprintf("%s (%s … %s)", cur, a.Floor, a.Ceiling)
+	}
+	cells[k("achieved")] = perSec(d.AchievedPerSecond)
+	cells[k("releases")] = count(d.ReleasesTotal)
+	for _, st := range BacklogStates {
+		if b, ok := d.Backlog[st]; ok {
+			cells[k("backlog_"+st)] = count(b)
+		} else {
+			cells[k("backlog_"+st)] = "—"
+		}
+	}
+	cells[k("held")] = count(d.Held)
+	cells[k("leases")] = "no cap"
+	if d.ConcurrencyLimit > 0 {
+		cells[k("leases")] = count(d.LeasesInUse) + " / " + count(d.ConcurrencyLimit)
+	}
+	cells[k("workers")] = strconv.Itoa(d.Workers)
+	cells[k("max_wait")] = d.MaxWait
+	cells[k("late_p50")] = dur(d.Lateness.P50Seconds)
+	cells[k("late_p99")] = dur(d.Lateness.P99Seconds)
+	cells[k("late_mean")] = dur(d.Lateness.MeanSeconds)
+	for field, v := range map[string]float64{"pushbacks": d.PushbacksTotal, "bucket_full": d.BucketFullTotal,
+		"late_skips": d.LateSkipsTotal, "deferrals": d.DeferralsTotal, "enqueued": d.EnqueuedTotal,
+		"quarantined": d.QuarantinedTotal, "quarantine_entries": d.QuarantineEntries} {
+		cells[k(field)] = count(v)
+	}
+	var outs []string
+	for _, o := range sortedKeys(d.Outcomes) {
+		outs = append(outs, o+" "+count(d.Outcomes[o]))
+	}
+	cells[k("outcomes")] = cmpOr(strings.Join(outs, " · "), "none yet")
+}
+
+// downstreamState is the state cell: what holds the downstream, if anything.
+func downstreamState(d DownstreamSnapshot, redisReachable bool) string {
+	switch {
+	case !redisReachable:
+		return "Redis unreachable"
+	case d.Paused:
+		return "paused"
+	case d.Adaptive != nil:
+		return "adaptive"
+	}
+	return "running"
 }
 
 // spark draws per-interval rates right-aligned in the box, scaled so that

@@ -78,127 +78,173 @@ type Spec struct {
 // (surrounding white space allowed, and a UTF-8 byte order mark before it:
 // editors on Windows write one, and the CLI and the HTTP API must agree).
 func Parse(data []byte) (Spec, error) {
-	var s Spec
-	data = bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
-	if len(data) == 0 {
-		return s, errf("", "empty input, want a JSON object")
-	}
-	if !utf8.Valid(data) {
-		return s, errf("", "input is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var fields map[string]json.RawMessage
-	if err := dec.Decode(&fields); err != nil {
-		return s, jsonError(err, data)
-	}
-	if fields == nil {
-		return s, errf("", "got null, want a JSON object")
-	}
-	if dec.More() || dec.InputOffset() < int64(len(data)) {
-		return s, errf("", "unexpected data after the JSON object at byte %d (one task per object)", dec.InputOffset()+1)
-	}
-	if name, dup := duplicateKey(data); dup {
-		return s, errf(clip(name, 40), "set twice (each field once: JSON decoders disagree on which one counts)")
-	}
-	for name := range fields {
-		if !known(name) {
-			return s, errf("", "unknown field %q (want one of %s)", clip(name, 40), strings.Join(Fields, ", "))
-		}
-	}
-	get := func(name string) (json.RawMessage, bool) {
-		v, ok := fields[name]
-		if !ok || string(v) == "null" {
-			return nil, false
-		}
-		return v, true
-	}
-	var err *Error
-	str := func(name string) *string {
-		v, ok := get(name)
-		if !ok || err != nil {
-			return nil
-		}
-		var out string
-		if json.Unmarshal(v, &out) != nil {
-			err = errf(name, "got %s, want a string", describe(v))
-			return nil
-		}
-		return &out
-	}
-	s.Downstream = str("downstream")
-	s.Type = str("type")
-	s.Key = str("key")
-	s.Unique = str("unique")
+	fields, err := decodeObject(data)
 	if err != nil {
 		return Spec{}, err
 	}
-	if v, ok := get("payload"); ok {
-		s.Payload = append([]byte(nil), v...)
-	}
-	if v, ok := get("payload_base64"); ok {
-		if s.Payload != nil {
-			return Spec{}, errf("payload_base64", "set both payload and payload_base64; use one")
+	var s Spec
+	for _, p := range fieldParsers {
+		v, ok := fields[p.name]
+		if !ok || string(v) == "null" {
+			continue
 		}
-		var enc string
-		if json.Unmarshal(v, &enc) != nil {
-			return Spec{}, errf("payload_base64", "got %s, want a base64 string", describe(v))
+		if err := p.parse(&s, p.name, v); err != nil {
+			return Spec{}, err
 		}
-		b, derr := base64.StdEncoding.DecodeString(enc)
-		if derr != nil {
-			return Spec{}, errf("payload_base64", "invalid base64 (%v)", derr)
-		}
-		s.Payload = b
-	}
-	if v, ok := get("cost"); ok {
-		n, e := integer("cost", v)
-		if e != nil {
-			return Spec{}, e
-		}
-		if n < 0 {
-			return Spec{}, errf("cost", "must not be negative, got %d", n)
-		}
-		s.Cost = &n
-	}
-	if v, ok := get("max_retry"); ok {
-		n, e := integer("max_retry", v)
-		if e != nil {
-			return Spec{}, e
-		}
-		if n < 0 || n > 10000 {
-			return Spec{}, errf("max_retry", "must be 0..10000, got %d", n)
-		}
-		r := int(n)
-		s.MaxRetry = &r
-	}
-	if v, ok := get("at"); ok {
-		t, e := parseAtJSON(v)
-		if e != nil {
-			return Spec{}, e
-		}
-		s.At = &t
-	}
-	if v, ok := get("in"); ok {
-		d, e := durationJSON("in", v)
-		if e != nil {
-			return Spec{}, e
-		}
-		s.In = &d
-	}
-	if v, ok := get("timeout"); ok {
-		d, e := durationJSON("timeout", v)
-		if e != nil {
-			return Spec{}, e
-		}
-		if d == 0 {
-			return Spec{}, errf("timeout", "must be positive, got 0 (leave it out for the default)")
-		}
-		s.Timeout = &d
 	}
 	if s.At != nil && s.In != nil {
 		return Spec{}, errf("in", "set both at and in; use one")
 	}
 	return s, nil
+}
+
+// decodeObject reads data as one JSON object of known fields, each set
+// once, and returns the fields' raw values.
+func decodeObject(data []byte) (map[string]json.RawMessage, *Error) {
+	data = bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
+	if len(data) == 0 {
+		return nil, errf("", "empty input, want a JSON object")
+	}
+	if !utf8.Valid(data) {
+		return nil, errf("", "input is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
+		return nil, jsonError(err, data)
+	}
+	if fields == nil {
+		return nil, errf("", "got null, want a JSON object")
+	}
+	if dec.More() || dec.InputOffset() < int64(len(data)) {
+		return nil, errf("", "unexpected data after the JSON object at byte %d (one task per object)", dec.InputOffset()+1)
+	}
+	if name, dup := duplicateKey(data); dup {
+		return nil, errf(clip(name, 40), "set twice (each field once: JSON decoders disagree on which one counts)")
+	}
+	for name := range fields {
+		if !known(name) {
+			return nil, errf("", "unknown field %q (want one of %s)", clip(name, 40), strings.Join(Fields, ", "))
+		}
+	}
+	return fields, nil
+}
+
+// fieldParsers decode each field (present, not null) into a Spec, in the
+// order Parse checks them: the first bad one is the error.
+var fieldParsers = []struct {
+	name  string
+	parse func(s *Spec, field string, v json.RawMessage) *Error
+}{
+	{"downstream", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Downstream, f, v) }},
+	{"type", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Type, f, v) }},
+	{"key", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Key, f, v) }},
+	{"unique", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Unique, f, v) }},
+	{"payload", func(s *Spec, _ string, v json.RawMessage) *Error {
+		s.Payload = append([]byte(nil), v...)
+		return nil
+	}},
+	{"payload_base64", parseBase64},
+	{"cost", parseCost},
+	{"max_retry", parseMaxRetry},
+	{"at", func(s *Spec, _ string, v json.RawMessage) *Error {
+		t, err := parseAtJSON(v)
+		if err == nil {
+			s.At = &t
+		}
+		return err
+	}},
+	{"in", func(s *Spec, f string, v json.RawMessage) *Error {
+		d, err := durationJSON(f, v)
+		if err == nil {
+			s.In = &d
+		}
+		return err
+	}},
+	{"timeout", parseTimeout},
+}
+
+func setString(dst **string, field string, v json.RawMessage) *Error {
+	var out string
+	if json.Unmarshal(v, &out) != nil {
+		return errf(field, "got %s, want a string", describe(v))
+	}
+	*dst = &out
+	return nil
+}
+
+func parseBase64(s *Spec, field string, v json.RawMessage) *Error {
+	if s.Payload != nil {
+		return errf(field, "set both payload and payload_base64; use one")
+	}
+	var enc string
+	if json.Unmarshal(v, &enc) != nil {
+		return errf(field, "got %s, want a base64 string", describe(v))
+	}
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return errf(field, "invalid base64 (%v)", err)
+	}
+	s.Payload = b
+	return nil
+}
+
+func parseCost(s *Spec, field string, v json.RawMessage) *Error {
+	n, err := boundedInt(field, v, 0)
+	if err == nil {
+		s.Cost = &n
+	}
+	return err
+}
+
+func parseMaxRetry(s *Spec, field string, v json.RawMessage) *Error {
+	n, err := boundedInt(field, v, MaxRetryBound)
+	if err == nil {
+		r := int(n)
+		s.MaxRetry = &r
+	}
+	return err
+}
+
+// MaxRetryBound is the largest max_retry a task may ask for.
+const MaxRetryBound = 10000
+
+// OutOfRange says how n falls outside 0..hi (hi 0: no upper bound), as
+// "must not be negative, got -1" or "must be 0..10000, got 20000"; "" when
+// n is within.
+func OutOfRange(n, hi int64) string {
+	switch {
+	case hi > 0 && (n < 0 || n > hi):
+		return fmt.Sprintf("must be 0..%d, got %d", hi, n)
+	case n < 0:
+		return fmt.Sprintf("must not be negative, got %d", n)
+	}
+	return ""
+}
+
+// boundedInt reads an integer field within 0..hi (hi 0: no upper bound).
+func boundedInt(field string, v json.RawMessage, hi int64) (int64, *Error) {
+	n, err := integer(field, v)
+	if err != nil {
+		return 0, err
+	}
+	if msg := OutOfRange(n, hi); msg != "" {
+		return 0, errf(field, "%s", msg)
+	}
+	return n, nil
+}
+
+func parseTimeout(s *Spec, field string, v json.RawMessage) *Error {
+	d, err := durationJSON(field, v)
+	if err != nil {
+		return err
+	}
+	if d == 0 {
+		return errf(field, "must be positive, got 0 (leave it out for the default)")
+	}
+	s.Timeout = &d
+	return nil
 }
 
 func known(name string) bool {

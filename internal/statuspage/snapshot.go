@@ -1,0 +1,313 @@
+package statuspage
+
+import (
+	"time"
+
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// Snapshot is what GET /status.json returns.
+type Snapshot struct {
+	GeneratedAt time.Time `json:"generated_at"`
+	// UptimeSeconds is how long this page has been sampling.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// IntervalSeconds is the sampling (and polling) interval.
+	IntervalSeconds float64 `json:"interval_seconds"`
+	// WindowSeconds is the span the windowed figures cover: up to the
+	// configured window, less while the process is younger.
+	WindowSeconds float64              `json:"window_seconds"`
+	Downstreams   []DownstreamSnapshot `json:"downstreams"`
+	Limiters      []LimiterSnapshot    `json:"limiters"`
+	Scripts       []ScriptSnapshot     `json:"scripts"`
+	// Warning is set when the runtime state could not be read from Redis.
+	Warning string `json:"warning,omitempty"`
+	// Redis is whether the sampler's last read of Redis worked; while it
+	// does not, the backlog and runtime state on the page are stale.
+	Redis RedisState `json:"redis"`
+	// View is the page's formatted text, by element key, and the
+	// sparklines' SVG points; the page's script copies it into the DOM.
+	View View `json:"view"`
+}
+
+// RedisState is the sampler's view of Redis.
+type RedisState struct {
+	Reachable bool `json:"reachable"`
+	// LastOK is the last successful read; nil before the first one.
+	LastOK *time.Time `json:"last_ok,omitempty"`
+}
+
+// DownstreamSnapshot is one downstream. Counters (…_total) count since this
+// process started.
+type DownstreamSnapshot struct {
+	Name string `json:"name"`
+	// ConfiguredRate is the rate in the config, e.g. "50/s".
+	ConfiguredRate string `json:"configured_rate"`
+	// RatePerSecond is the rate this process releases at now: schedule,
+	// override and adaptive rate applied.
+	RatePerSecond float64 `json:"rate_per_second"`
+	// OverrideRate is the runtime override (shaper ctl rate), "" if none.
+	OverrideRate string        `json:"override_rate,omitempty"`
+	Adaptive     *AdaptiveInfo `json:"adaptive,omitempty"`
+	// ScheduleChanges is the number of time-of-day rate changes configured.
+	ScheduleChanges int    `json:"schedule_changes,omitempty"`
+	Paused          bool   `json:"paused"`
+	Workers         int    `json:"workers"`
+	MaxWait         string `json:"max_wait"`
+	// AchievedPerSecond is releases per second over WindowSeconds.
+	AchievedPerSecond float64 `json:"achieved_per_second"`
+	// PerSecond is releases per second in each sampling interval of the
+	// window, oldest first (the sparkline).
+	PerSecond     []float64          `json:"per_second"`
+	ReleasesTotal float64            `json:"releases_total"`
+	Backlog       map[string]float64 `json:"backlog"`
+	// Held is tasks this process holds while they wait for their slot.
+	Held float64 `json:"held"`
+	// LeasesInUse is the calls in flight this process holds a concurrency
+	// lease for; ConcurrencyLimit the downstream's cap (0: none).
+	LeasesInUse      float64          `json:"leases_in_use"`
+	ConcurrencyLimit float64          `json:"concurrency_limit"`
+	Lateness         LatenessSnapshot `json:"lateness"`
+	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
+	PushbacksTotal float64 `json:"pushbacks_total"`
+	// BucketFullTotal counts reservation attempts that found the bucket
+	// full (the slot would lie past max_wait): the task stays held and
+	// asks again once a slot frees. It is how a backlog waits, not an error.
+	BucketFullTotal float64 `json:"bucket_full_total"`
+	LateSkipsTotal  float64 `json:"late_skips_total"`
+	DeferralsTotal  float64 `json:"deferrals_total"`
+	EnqueuedTotal   float64 `json:"enqueued_total"`
+	// QuarantinedTotal counts corrupt queue entries this process moved to
+	// the quarantine; QuarantineEntries is the (shared) quarantine's length.
+	QuarantinedTotal  float64 `json:"quarantined_total"`
+	QuarantineEntries float64 `json:"quarantine_entries"`
+	// Outcomes are handler results by outcome (success, retry, throttled,
+	// archived, panic, malformed).
+	Outcomes map[string]float64 `json:"outcomes"`
+}
+
+// AdaptiveInfo is a downstream's AIMD rate.
+type AdaptiveInfo struct {
+	Floor   string `json:"floor"`
+	Ceiling string `json:"ceiling"`
+	// RatePerSecond is the shared adaptive rate; 0 until the first answer
+	// moved it.
+	RatePerSecond float64 `json:"rate_per_second"`
+}
+
+// LatenessSnapshot is release time minus slot time over the window,
+// estimated from the histogram's buckets as histogram_quantile does.
+type LatenessSnapshot struct {
+	Count       float64  `json:"count"`
+	P50Seconds  *float64 `json:"p50_seconds"`
+	P99Seconds  *float64 `json:"p99_seconds"`
+	MeanSeconds *float64 `json:"mean_seconds"`
+}
+
+// LimiterSnapshot is one admission limiter's decisions in this process.
+type LimiterSnapshot struct {
+	Downstream string `json:"downstream"`
+	Name       string `json:"name"`
+	Algorithm  string `json:"algorithm,omitempty"`
+	Key        string `json:"key,omitempty"`
+	Rate       string `json:"rate,omitempty"`
+	Burst      int64  `json:"burst,omitempty"`
+	// Decisions by outcome: allowed, rejected, deferred, error.
+	Decisions map[string]float64 `json:"decisions"`
+	FailOpen  float64            `json:"fail_open"`
+}
+
+// ScriptSnapshot is one Lua script's latency in this process.
+type ScriptSnapshot struct {
+	Script      string   `json:"script"`
+	CallsTotal  float64  `json:"calls_total"`
+	ErrorsTotal float64  `json:"errors_total"`
+	P99Seconds  *float64 `json:"p99_seconds"`
+}
+
+// View is the page's text and sparklines.
+type View struct {
+	// Cells maps an element's data-k key to its text.
+	Cells map[string]string `json:"cells"`
+	// Sparks maps a downstream to its sparkline.
+	Sparks map[string]Spark `json:"sparks"`
+}
+
+// Spark is a sparkline: SVG polyline points in a SparkW×SparkH box, and
+// the height of the rate-in-force line.
+type Spark struct {
+	Points string  `json:"points"`
+	RateY  float64 `json:"rate_y"`
+	Max    float64 `json:"max"`
+}
+
+// Sparkline box.
+const (
+	SparkW = 180
+	SparkH = 36
+)
+
+// Snapshot reads the metrics now and returns the page's data.
+func (p *Page) Snapshot() Snapshot {
+	now := p.opts.Now()
+	f := p.gather()
+	w := window{now: now, cur: p.sampleOf(now, f)}
+
+	p.mu.Lock()
+	w.ring = append([]sample(nil), p.ring...)
+	control := p.control
+	warn := p.ctlErr
+	ctlAt := p.ctlAt
+	p.mu.Unlock()
+
+	w.base = w.ring[0]
+	for _, s := range w.ring {
+		if now.Sub(s.at) <= p.opts.Window {
+			w.base = s
+			break
+		}
+	}
+	w.span = now.Sub(w.base.at).Seconds()
+	snap := Snapshot{GeneratedAt: now.UTC(), UptimeSeconds: now.Sub(p.started).Seconds(),
+		IntervalSeconds: p.opts.Interval.Seconds(), WindowSeconds: w.span, Warning: warn}
+	snap.Redis.Reachable = warn == ""
+	if !ctlAt.IsZero() {
+		at := ctlAt.UTC()
+		snap.Redis.LastOK = &at
+	}
+	for _, ds := range p.opts.Dispatcher.Downstreams() {
+		if d, ok := p.downstream(ds, f, w, control[ds.Name]); ok {
+			snap.Downstreams = append(snap.Downstreams, d)
+		}
+	}
+	snap.Limiters = p.limiters(f)
+	if snap.Limiters == nil {
+		snap.Limiters = []LimiterSnapshot{}
+	}
+	snap.Scripts = scripts(f, w)
+	snap.View = view(snap)
+	return snap
+}
+
+// window is the samples a snapshot turns into rates: cur (now), base (the
+// oldest within the window) and the ring they come from.
+type window struct {
+	now       time.Time
+	cur, base sample
+	ring      []sample
+	span      float64 // seconds from base to now
+}
+
+// downstream is one downstream's part of the snapshot; false when the
+// dispatcher no longer knows it.
+func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shaping.State) (DownstreamSnapshot, bool) {
+	l := map[string]string{"downstream": ds.Name}
+	st := p.static[ds.Name]
+	rate, err := p.opts.Dispatcher.Rate(ds.Name)
+	if err != nil {
+		return DownstreamSnapshot{}, false
+	}
+	paused, _ := p.opts.Dispatcher.Paused(ds.Name)
+	d := DownstreamSnapshot{Name: ds.Name, ConfiguredRate: st.rate, RatePerSecond: rate.PerSec(),
+		ScheduleChanges: st.schedule, Paused: paused, Workers: ds.Workers, MaxWait: ds.MaxWait.String(),
+		ReleasesTotal: w.cur.ds[ds.Name].releases, Backlog: map[string]float64{}, Outcomes: map[string]float64{},
+		Held: f.counter(mHeld, l), PushbacksTotal: f.counter(mPushbacks, l), BucketFullTotal: f.counter(mBucketFull, l),
+		LateSkipsTotal: f.counter(mLateSkips, l), DeferralsTotal: f.counter(mDeferrals, l), EnqueuedTotal: f.counter(mEnqueued, l),
+		QuarantinedTotal: f.counter(mQuarantine, l), QuarantineEntries: f.counter(mQuarList, l),
+		LeasesInUse: f.counter(mLeases, l), ConcurrencyLimit: f.counter(mConcLimit, l)}
+	if !cs.Override.IsZero() {
+		d.OverrideRate = cs.Override.RateString()
+	}
+	if a := st.adaptive; a != nil {
+		d.Adaptive = &AdaptiveInfo{Floor: a.Floor.String(), Ceiling: cmpOr(a.Ceiling.String(), st.rate), RatePerSecond: cs.Adaptive}
+	}
+	if w.span > 0 {
+		d.AchievedPerSecond = (d.ReleasesTotal - w.base.ds[ds.Name].releases) / w.span
+	}
+	d.PerSecond = p.perSecond(ds.Name, w)
+	for _, s := range BacklogStates {
+		if v, ok := f.value(mBacklog, map[string]string{"downstream": ds.Name, "state": s}); ok {
+			d.Backlog[s] = v
+		}
+	}
+	for _, o := range f.labelValues(mOutcomes, "outcome", l) {
+		d.Outcomes[o] = f.counter(mOutcomes, map[string]string{"downstream": ds.Name, "outcome": o})
+	}
+	d.Lateness = lateness(w.cur.ds[ds.Name].lateness.minus(w.base.ds[ds.Name].lateness))
+	return d, true
+}
+
+// perSecond is a downstream's releases per second in each sampling
+// interval of the window, oldest first (never nil: the JSON has a list).
+func (p *Page) perSecond(name string, w window) []float64 {
+	out := []float64{}
+	for i := 1; i < len(w.ring); i++ {
+		if w.now.Sub(w.ring[i-1].at) > p.opts.Window+p.opts.Interval/2 {
+			continue
+		}
+		dt := w.ring[i].at.Sub(w.ring[i-1].at).Seconds()
+		if dt > 0 {
+			out = append(out, (w.ring[i].ds[name].releases-w.ring[i-1].ds[name].releases)/dt)
+		}
+	}
+	return out
+}
+
+// lateness is the window's lateness histogram as quantiles and mean.
+func lateness(win hist) LatenessSnapshot {
+	l := LatenessSnapshot{Count: win.count}
+	if v, ok := win.quantile(0.5); ok {
+		l.P50Seconds = &v
+	}
+	if v, ok := win.quantile(0.99); ok {
+		l.P99Seconds = &v
+	}
+	if v, ok := win.mean(); ok {
+		l.MeanSeconds = &v
+	}
+	return l
+}
+
+// scripts is each Lua script's calls, errors and p99 over the window.
+func scripts(f families, w window) []ScriptSnapshot {
+	out := []ScriptSnapshot{}
+	for _, sc := range sortedKeys(w.cur.sc) {
+		h := w.cur.sc[sc]
+		s := ScriptSnapshot{Script: sc, CallsTotal: h.count, ErrorsTotal: f.counter(mScriptErr, map[string]string{"script": sc})}
+		if v, ok := h.minus(w.base.sc[sc]).quantile(0.99); ok {
+			s.P99Seconds = &v
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// limiters lists the configured admission limiters, then any other limiter
+// that appears in the decisions metric, each with its counts.
+func (p *Page) limiters(f families) []LimiterSnapshot {
+	var out []LimiterSnapshot
+	seen := map[[2]string]bool{}
+	for _, ds := range p.opts.Dispatcher.Downstreams() {
+		for _, lc := range p.static[ds.Name].limiters {
+			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: string(lc.Algorithm),
+				Key: string(lc.Key), Rate: lc.Rate.String(), Burst: lc.Burst})
+			seen[[2]string{ds.Name, lc.Name}] = true
+		}
+	}
+	for _, ds := range f.labelValues(mDecisions, "downstream", nil) {
+		for _, name := range f.labelValues(mDecisions, "limiter", map[string]string{"downstream": ds}) {
+			if !seen[[2]string{ds, name}] {
+				out = append(out, LimiterSnapshot{Downstream: ds, Name: name})
+				seen[[2]string{ds, name}] = true
+			}
+		}
+	}
+	for i := range out {
+		l := &out[i]
+		l.Decisions = map[string]float64{}
+		for _, o := range Outcomes {
+			l.Decisions[o] = f.counter(mDecisions, map[string]string{"downstream": l.Downstream, "limiter": l.Name, "outcome": o})
+		}
+		l.FailOpen = f.counter(mFailOpen, map[string]string{"downstream": l.Downstream, "limiter": l.Name})
+	}
+	return out
+}
