@@ -13,7 +13,20 @@ import (
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
+	"github.com/shaper-io/shaper/shaping/internal/clocktest"
 )
+
+// shiftedClock is the real clock read d later: real waits, a chosen hour.
+type shiftedClock time.Duration
+
+func (c shiftedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
+
+func (shiftedClock) NewTimer(d time.Duration) shaping.Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time { return t.t.C }
+func (t realTimer) Stop() bool          { return t.t.Stop() }
 
 func countBetween(ts []time.Time, from, to time.Time) int {
 	n := 0
@@ -99,10 +112,68 @@ func TestRateOverrideReachesEveryProcess(t *testing.T) {
 	})
 }
 
-// A schedule switching at a boundary: before it, the old rate; after it,
-// the new one, in every dispatcher. The clock is shifted so the boundary
-// (20:00, from 10/s to 40/s) comes 3s into the test.
+// A schedule switching at a boundary, on the fake clock: one tick before
+// 20:00 every dispatcher still runs the day rate (10/s), the first tick
+// after it the night rate (40/s). No wall-clock wait: the control loop
+// wakes only when the test advances the clock.
 func TestScheduleSwitchesAtBoundary(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	day, err := shaping.ParseRateChange("0 8 * * *", "10/s", time.UTC)
+	must(t, err)
+	night, err := shaping.ParseRateChange("0 20 * * *", "40/s", time.UTC)
+	must(t, err)
+	clk := clocktest.New(time.Date(2026, 11, 30, 19, 59, 59, 0, time.UTC))
+	const iv = 250 * time.Millisecond
+	var ds []*shaping.Dispatcher
+	for i := 0; i < 2; i++ {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv})
+		must(t, d.Add(shaping.Downstream{Name: "db", Rate: limiters.PerSecond(1), Schedule: shaping.RateSchedule{day, night},
+			Handler: newRecorder().handle}))
+		defer d.Shutdown(context.Background())
+		must(t, d.Start())
+		ds = append(ds, d)
+	}
+	rates := func() (out []float64) {
+		for _, d := range ds {
+			l, _ := d.Rate("db")
+			out = append(out, l.PerSec())
+		}
+		return out
+	}
+	boundary := time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)
+	controlTick(t, clk, boundary.Add(-time.Millisecond), iv, len(ds))
+	if got := rates(); got[0] != 10 || got[1] != 10 {
+		t.Fatalf("1ms before 20:00: rates %v, want [10 10] (the day rate)", got)
+	}
+	controlTick(t, clk, boundary.Add(iv-time.Millisecond), iv, len(ds)) // the next tick
+	if got := rates(); got[0] != 40 || got[1] != 40 {
+		t.Fatalf("first tick after 20:00: rates %v, want [40 40] (the night rate)", got)
+	}
+}
+
+// controlTick moves the fake clock to at (at or past the pending control
+// timers) and waits until n control loops have run the tick it fired
+// (each re-arms its timer one interval after at).
+func controlTick(t *testing.T, clk *clocktest.Fake, at time.Time, iv time.Duration, n int) {
+	t.Helper()
+	clk.AdvanceTo(at)
+	waitFor(t, 5*time.Second, "the control loops re-armed after "+at.Format(time.TimeOnly), func() bool {
+		k := 0
+		for _, due := range clk.Pending() {
+			if due.Equal(at.Add(iv)) {
+				k++
+			}
+		}
+		return k >= n
+	})
+}
+
+// The same switch seen in the releases, on the real clock shifted so the
+// boundary (20:00, from 10/s to 40/s) comes 3s into the test.
+func TestScheduleReleasesSwitchAtBoundary(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
@@ -113,11 +184,10 @@ func TestScheduleSwitchesAtBoundary(t *testing.T) {
 	must(t, err)
 	start := time.Now()
 	boundary := start.Add(3 * time.Second)
-	fake := time.Date(2026, 11, 30, 19, 59, 57, 0, time.UTC)
-	now := func() time.Time { return fake.Add(time.Since(start)) }
+	clk := shiftedClock(time.Date(2026, 11, 30, 19, 59, 57, 0, time.UTC).Sub(start))
 	rec := newRecorder()
 	for i := 0; i < 2; i++ {
-		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Now: now})
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk})
 		must(t, d.Add(shaping.Downstream{Name: "db", Rate: limiters.PerSecond(1), Schedule: shaping.RateSchedule{day, night},
 			Workers: 20, MaxWait: 500 * time.Millisecond, Handler: rec.handle}))
 		defer d.Shutdown(context.Background())

@@ -21,7 +21,7 @@ func (r *runner) seedOffset() {
 		if err != nil {
 			return
 		}
-		recv := time.Now()
+		recv := r.d.cfg.Clock.Now()
 		r.offset.observe(recv.Sub(res.Now), recv)
 	}
 }
@@ -36,21 +36,23 @@ const fullRefresh = 10 * time.Second
 // the cached state without Redis. Idle, that is one command per tick per
 // process, however many downstreams it serves.
 func (d *Dispatcher) controlLoop(runners []*runner) {
-	t := time.NewTicker(d.cfg.ControlInterval)
-	defer t.Stop()
+	clk := d.cfg.Clock
 	seen := map[string]string{}
-	last := time.Now()
+	last := clk.Now()
 	for {
+		t := clk.NewTimer(d.cfg.ControlInterval)
 		select {
 		case <-d.stopping:
+			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
 		vers, err := d.control.versions(ctx)
-		full := time.Since(last) >= fullRefresh
+		now := clk.Now()
+		full := now.Sub(last) >= fullRefresh
 		if full {
-			last = time.Now()
+			last = now
 		}
 		for _, r := range runners {
 			v, changed := vers[r.ds.Name], false
@@ -91,7 +93,7 @@ func (r *runner) apply() {
 	r.smu.Unlock()
 	base := r.ds.Rate
 	if len(r.ds.Schedule) > 0 {
-		if l, _, ok := r.ds.Schedule.At(r.d.cfg.Now()); ok {
+		if l, _, ok := r.ds.Schedule.At(r.d.cfg.Clock.Now()); ok {
 			base = l
 		}
 	}
@@ -160,7 +162,7 @@ func (r *runner) adapt(event string) {
 	if iv <= 0 {
 		iv = time.Second
 	}
-	now := time.Now().UnixNano()
+	now := r.d.cfg.Clock.Now().UnixNano()
 	if event == "inc" {
 		last := r.lastInc.Load()
 		if now-last < int64(iv/2) || !r.lastInc.CompareAndSwap(last, now) {

@@ -153,8 +153,11 @@ type Config struct {
 	// also delivers, so handlers send Idempotency-Key (the http handler
 	// does). Must be at least 6s (one lease extension plus margin).
 	RecoverAfter time.Duration
-	// Now is the clock schedules are read with; nil means time.Now.
-	Now func() time.Time
+	// Clock is this process's clock: schedules are read at Clock.Now, and
+	// the release path, the control loop and the liveness loop wait on its
+	// timers (slots stay on the Redis clock). Nil means the real clock;
+	// tests pass a fake one (see Clock).
+	Clock Clock
 	// Quarantine tunes the scan for corrupt queue entries (quarantine.go).
 	Quarantine QuarantineConfig
 }
@@ -199,8 +202,8 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.ControlInterval <= 0 {
 		cfg.ControlInterval = 250 * time.Millisecond
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	if cfg.RecoverAfter <= 0 {
 		cfg.RecoverAfter = 10 * time.Second

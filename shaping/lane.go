@@ -100,7 +100,7 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 	for len(l.stock) > 0 {
 		slot := l.stock[0]
 		l.stock = l.stock[1:]
-		if time.Since(slot.Add(off)) <= tol {
+		if l.r.d.cfg.Clock.Now().Sub(slot.Add(off)) <= tol {
 			return grant{slot: slot, now: slot}, true
 		}
 	}
@@ -198,7 +198,7 @@ func (l *lane) run() {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		recv := time.Now()
+		recv := r.d.cfg.Clock.Now()
 		r.offset.observe(recv.Sub(res.Now), recv)
 		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
@@ -242,10 +242,10 @@ func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
 }
 
 func (l *lane) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := l.r.d.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-l.r.d.stopping:
 		return false

@@ -52,8 +52,7 @@ func newProcessID() string {
 // that span). It also scans once at start, for tasks stranded before this
 // process ran, and then every minute as a fallback.
 func (d *Dispatcher) livenessLoop(runners []*runner) {
-	t := time.NewTicker(livenessInterval)
-	defer t.Stop()
+	clk := d.cfg.Clock
 	var scanUntil time.Time
 	lastScan := time.Time{}
 	for {
@@ -61,20 +60,22 @@ func (d *Dispatcher) livenessLoop(runners []*runner) {
 		dead, err := d.announce(ctx)
 		if err == nil && dead > 0 {
 			d.log.Info("shaping: a worker process stopped announcing itself; returning its held tasks to their queues", "processes", dead)
-			scanUntil = time.Now().Add(asynqLease)
+			scanUntil = clk.Now().Add(asynqLease)
 		}
-		if time.Now().Before(scanUntil) || time.Since(lastScan) > time.Minute {
+		if now := clk.Now(); now.Before(scanUntil) || now.Sub(lastScan) > time.Minute {
 			d.recoverAll(ctx, runners)
-			lastScan = time.Now()
+			lastScan = now
 		}
 		cancel()
+		t := clk.NewTimer(livenessInterval)
 		select {
 		case <-d.stopping:
+			t.Stop()
 			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
 			d.rdbCmd().ZRem(ctx, d.space.Processes(), d.pid)
 			cancel()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

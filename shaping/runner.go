@@ -103,10 +103,10 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 			return true
 		}
 	}
-	t := time.NewTimer(d)
+	t := r.d.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false
@@ -127,14 +127,14 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 			return Reservation{}, err
 		}
 		deadline := g.slot.Add(r.offset.get()) // the slot on the local clock
-		if !r.sleep(ctx, time.Until(deadline)) {
+		if !r.sleep(ctx, deadline.Sub(r.d.cfg.Clock.Now())) {
 			return Reservation{}, errStopping // the slot is wasted, never replayed
 		}
 		// A worker that wakes far behind its slot (CPU starvation, a GC or
 		// a slow Redis reply) would release next to the following slots and
 		// bunch them. Its slot is wasted instead and it queues again, at the
 		// front, so every release lies within LateTolerance of its slot.
-		if late := time.Since(deadline); late > r.lateTolerance(cost) {
+		if late := r.d.cfg.Clock.Now().Sub(deadline); late > r.lateTolerance(cost) {
 			if m := r.d.m; m != nil {
 				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
 			}
