@@ -1,0 +1,90 @@
+package shaping_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+	"github.com/shaper-io/shaper/shaping/internal/clocktest"
+)
+
+// A worker whose timer fires after its slot plus LateTolerance wastes the
+// slot (shaper_shaping_late_skips_total, no release) and queues again; the
+// next slot, woken on time, is released. The fake clock makes the late
+// wake-up exact: nothing waits on the wall clock for a slot.
+func TestLateWakeUpSkipsItsSlot(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	reg := prometheus.NewRegistry()
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clk := clocktest.New(start)
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registerer: reg, Clock: clk, ControlInterval: time.Hour, ShutdownTimeout: 5 * time.Second})
+	rec := newRecorder()
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(2), Workers: 1, MaxWait: 5 * time.Second,
+		LateTolerance: 100 * time.Millisecond, Handler: rec.handle}))
+	defer d.Shutdown(context.Background())
+	e := &env{t: t, rdb: rdb, prefix: prefix, p: queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})}
+	e.enqueue("api", 2, nil)
+	must(t, d.Start())
+	waitFor(t, 5*time.Second, "the first release (its slot is now)", func() bool { return rec.count() == 1 })
+
+	// The liveness loop's timer is due at start+2s, the control loop's in an
+	// hour: a timer due before start+1.9s is the worker's, asleep until its slot.
+	due := workerTimer(t, clk, start.Add(1900*time.Millisecond))
+	clk.AdvanceTo(due.Add(300 * time.Millisecond)) // wakes 300ms behind the slot
+	next := workerTimer(t, clk, start.Add(1900*time.Millisecond))
+	if n := rec.count(); n != 1 {
+		t.Fatalf("%d releases after a wake-up 300ms late (tolerance 100ms), want 1: the late slot must be skipped", n)
+	}
+	if n := gatherSum(t, reg, "shaper_shaping_late_skips_total"); n != 1 {
+		t.Errorf("late skips = %v after one late wake-up, want 1", n)
+	}
+	clk.AdvanceTo(next) // on time
+	waitFor(t, 5*time.Second, "the second release, in the next slot", func() bool { return rec.count() == 2 })
+	if n := gatherSum(t, reg, "shaper_shaping_late_skips_total"); n != 1 {
+		t.Errorf("late skips = %v after an on-time wake-up, want still 1", n)
+	}
+}
+
+// workerTimer waits for a pending timer due after now and before limit.
+func workerTimer(t *testing.T, clk *clocktest.Fake, limit time.Time) time.Time {
+	t.Helper()
+	var due time.Time
+	waitFor(t, 5*time.Second, "a worker asleep until its slot", func() bool {
+		now := clk.Now()
+		for _, p := range clk.Pending() {
+			if p.After(now) && p.Before(limit) {
+				due = p
+				return true
+			}
+		}
+		return false
+	})
+	return due
+}
+
+// gatherSum is the sum of a metric family's counters in reg.
+func gatherSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
