@@ -112,6 +112,39 @@ func TestRateOverrideReachesEveryProcess(t *testing.T) {
 	})
 }
 
+// On the fake clock a rate override waits for the next control tick and
+// is in force in every process after it: the "within one interval" of
+// ControlInterval, without a wall-clock wait.
+func TestRateOverrideAppliedOnTheNextTick(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clk := clocktest.New(start)
+	const iv = 250 * time.Millisecond
+	var ds []*shaping.Dispatcher
+	for i := 0; i < 3; i++ {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv})
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10), Handler: newRecorder().handle}))
+		must(t, d.Start())
+		defer d.Shutdown(context.Background())
+		ds = append(ds, d)
+	}
+	must(t, shaping.NewControl(rdb, prefix).SetRate(context.Background(), "api", limiters.PerSecond(42)))
+	for i, d := range ds {
+		if l, _ := d.Rate("api"); l.PerSec() != 10 {
+			t.Fatalf("dispatcher %d: rate %v before any control tick, want 10/s", i, l)
+		}
+	}
+	controlTick(t, clk, start.Add(iv), iv, len(ds))
+	for i, d := range ds {
+		if l, _ := d.Rate("api"); l.PerSec() != 42 {
+			t.Errorf("dispatcher %d: rate %v after one control tick, want the override 42/s", i, l)
+		}
+	}
+}
+
 // A schedule switching at a boundary, on the fake clock: one tick before
 // 20:00 every dispatcher still runs the day rate (10/s), the first tick
 // after it the night rate (40/s). No wall-clock wait: the control loop
