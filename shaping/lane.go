@@ -124,31 +124,40 @@ func (l *lane) head() (cost int64, n int) {
 	return cost, n
 }
 
-// hand gives the first count waiters of cost their slots (fewer if some
-// left meanwhile: their slots are wasted).
-func (l *lane) hand(cost int64, res Reservation, err error) {
+// hand gives the waiters of cost at the front their reserved slots, in
+// order; slots left over (waiters gone meanwhile, or reserved ahead) go to
+// the stock.
+func (l *lane) hand(cost int64, res Reservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for j := 0; (err != nil && j < 1) || j < res.Count; j++ {
+	j := 0
+	for ; j < res.Count; j++ {
 		e := l.q.Front()
 		if e == nil || e.Value.(*waiter).cost != cost {
-			if err == nil { // slots no waiter took: stock for the next ones
-				if l.stockCost != cost {
-					l.stock, l.stockCost = nil, cost
-				}
-				for ; j < res.Count; j++ {
-					l.stock = append(l.stock, res.SlotN(j))
-				}
-			}
-			return
+			break
 		}
-		w := e.Value.(*waiter)
 		l.q.Remove(e)
-		if err != nil {
-			w.done <- grant{err: err}
-			return
-		}
-		w.done <- grant{slot: res.SlotN(j), now: res.Now}
+		e.Value.(*waiter).done <- grant{slot: res.SlotN(j), now: res.Now}
+	}
+	if j == res.Count {
+		return
+	}
+	// slots no waiter took: stock for the next ones
+	if l.stockCost != cost {
+		l.stock, l.stockCost = nil, cost
+	}
+	for ; j < res.Count; j++ {
+		l.stock = append(l.stock, res.SlotN(j))
+	}
+}
+
+// refuse gives the first waiter, of cost, an error no wait would cure.
+func (l *lane) refuse(cost int64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.q.Front(); e != nil && e.Value.(*waiter).cost == cost {
+		l.q.Remove(e)
+		e.Value.(*waiter).done <- grant{err: err}
 	}
 }
 
@@ -184,7 +193,7 @@ func (l *lane) run() {
 		cancel()
 		switch {
 		case errors.Is(err, limiters.ErrCostExceedsCapacity):
-			l.hand(cost, res, err) // no wait will make room: the task is refused
+			l.refuse(cost, err) // no wait will make room: the task is refused
 			continue
 		case err != nil:
 			if time.Since(lastLog) > 10*time.Second {
@@ -203,7 +212,7 @@ func (l *lane) run() {
 		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
 			r.observeWaits(res)
-			l.hand(cost, res, nil)
+			l.hand(cost, res)
 			continue
 		}
 		if m := r.d.m; m != nil {

@@ -72,7 +72,7 @@ func (d *Dispatcher) livenessLoop(runners []*runner) {
 		case <-d.stopping:
 			t.Stop()
 			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
-			d.rdbCmd().ZRem(ctx, d.space.Processes(), d.pid)
+			d.rdb.ZRem(ctx, d.space.Processes(), d.pid)
 			cancel()
 			return
 		case <-t.C():
@@ -86,7 +86,7 @@ func (d *Dispatcher) announce(ctx context.Context) (int64, error) {
 	k := d.space.Processes()
 	now := time.Now()
 	var gone *redis.IntCmd
-	_, err := d.rdbCmd().Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Unix()), Member: d.pid})
 		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-d.cfg.RecoverAfter).Unix(), 10))
 		p.Expire(ctx, k, time.Hour)
@@ -133,5 +133,3 @@ func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (mo
 		}
 	}
 }
-
-func (d *Dispatcher) rdbCmd() redis.Cmdable { return d.rdb }
