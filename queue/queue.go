@@ -96,7 +96,12 @@ type Receipt struct {
 	// scheduled to run at ProcessAt (its Retry-After) instead.
 	Deferred bool
 	// ProcessAt is when the task becomes runnable; zero unless enqueued.
+	// A fair downstream's task is runnable at its turn, not at ProcessAt:
+	// see ExpectedStart.
 	ProcessAt time.Time
+	// ExpectedStart is an estimate of when the task will be released:
+	// zero when there is none.
+	ExpectedStart time.Time
 	// Admission is the admission decision (zero when there is no policy).
 	Admission limiters.Result
 }
@@ -162,6 +167,9 @@ type ProducerConfig struct {
 	// limiters.ErrCostExceedsCapacity. Missing downstreams are bounded
 	// only at release, where the dispatcher archives such a task.
 	MaxCost map[string]int64
+	// Fair names the downstreams whose tasks wait in weighted fair order
+	// of their Key (shaping.Downstream.Fairness) before their queue.
+	Fair map[string]FairShare
 	// Batched names the downstreams whose tasks are aggregated into
 	// batches (shaping.Downstream.Batch), with how many aggregation groups
 	// to spread them over (shaping.BatchGroups): asynq closes at most one
@@ -173,6 +181,8 @@ type ProducerConfig struct {
 // Producer enqueues tasks after admission. Safe for concurrent use.
 type Producer struct {
 	client *asynq.Client
+	rdb    redis.UniversalClient
+	fair   *shaping.FairQueue
 	cfg    ProducerConfig
 	m      *metrics.Metrics // nil records nothing
 	space  keys.Space
@@ -189,7 +199,7 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix)}
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix)}
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -306,15 +316,21 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	}
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
-		if rec.Admission.Allowed && !rec.Deferred {
-			if rerr := rec.Admission.Cancel(context.WithoutCancel(ctx)); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("queue: refund admission: %w", rerr))
-			}
-		}
+		p.refund(ctx, &rec, &err)
 		return rec, err
 	}
 	rec.ID = info.ID
 	rec.ProcessAt = info.NextProcessAt
+	if fs, ok := p.cfg.Fair[t.Downstream]; ok {
+		due := later(t.ProcessAt, time.Now())
+		rec.ProcessAt = due
+		rec.ExpectedStart, err = p.park(ctx, fs, t, info.ID, due)
+		if err != nil {
+			rec.ID, rec.ProcessAt = "", time.Time{}
+			p.refund(ctx, &rec, &err)
+			return rec, err
+		}
+	}
 	if p.m != nil {
 		p.m.Enqueued.WithLabelValues(t.Downstream).Inc()
 		if rec.Deferred {
@@ -322,6 +338,15 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 		}
 	}
 	return rec, nil
+}
+
+// refund gives back the admission charge of a task that was not enqueued.
+func (p *Producer) refund(ctx context.Context, rec *Receipt, err *error) {
+	if rec.Admission.Allowed && !rec.Deferred {
+		if rerr := rec.Admission.Cancel(context.WithoutCancel(ctx)); rerr != nil {
+			*err = errors.Join(*err, fmt.Errorf("queue: refund admission: %w", rerr))
+		}
+	}
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
@@ -365,7 +390,9 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if id != "" {
 		opts = append(opts, asynq.TaskID(id))
 	}
-	if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
+	if _, fair := p.cfg.Fair[t.Downstream]; fair {
+		opts = append(opts, fairOptions(later(t.ProcessAt, time.Now())))
+	} else if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
 		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
 	}
 	if t.Timeout > 0 {

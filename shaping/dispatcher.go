@@ -101,6 +101,10 @@ type Downstream struct {
 	// Adaptive, when set, lets the downstream's answers move the rate
 	// between a floor and a ceiling (AIMD), shared by all processes.
 	Adaptive *Adaptive
+	// Fairness, when set, shares the rate among the admission keys with
+	// tasks waiting (weighted fair share; see Fairness). Producers must
+	// enqueue through queue.ProducerConfig.Fair for it.
+	Fairness *Fairness
 	// Batch, when set, aggregates the downstream's tasks into batches
 	// before shaping (the producer must enqueue them with Batched: see
 	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks
@@ -169,6 +173,7 @@ type Dispatcher struct {
 	cfg     Config
 	space   keys.Space
 	buckets *Buckets
+	fair    *FairQueue
 	log     *slog.Logger
 	m       *metrics.Metrics
 
@@ -215,6 +220,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	d.m = metrics.New(cfg.Registerer)
 	d.control = NewControl(rdb, cfg.Prefix)
+	d.fair = NewFairQueue(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
 		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))
 	return d
@@ -258,6 +264,14 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	}
 	if b := ds.Batch; b != nil && (b.MaxRows < 1 || b.MaxDelay < 0 || b.Grace < 0) {
 		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
+	}
+	if f := ds.Fairness; f != nil {
+		if err := f.validate(); err != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+		}
+		if ds.Batch != nil {
+			return fmt.Errorf("shaping: downstream %q: Fairness and Batch cannot be combined", ds.Name)
+		}
 	}
 	if ds.MaxWait == 0 {
 		ds.MaxWait = time.Second
@@ -374,6 +388,9 @@ func (d *Dispatcher) Start() error {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
 		go r.lane.run()
+		if r.ds.Fairness != nil {
+			go r.feed()
+		}
 		if r.leases != nil {
 			go r.leases.run()
 			go r.leases.renewLoop()

@@ -28,7 +28,8 @@ type lane struct {
 	// within its late tolerance or wasted, never replayed.
 	stock     []time.Time // slot starts on the Redis clock, oldest first
 	stockCost int64
-	behind    bool // the last reservation started at once (the bucket had room)
+	behind    bool       // the last reservation started at once (the bucket had room)
+	fair      *fairOrder // nil: FIFO; else waiters in fair order of their keys
 }
 
 // maxStock bounds the slots a lane reserves ahead of its waiters.
@@ -36,8 +37,11 @@ const maxStock = 32
 
 // waiter is one worker waiting for its slot.
 type waiter struct {
-	cost int64
-	done chan grant // buffered: the lane never blocks on a waiter
+	cost   int64
+	key    string
+	tag    float64    // fair order's start tag
+	queued bool       // in l.q (l.mu)
+	done   chan grant // buffered: the lane never blocks on a waiter
 }
 
 // grant is a lane's answer: the slot's start on the Redis clock, or an
@@ -52,22 +56,29 @@ type grant struct {
 const maxBatch = 256
 
 func newLane(r *runner) *lane {
-	return &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
+	l := &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
+	if r.ds.Fairness != nil {
+		l.fair = newFairOrder(r.ds.Fairness)
+	}
+	return l
 }
 
-// wait queues a worker for a slot of cost units (at the front when it is
-// retrying a wasted slot) and blocks until the lane grants one.
-func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) {
-	w := &waiter{cost: cost, done: make(chan grant, 1)}
+// wait queues a worker for a slot of cost units for key (at the front
+// when it is retrying a wasted slot) and blocks until the lane grants one.
+func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
+	w := &waiter{cost: cost, key: key, queued: true, done: make(chan grant, 1)}
 	l.mu.Lock()
 	if g, ok := l.fromStock(cost); ok {
 		l.mu.Unlock()
 		return g, nil
 	}
 	var e *list.Element
-	if front {
+	switch {
+	case l.fair != nil:
+		e = l.fair.insert(l.q, w, front)
+	case front:
 		e = l.q.PushFront(w)
-	} else {
+	default:
 		e = l.q.PushBack(w)
 	}
 	l.mu.Unlock()
@@ -82,7 +93,9 @@ func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) 
 	case <-l.r.d.stopping:
 	}
 	l.mu.Lock()
-	l.q.Remove(e) // a no-op when granted meanwhile: that slot is wasted, never replayed
+	if w.queued { // else granted meanwhile: that slot is wasted, never replayed
+		l.remove(e)
+	}
 	l.mu.Unlock()
 	if ctx.Err() != nil {
 		return grant{}, ctx.Err()
@@ -136,8 +149,7 @@ func (l *lane) hand(cost int64, res Reservation) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		l.q.Remove(e)
-		e.Value.(*waiter).done <- grant{slot: res.SlotN(j), now: res.Now}
+		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now}
 	}
 	if j == res.Count {
 		return
@@ -156,9 +168,29 @@ func (l *lane) refuse(cost int64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.q.Front(); e != nil && e.Value.(*waiter).cost == cost {
-		l.q.Remove(e)
-		e.Value.(*waiter).done <- grant{err: err}
+		l.remove(e).done <- grant{err: err}
 	}
+}
+
+// remove takes e's waiter out of the queue (l.mu held).
+func (l *lane) remove(e *list.Element) *waiter {
+	w := e.Value.(*waiter)
+	l.q.Remove(e)
+	w.queued = false
+	if l.fair != nil {
+		l.fair.removed(w)
+	}
+	return w
+}
+
+// backlogged reports whether another waiter of key is queued here.
+func (l *lane) backlogged(key string) bool {
+	if l.fair == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fair.waiting[key] > 0
 }
 
 // run serves the waiters until the dispatcher stops.
@@ -189,7 +221,7 @@ func (l *lane) run() {
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.ds.MaxWait)
+		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.lookahead())
 		cancel()
 		switch {
 		case errors.Is(err, limiters.ErrCostExceedsCapacity):
@@ -244,9 +276,10 @@ func (l *lane) setBehind(b bool) {
 func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
 	r := l.r
 	iv := r.rate.Load().Interval(cost)
-	share := max(int(r.rate.Load().UnitsIn(r.ds.MaxWait)/max(cost, 1))/8, 1)
+	ahead := r.lookahead()
+	share := max(int(r.rate.Load().UnitsIn(ahead)/max(cost, 1))/8, 1)
 	k := min(n, share)
-	d := res.Wait - r.ds.MaxWait + time.Duration(k-1)*iv
+	d := res.Wait - ahead + time.Duration(k-1)*iv
 	return max(d, iv) + time.Duration(rand.Int64N(int64(iv)+1))
 }
 

@@ -45,7 +45,7 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		defer r.leases.release(lease)
 	}
 	for {
-		res, err := r.acquire(ctx, t.Cost)
+		res, err := r.acquire(ctx, t.Cost, t.Key)
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
 			r.outcome("malformed")
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
@@ -109,6 +109,9 @@ func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr erro
 		// Lateness on the local clock: the wait was timed locally from
 		// the reply, so compare against when the wait ended.
 		m.Lateness.WithLabelValues(r.ds.Name).Observe(max(time.Since(t.Slot), 0).Seconds())
+	}
+	if r.ds.Fairness != nil {
+		r.fstats.release(t.Key, r.lane.backlogged(t.Key), r.d.cfg.Clock.Now())
 	}
 	return Call(ctx, h, t), true
 }

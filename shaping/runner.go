@@ -37,8 +37,10 @@ type runner struct {
 	leases  *leaseLane   // nil without a concurrency cap
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
 
-	smu sync.Mutex
-	st  State // runtime state as last read from Redis
+	smu    sync.Mutex
+	st     State     // runtime state as last read from Redis
+	fairSt FairState // what the last feed saw (fair downstreams)
+	fstats fairStats // releases per key, last minute (fair downstreams)
 }
 
 func (r *runner) setPaused(p bool) {
@@ -119,10 +121,10 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // only when ctx ends, the dispatcher stops, or the cost can never fit
 // (ErrCostExceedsCapacity); Redis errors are retried by the lane (shaping
 // fails closed: nothing is released without a reservation).
-func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
+func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservation, error) {
 	front := false
 	for {
-		g, err := r.lane.wait(ctx, cost, front)
+		g, err := r.lane.wait(ctx, cost, key, front)
 		if err != nil {
 			return Reservation{}, err
 		}

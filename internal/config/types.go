@@ -104,6 +104,9 @@ type Downstream struct {
 	// (a crashed process's places are free within it). Default 10s; only
 	// with Concurrency or KeyConcurrency.
 	Lease Duration `yaml:"lease,omitempty"`
+	// Fairness, when set, shares the rate among the task keys with tasks
+	// waiting (weighted fair share) instead of first come, first served.
+	Fairness *Fairness `yaml:"fairness,omitempty"`
 	// Workers is the worker budget. Default ceil(rate × MaxWait) + 1,
 	// between 2 and 1000; an explicit value may be 1-10000.
 	Workers int `yaml:"workers"`
@@ -125,6 +128,22 @@ type Downstream struct {
 	// Batch aggregates the downstream's tasks into batches; the rate then
 	// counts rows (see batch.go).
 	Batch *Batch `yaml:"batch,omitempty"`
+}
+
+// Fairness shares a downstream's rate among the keys (the task's key:
+// tenant, user, API key) that have tasks waiting.
+type Fairness struct {
+	// Key says what a share belongs to; only "tenant" (the task's key,
+	// the default) for now.
+	Key KeyScope `yaml:"key,omitempty"`
+	// Weights by key; keys not listed have DefaultWeight. Each in
+	// (0, 1000000].
+	Weights map[string]float64 `yaml:"weights,omitempty"`
+	// DefaultWeight is the weight of unlisted keys. Default 1.
+	DefaultWeight float64 `yaml:"default_weight,omitempty"`
+	// KeyRate, when set, caps each key's rate, e.g. "10/s"; at most the
+	// downstream's rate.
+	KeyRate Rate `yaml:"key_rate,omitempty"`
 }
 
 // HandlerType says how a released task is delivered.

@@ -185,3 +185,39 @@ func (a AsynqQueue) Completed() string { return a.base() + "completed" }
 func (s Space) Quarantine(ds string) string {
 	return s.prefix() + ":quarantine:{" + s.Queue(ds) + "}"
 }
+
+// FairKeys are the keys of downstream ds's fair-share queue: tasks parked
+// in weighted fair order before asynq's pending list. Their hash tag is the
+// queue name, as in asynq's own keys, so one script moves a task from
+// parked to pending atomically on a cluster.
+type FairKeys struct {
+	// Parked is a ZSET of task IDs scored by virtual start tag.
+	Parked string
+	// Tags is a HASH of admission key → virtual finish tag of its last
+	// parked task.
+	Tags string
+	// State is a HASH of the queue's virtual time and scan cursors.
+	State string
+	// Later is a ZSET of task IDs not yet due (a future ProcessAt or a
+	// per-key ceiling), scored by due time in ms.
+	Later string
+	// Meta is a HASH of task ID → "cost|weight|key" for Later's tasks.
+	Meta string
+	// Counts is a HASH of admission key → tasks parked or later.
+	Counts string
+	// NotBefore is a HASH of admission key → when its next task may be
+	// promoted (ms), for a per-key ceiling.
+	NotBefore string
+}
+
+// Fair returns downstream ds's fair-share keys.
+func (s Space) Fair(ds string) FairKeys {
+	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
+	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
+		Meta: b + "meta", Counts: b + "counts", NotBefore: b + "nb"}
+}
+
+// List returns the keys in the order fair.lua takes them (KEYS[1..7]).
+func (f FairKeys) List() []string {
+	return []string{f.Parked, f.Tags, f.State, f.Later, f.Meta, f.Counts, f.NotBefore}
+}

@@ -37,6 +37,7 @@ type Metrics struct {
 	CronTicks         *prometheus.CounterVec   // job, outcome
 	Quarantined       *prometheus.CounterVec   // downstream, reason
 	QuarantineLen     *prometheus.GaugeVec     // downstream
+	Fair              *FairMetrics
 }
 
 // New registers shaper's metrics on reg, or, for those already registered
@@ -51,6 +52,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	f := factory{reg}
 	waits := []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30}
 	return &Metrics{
+		Fair: newFair(f),
 		Releases: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "releases_total",
 			Help: "Tasks released to their downstream handler."}, []string{"downstream"}),
 		SlotWait: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "slot_wait_seconds",

@@ -66,7 +66,8 @@ func Build(cfg *config.Config) (*Plan, error) {
 		Dispatcher: shaping.Config{Prefix: cfg.Redis.Prefix, ShutdownTimeout: time.Duration(cfg.ShutdownTimeout),
 			RedisTimeout: time.Duration(cfg.Redis.Timeout)},
 		Producer: queue.ProducerConfig{Prefix: cfg.Redis.Prefix, MaxPayload: int(cfg.HTTP.MaxBody),
-			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{}}}
+			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{},
+			Fair: map[string]queue.FairShare{}}}
 	for i, dc := range cfg.Downstreams {
 		sd, err := shapingDownstream(dc)
 		if err != nil {
@@ -77,6 +78,9 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Producer.Downstreams = append(p.Producer.Downstreams, dc.Name)
 		p.Producer.MaxRetry[dc.Name] = dc.MaxRetry
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
+		if sd.Fairness != nil {
+			p.Producer.Fair[dc.Name] = queue.FairShare{Fairness: sd.Fairness, Rate: sd.Rate}
+		}
 		if g := batchGroups(dc); g > 0 {
 			p.Producer.Batched[dc.Name] = g
 		}
@@ -115,12 +119,22 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
 		MaxCost: cmp.Or(dc.MaxCost, shaping.DefaultMaxCost(lim, wait, dc.Burst)), Workers: dc.Workers,
 		Schedule: sched, Adaptive: adaptive(dc),
-		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease)}
+		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
+		Fairness: fairness(dc)}
 	if b := dc.Batch; b != nil {
 		sd.Batch = &shaping.Batch{MaxRows: b.MaxRows, MaxDelay: time.Duration(b.MaxDelay), Grace: time.Duration(b.Grace)}
 		sd.LateTolerance = batchLateTolerance(dc)
 	}
 	return sd, nil
+}
+
+// fairness is dc's fair share (nil when off).
+func fairness(dc config.Downstream) *shaping.Fairness {
+	f := dc.Fairness
+	if f == nil {
+		return nil
+	}
+	return &shaping.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit()}
 }
 
 // rateSchedule is dc's schedule, each change read in dc's time zone.
