@@ -19,11 +19,11 @@ import (
 // and scheduled entries written as asynq's enqueue writes them) and plays
 // a worker that takes from pending, so the script's order can be read.
 type fairRig struct {
-	t    *testing.T
-	rdb  redis.UniversalClient
-	q    *shaping.FairQueue
-	f    *shaping.Fairness
-	aq   keys.AsynqQueue
+	t      *testing.T
+	rdb    redis.UniversalClient
+	q      *shaping.FairQueue
+	f      *shaping.Fairness
+	aq     keys.AsynqQueue
 	rate   limiters.Limit
 	n      int
 	prefix string
