@@ -236,3 +236,73 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// 100 tenants with unequal backlogs (1 to 1,000 tasks, geometric) on one
+// downstream at 50/s, three processes: every tenant's first release comes
+// within its fair interval (100 keys / 50/s = 2s) + 1s of its first
+// enqueue, nothing is delivered twice or lost; Jain's index over the
+// tenants that had a backlog for the first 10s is reported (issue 13).
+func TestFairShareHundredTenants(t *testing.T) {
+	sink := testsink.New()
+	defer sink.Close()
+	prefix := redistest.Prefix(t)
+	cfg := fairConfig(t, prefix, sink.URL(), "{key: tenant}")
+	p := fairProducer(t, cfg)
+	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
+	const tenants = 100
+	sizes := make([]int, tenants)
+	total := 0
+	for i := range sizes {
+		sizes[i] = int(math.Round(math.Pow(1000, float64(i)/(tenants-1))))
+		total += sizes[i]
+	}
+	first := make([]time.Time, tenants)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := tenants - 1 - g; i >= 0; i -= 4 { // big backlogs first
+				first[i], _ = enqueueTenant(t, p, fmt.Sprintf("t%03d", i), sizes[i])
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d tasks of %d tenants enqueued in %v", total, tenants, time.Since(start).Round(time.Millisecond))
+	var r map[string][]time.Time
+	waitFor(t, 30*time.Second, "every tenant's first release", func() bool {
+		r, _ = releases(t, sink)
+		return len(r) == tenants
+	})
+	from := first[0] // the last tenant's arrival
+	for _, f := range first {
+		from = maxTime(from, f)
+	}
+	waitFor(t, 30*time.Second, "10s of releases after the last arrival", func() bool { return time.Since(from) > 10*time.Second+100*time.Millisecond })
+	for _, pr := range procs {
+		pr.stop(t)
+	}
+	r, hits := releases(t, sink)
+	bound := tenants * time.Second / 50 // the fair interval at 50/s
+	var worst time.Duration
+	for i := range tenants {
+		k := fmt.Sprintf("t%03d", i)
+		d := r[k][0].Sub(first[i])
+		worst = max(worst, d)
+		if d > bound+time.Second {
+			t.Errorf("%s (%d tasks): first release %v after its enqueue, want within %v", k, sizes[i], d.Round(time.Millisecond), bound+time.Second)
+		}
+	}
+	// Jain over the 10s after the last arrival, among the tenants whose
+	// backlog outlasted it (more than their 10s share at 0.5/s)
+	var xs []float64
+	for i := range tenants {
+		if sizes[i] > 10 {
+			xs = append(xs, float64(countIn(r[fmt.Sprintf("t%03d", i)], from, from.Add(10*time.Second))))
+		}
+	}
+	t.Logf("worst first release %v (bound %v); Jain's index over 10s among the %d tenants with a backlog: %.3f",
+		worst.Round(time.Millisecond), bound+time.Second, len(xs), shaping.Jain(xs))
+	checkNothingLost(t, prefix, total, len(hits))
+}

@@ -74,8 +74,10 @@ type Summary struct {
 	DryRun            bool   `json:"dry_run,omitempty"`
 	// ID and ProcessAt describe the one task of --payload/--payload-file
 	// when it was enqueued.
-	ID             string     `json:"id,omitempty"`
-	ProcessAt      *time.Time `json:"process_at,omitempty"`
+	ID        string     `json:"id,omitempty"`
+	ProcessAt *time.Time `json:"process_at,omitempty"`
+	// ExpectedStart estimates when the one task will be released.
+	ExpectedStart  *time.Time `json:"expected_start,omitempty"`
 	ElapsedSeconds float64    `json:"elapsed_seconds"`
 	ExitCode       int        `json:"exit_code"`
 }
@@ -448,6 +450,9 @@ func (r *runner) countEnqueued(rec queue.Receipt, at string) {
 			s.ID = rec.ID
 			pa := rec.ProcessAt
 			s.ProcessAt = &pa
+			if es := rec.ExpectedStart; !es.IsZero() {
+				s.ExpectedStart = &es
+			}
 		}
 	})
 	if r.o.single() && !r.o.json {

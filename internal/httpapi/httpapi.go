@@ -117,9 +117,12 @@ type Accepted struct {
 	ProcessAt time.Time `json:"process_at"`
 	// RetryAfter is, for a deferred task, the admission's Retry-After in
 	// seconds (the task runs no earlier than that).
-	RetryAfter float64    `json:"retry_after,omitempty"`
-	Location   string     `json:"location"`
-	Admission  *Admission `json:"admission,omitempty"`
+	RetryAfter float64 `json:"retry_after,omitempty"`
+	// ExpectedStart estimates when the task will be released (queue
+	// Receipt.ExpectedStart); absent when there is no estimate.
+	ExpectedStart *time.Time `json:"expected_start,omitempty"`
+	Location      string     `json:"location"`
+	Admission     *Admission `json:"admission,omitempty"`
 }
 
 // Admission describes the admission decision in a response body.
@@ -267,6 +270,10 @@ func (a *API) accepted(w http.ResponseWriter, rec queue.Receipt, failedOpen bool
 	}
 	if rec.Deferred {
 		body.RetryAfter = rec.Admission.RetryAfter.Seconds()
+	}
+	if !rec.ExpectedStart.IsZero() {
+		es := rec.ExpectedStart
+		body.ExpectedStart = &es
 	}
 	if res := rec.Admission; res.Name != "" {
 		body.Admission = &Admission{Limiter: res.Name, Algorithm: string(res.Algorithm), Limit: res.Limit.String(),
