@@ -1,6 +1,7 @@
 package statuspage
 
 import (
+	"sort"
 	"time"
 
 	"github.com/shaper-io/shaper/shaping"
@@ -64,9 +65,11 @@ type DownstreamSnapshot struct {
 	Held float64 `json:"held"`
 	// LeasesInUse is the calls in flight this process holds a concurrency
 	// lease for; ConcurrencyLimit the downstream's cap (0: none).
-	LeasesInUse      float64          `json:"leases_in_use"`
-	ConcurrencyLimit float64          `json:"concurrency_limit"`
-	Lateness         LatenessSnapshot `json:"lateness"`
+	LeasesInUse      float64 `json:"leases_in_use"`
+	ConcurrencyLimit float64 `json:"concurrency_limit"`
+	// Fair is the fair share's state; nil without fairness.
+	Fair     *FairInfo        `json:"fair,omitempty"`
+	Lateness LatenessSnapshot `json:"lateness"`
 	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
 	PushbacksTotal float64 `json:"pushbacks_total"`
 	// BucketFullTotal counts reservation attempts that found the bucket
@@ -92,6 +95,36 @@ type AdaptiveInfo struct {
 	// RatePerSecond is the shared adaptive rate; 0 until the first answer
 	// moved it.
 	RatePerSecond float64 `json:"rate_per_second"`
+}
+
+// FairInfo is a fair downstream's share among its keys.
+type FairInfo struct {
+	// ActiveKeys have tasks waiting in fair order; WaitingTasks is how many
+	// tasks (shared by every process).
+	ActiveKeys   float64 `json:"active_keys"`
+	WaitingTasks float64 `json:"waiting_tasks"`
+	// JainIndex of this process's releases over the last minute, per unit
+	// of weight, among keys with a backlog (1: equal shares).
+	JainIndex float64 `json:"jain_index"`
+	// TopKeys are the keys with the most releases by this process in the
+	// last minute (at most metrics.FairTopKeys), most first.
+	TopKeys []KeyReleases `json:"top_keys"`
+}
+
+// KeyReleases is one key's releases in the last minute.
+type KeyReleases struct {
+	Key      string  `json:"key"`
+	Releases float64 `json:"releases"`
+}
+
+// fairInfo reads ds's fair-share metrics.
+func fairInfo(f families, l map[string]string) *FairInfo {
+	fi := &FairInfo{ActiveKeys: f.counter(mFairKeys, l), WaitingTasks: f.counter(mFairWaiting, l), JainIndex: f.counter(mFairJain, l)}
+	for _, k := range f.labelValues(mFairKeyRel, "key", l) {
+		fi.TopKeys = append(fi.TopKeys, KeyReleases{k, f.counter(mFairKeyRel, map[string]string{"downstream": l["downstream"], "key": k})})
+	}
+	sort.Slice(fi.TopKeys, func(i, j int) bool { return fi.TopKeys[i].Releases > fi.TopKeys[j].Releases })
+	return fi
 }
 
 // LatenessSnapshot is release time minus slot time over the window,
@@ -216,6 +249,9 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 		LeasesInUse: f.counter(mLeases, l), ConcurrencyLimit: f.counter(mConcLimit, l)}
 	if !cs.Override.IsZero() {
 		d.OverrideRate = cs.Override.RateString()
+	}
+	if ds.Fairness != nil {
+		d.Fair = fairInfo(f, l)
 	}
 	if a := st.adaptive; a != nil {
 		d.Adaptive = &AdaptiveInfo{Floor: a.Floor.String(), Ceiling: cmpOr(a.Ceiling.String(), st.rate), RatePerSecond: cs.Adaptive}

@@ -80,7 +80,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		}
 		sd := pd.Shaping
 		if err := b.d.Add(shaping.Downstream{Name: sd.Name, Rate: sd.Rate, MaxWait: sd.MaxWait,
-			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency}); err != nil {
+			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency, Fairness: sd.Fairness}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -611,4 +611,30 @@ func TestStatusShowsRedisUnreachable(t *testing.T) {
 		s = b.snapshot(t)
 		return s.Redis.Reachable && s.View.Cells[statuspage.DownstreamKey("api", "state")] == "running"
 	})
+}
+
+// A fair downstream's page shows its keys waiting, the Jain index of the
+// last minute and the top keys by releases.
+func TestFairSharePanel(t *testing.T) {
+	b := setup(t, setupOpts{yaml: "downstreams:\n  - {name: api, rate: 20/s, fairness: {key: tenant}, handler: {type: log}}\n"})
+	b.start(t)
+	for i := range 40 {
+		key := []string{"acme", "globex"}[i%2]
+		if _, err := b.p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: key, Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fi *statuspage.FairInfo
+	waitFor(t, 20*time.Second, "both keys among the top keys", func() bool {
+		s := b.snapshot(t)
+		fi = s.Downstreams[0].Fair
+		return fi != nil && len(fi.TopKeys) == 2 && fi.TopKeys[0].Releases+fi.TopKeys[1].Releases >= 30
+	})
+	if fi.JainIndex < 0.9 || fi.JainIndex > 1 {
+		t.Errorf("Jain index %v for two keys served alternately, want 0.9-1", fi.JainIndex)
+	}
+	cell := b.snapshot(t).View.Cells[statuspage.DownstreamKey("api", "fair")]
+	if !strings.Contains(cell, "Jain") || !strings.Contains(cell, "acme") {
+		t.Errorf("fair share cell %q, want the Jain index and the top keys", cell)
+	}
 }

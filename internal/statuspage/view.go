@@ -103,6 +103,15 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 	if d.ConcurrencyLimit > 0 {
 		cells[k("leases")] = count(d.LeasesInUse) + " / " + count(d.ConcurrencyLimit)
 	}
+	cells[k("fair")] = "off (first come, first served)"
+	if fi := d.Fair; fi != nil {
+		var top []string
+		for _, kr := range fi.TopKeys {
+			top = append(top, kr.Key+" "+count(kr.Releases))
+		}
+		cells[k("fair")] = fmt.Sprintf("%s keys waiting (%s tasks) · Jain %.2f · top: %s", count(fi.ActiveKeys), count(fi.WaitingTasks),
+			fi.JainIndex, cmpOr(strings.Join(top, ", "), "none yet"))
+	}
 	cells[k("workers")] = strconv.Itoa(d.Workers)
 	cells[k("max_wait")] = d.MaxWait
 	cells[k("late_p50")] = dur(d.Lateness.P50Seconds)
