@@ -166,14 +166,20 @@ func fairState(r lua.FairReply) FairState {
 		Active: int(r.Active), Keys: int(r.Keys), Ahead: int(r.Ahead)}
 }
 
+// fairIdleFeed is how often a dispatcher looks for parked tasks when none
+// waited at its last look. Enqueues promote what fits themselves, so this
+// only matters when a backlog starts: pending then holds its target (half
+// a second of releases) and the workers hold their share of the bucket.
+const fairIdleFeed = time.Second
+
 // feed promotes the downstream's parked tasks while the dispatcher runs:
-// every fair interval while tasks wait, every PollInterval when none do.
+// every fair interval while tasks wait, every fairIdleFeed when none do.
 func (r *runner) feed() {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 		st, err := r.d.fair.Feed(ctx, r.ds.Name, *r.rate.Load())
 		cancel()
-		wait := r.d.cfg.PollInterval
+		wait := fairIdleFeed
 		switch {
 		case err != nil:
 			r.d.log.Warn("shaping: fair share: cannot promote tasks", "downstream", r.ds.Name, "err", err)

@@ -63,6 +63,7 @@ type fairStats struct {
 	buckets [6]map[string]*keyCount
 	cur     int
 	start   time.Time // of the current bucket
+	pub     time.Time // last publish
 }
 
 type keyCount struct {
@@ -137,8 +138,18 @@ func Jain(xs []float64) float64 {
 }
 
 // publish sets the Jain index over the last minute's releases per unit of
-// weight of the keys that had a backlog, and the top keys' series.
+// weight of the keys that had a backlog, and the top keys' series, at most
+// once a second; it returns the index, or -1 when it did not publish.
 func (s *fairStats) publish(m *metrics.Metrics, ds string, f *Fairness, now time.Time) float64 {
+	s.mu.Lock()
+	due := now.Sub(s.pub) >= time.Second
+	if due {
+		s.pub = now
+	}
+	s.mu.Unlock()
+	if !due {
+		return -1
+	}
 	counts := s.minute(now)
 	var xs []float64
 	type kn struct {

@@ -46,6 +46,8 @@
 --   waiting here after it; pending/active: asynq's list lengths; keys:
 --   admission keys with tasks here; ahead (park): tasks parked with a
 --   lower tag than this one (-1 if it waits in later or was promoted).
+--   A feed that finds nothing parked or later replies all zeros (ahead -1)
+--   after two reads.
 -- TTL: every key here is refreshed to ARGV[5] by a call that writes; when
 -- nothing is parked or later, meta and counts are empty (gone) and the
 -- tags and state expire within 60s. A call with nothing to do writes
@@ -60,6 +62,11 @@ local prefix, target, maxp, ttl = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
 local idle = math.min(ttl, 60000)
 
 local function fmt(x) return string.format('%.17g', x) end
+
+-- an idle queue costs two reads
+if ARGV[1] == 'feed' and redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
+  return {0, 0, 0, 0, 0, 0, -1}
+end
 
 local v = tonumber(redis.call('HGET', KEYS[3], 'v') or '0') or 0
 
