@@ -49,24 +49,10 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 			"downstream", t.Downstream, "id", id, "err", err, "delete_err", derr)
 		return due.Add(shaping.FairHorizon), nil
 	}
-	return expectedStart(now, due, fs.Rate, t.Cost, st), nil
-}
-
-// expectedStart estimates a fair task's start from what its park saw: the
-// tasks held by workers, promoted, and parked before it go first, one
-// interval each (the estimate ignores keys that arrive later with an
-// earlier turn, and the calls in flight among the held tasks).
-func expectedStart(now, due time.Time, rate limiters.Limit, cost int64, st shaping.FairState) time.Time {
-	if due.After(now) && st.Ahead < 0 {
-		return due
+	if st.Ahead < 0 {
+		return due, nil // waits for its due time
 	}
-	ahead := st.Active + st.Pending
-	if st.Ahead >= 0 {
-		ahead += st.Ahead
-	} else {
-		ahead-- // promoted: it is in Pending
-	}
-	return now.Add(rate.Interval(max(cost, 1)) * time.Duration(max(ahead, 0)))
+	return st.ExpectedStart(now, fs.Rate, t.Cost), nil
 }
 
 // later is the later of a and b.

@@ -122,8 +122,9 @@ type FairState struct {
 	Pending, Active int
 	// Keys is how many admission keys have tasks waiting.
 	Keys int
-	// Ahead (Park) is how many parked tasks come before this one; -1 when
-	// it was promoted at once or is not yet due.
+	// Ahead (Park) is how many tasks go before this one: promoted ahead of
+	// it, and parked with an earlier turn (0 when it went to the front);
+	// -1 when it is not yet due.
 	Ahead int
 }
 
@@ -159,6 +160,16 @@ func (q *FairQueue) Feed(ctx context.Context, ds string, rate limiters.Limit) (F
 	ks, a := q.args(ds, rate)
 	rep, err := q.store.FairFeed(ctx, ks, a)
 	return fairState(rep), err
+}
+
+// ExpectedStart estimates when a task just parked (the state Park
+// returned) of cost at rate will be released: the promoted tasks and the
+// parked ones before it go first, one interval each, then the lane's
+// reservation horizon. The workers' held tasks are not counted: the lanes
+// let keys with few waiters pass them. Keys that arrive later with an
+// earlier turn are not foreseen.
+func (st FairState) ExpectedStart(now time.Time, rate limiters.Limit, cost int64) time.Time {
+	return now.Add(fairLookahead + rate.Interval(max(cost, 1))*time.Duration(max(st.Ahead, 0)))
 }
 
 func fairState(r lua.FairReply) FairState {

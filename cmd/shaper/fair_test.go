@@ -134,8 +134,9 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	waitFor(t, 30*time.Second, "A flowing", func() bool { return sink.Count() >= 150 })
 	var wg sync.WaitGroup
 	var bAt, cAt time.Time
+	var bRecs []queue.Receipt
 	wg.Add(2)
-	go func() { defer wg.Done(); bAt, _ = enqueueTenant(t, p, "B", nB) }()
+	go func() { defer wg.Done(); bAt, bRecs = enqueueTenant(t, p, "B", nB) }()
 	go func() { defer wg.Done(); cAt, _ = enqueueTenant(t, p, "C", nB) }()
 	wg.Wait()
 	waitFor(t, 60*time.Second, "B and C delivered", func() bool {
@@ -203,7 +204,39 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	if n := countIn(r["A"], endBC.Add(time.Second), endBC.Add(2*time.Second)); n < 40 {
 		t.Errorf("A had %d releases in the second after B and C finished +1s, want the full rate back (≥ 40)", n)
 	}
+	checkExpectedStarts(t, hits, "B", bRecs, time.Second)
 	checkNothingLost(t, prefix, nA+2*nB, len(hits))
+}
+
+// checkExpectedStarts compares each receipt's ExpectedStart of tenant's
+// tasks (in enqueue order) with when the sink saw the task.
+func checkExpectedStarts(t *testing.T, hits []testsink.Hit, tenant string, recs []queue.Receipt, within time.Duration) {
+	t.Helper()
+	at := map[int]time.Time{}
+	for _, h := range hits {
+		var tt tenantTask
+		if json.Unmarshal([]byte(h.Payload), &tt) == nil && tt.T == tenant {
+			at[tt.N] = h.At
+		}
+	}
+	var errs []time.Duration
+	for n, rec := range recs {
+		if rec.ExpectedStart.IsZero() {
+			t.Fatalf("%s #%d: receipt without ExpectedStart", tenant, n)
+		}
+		if a, ok := at[n]; ok {
+			errs = append(errs, a.Sub(rec.ExpectedStart))
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Abs() < errs[j].Abs() })
+	if len(errs) == 0 {
+		t.Fatalf("no task of %s delivered", tenant)
+	}
+	worst := errs[len(errs)-1]
+	t.Logf("%s: actual − expected start: median |%v|, worst %v over %d tasks", tenant, errs[len(errs)/2].Abs().Round(time.Millisecond), worst.Round(time.Millisecond), len(errs))
+	if worst.Abs() > within {
+		t.Errorf("%s: a task started %v off its expected start, want within %v", tenant, worst, within)
+	}
 }
 
 // checkNothingLost: what the sink saw plus what still waits is what was

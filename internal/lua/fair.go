@@ -52,8 +52,9 @@ type FairReply struct {
 	Pending, Active int64
 	// Keys is how many admission keys have tasks waiting.
 	Keys int64
-	// Ahead (park) is how many parked tasks come before this one; -1
-	// when it was promoted at once or is not yet due.
+	// Ahead (park) is how many tasks go before this one (promoted ahead
+	// of it, parked with an earlier turn; 0 at the front of pending); -1
+	// when it is not yet due.
 	Ahead int64
 }
 

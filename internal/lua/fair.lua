@@ -44,8 +44,9 @@
 -- Reply: {promoted, parked, later, pending, active, keys, ahead}
 --   promoted: tasks moved to pending by this call; parked/later: tasks
 --   waiting here after it; pending/active: asynq's list lengths; keys:
---   admission keys with tasks here; ahead (park): tasks parked with a
---   lower tag than this one (-1 if it waits in later or was promoted).
+--   admission keys with tasks here; ahead (park): tasks that go before
+--   this one (in pending, and parked with lower tags; 0 when it went to
+--   the front of pending), or -1 when it waits in later.
 --   A feed that finds nothing parked or later replies all zeros (ahead -1)
 --   after two reads.
 -- TTL: every key here is refreshed to ARGV[5] by a call that writes; when
@@ -133,9 +134,10 @@ if ARGV[1] == 'park' then
     -- never queues
     redis.call('HSET', KEYS[2], key, fmt(v + cost / w))
     promote(id, v, true)
+    reply_ahead = 0
   else
     local s = tag(id, key, cost, w)
-    reply_ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s))
+    reply_ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s)) + pending
   end
 end
 
@@ -155,7 +157,7 @@ while pending < target and budget > 0 do
   for i = 1, #popped, 2 do
     budget = budget - 1
     promote(popped[i], tonumber(popped[i + 1]), false)
-    if popped[i] == ARGV[7] then reply_ahead = -1 end
+    if popped[i] == ARGV[7] then reply_ahead = pending - 1 end
   end
 end
 
