@@ -13,7 +13,7 @@ import (
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
-	"github.com/shaper-io/shaper/shaping/internal/clocktest"
+	"github.com/shaper-io/shaper/internal/clocktest"
 )
 
 // A worker whose timer fires after its slot plus LateTolerance wastes the

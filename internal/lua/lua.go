@@ -17,6 +17,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/clock"
 )
 
 var (
@@ -85,4 +87,15 @@ func (s *Store) ints(ctx context.Context, sc *redis.Script, keys []string, want 
 		err = fmt.Errorf("reply has %d fields, want %d", len(v), want)
 	}
 	return v, err
+}
+
+// NowArg is the explicit now (µs since the epoch) a script is handed under
+// clk: 0, so the script reads Redis TIME, for nil and clock.Real (every
+// production process); a test's fake clock's Now otherwise. It is the one
+// place that rule lives (DESIGN invariant 6).
+func NowArg(clk clock.Clock) int64 {
+	if clock.IsReal(clk) {
+		return 0
+	}
+	return clk.Now().UnixMicro()
 }
