@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
-	"github.com/shaper-io/shaper/internal/clocktest"
 )
 
 // shiftedClock is the real clock read d later: real waits, a chosen hour.
