@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	go collectBacklog(ctx, inspector, d, m)
 	if len(pl.Cron) > 0 {
-		go queue.NewCron(rdb, producer, pl.Prefix, pl.Cron, log, reg).Run(ctx)
+		go queue.NewCron(rdb, producer, queue.CronConfig{Prefix: pl.Prefix, Jobs: pl.Cron, Logger: log, Registerer: reg}).Run(ctx)
 	}
 	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
 	for _, ds := range d.Downstreams() {
