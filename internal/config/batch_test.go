@@ -96,4 +96,3 @@ func TestBatchErrors(t *testing.T) {
 		}
 	}
 }
-
