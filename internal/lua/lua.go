@@ -1,10 +1,10 @@
 // Package lua is shaper's one Redis store: every Lua script, embedded from
-// the .lua file beside this one (after the prelude files it names, see
-// script), behind one typed method of Store with
-// named arguments and a checked reply. Nothing outside this package knows
-// an ARGV position, a mode number or a reply's layout. Each .lua file's
-// header states its KEYS, ARGV and reply; the method's comment names the
-// same contract in Go terms.
+// the .lua file beside this one (after the preludes it names, see
+// script), behind one typed method of Store with named arguments and a
+// checked reply. Nothing outside this package knows an ARGV position, a
+// mode number or a reply's layout. Each .lua file's header states its
+// KEYS, ARGV and reply; the method's comment names the same contract in
+// Go terms.
 //
 // Every script reads Redis TIME unless handed an explicit now (tests only;
 // 0 means Redis TIME), sets a TTL on every key it writes, and touches only
