@@ -1,6 +1,7 @@
-// Package clock is the one time seam of shaper's libraries: limiters,
-// shaping (buckets, the dispatcher, runtime control) and queue (cron) all
-// take a Clock, and a nil one everywhere means Real.
+// Package clock is the one time seam of shaper's libraries: limiters
+// (decisions, the pre-filter), shaping (the dispatcher's waits for its
+// bucket slots, the control loop, schedules, the adaptive rate) and queue
+// (cron ticks) all take a Clock, and a nil one everywhere means Real.
 //
 // Production runs on Real, and every Lua script reads Redis TIME so that
 // hosts agree (DESIGN invariant 6). A Clock other than Real is for tests

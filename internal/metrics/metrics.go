@@ -13,10 +13,9 @@ import (
 // Metrics holds shaper's collectors. A nil *Metrics is valid and records
 // nothing, so library users need not register anything.
 type Metrics struct {
-	// By downstream.
-	Releases, BucketFull, LateSkips, Recovered, Pushbacks, AdaptiveDecreases, Deferrals, Enqueued *prometheus.CounterVec
-	RateInForce, Paused, Held, LeasesInUse, ConcurrencyLimit, QuarantineLen                       *prometheus.GaugeVec
-	SlotWait, Lateness                                                                            *prometheus.HistogramVec
+	Releases, BucketFull, LateSkips, Recovered, Pushbacks, AdaptiveDecreases, Deferrals, Enqueued *prometheus.CounterVec   // downstream
+	RateInForce, Paused, Held, LeasesInUse, ConcurrencyLimit, QuarantineLen                       *prometheus.GaugeVec     // downstream
+	SlotWait, Lateness                                                                            *prometheus.HistogramVec // downstream
 
 	Outcomes       *prometheus.CounterVec   // downstream, outcome
 	Backlog        *prometheus.GaugeVec     // downstream, state

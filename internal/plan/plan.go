@@ -86,9 +86,11 @@ type Handler struct {
 type Postgres struct {
 	// DSN is the PostgreSQL connection string (dsn_env); it may hold a
 	// password. Its Field is relative to the handler: "dsn_env".
-	DSN                         Secret
+	DSN Secret
+	// Table, Columns, IDColumn and OnConflict are pgsink.Config's, as
+	// the handler's fields of those names write them.
 	Table, IDColumn, OnConflict string
-	Columns                     map[string]string
+	Columns                     map[string]string // payload field → column
 	// Timeout bounds one write (handler.timeout).
 	Timeout time.Duration
 }
@@ -107,10 +109,14 @@ type Written struct {
 
 // WrittenAdaptive is an adaptive rate's bounds as written; Ceiling is ""
 // when the file leaves it to the downstream's rate.
-type WrittenAdaptive struct{ Floor, Ceiling string }
+type WrittenAdaptive struct {
+	Floor, Ceiling string // e.g. "5/s"
+}
 
 // WrittenLimiter is an admission limiter as written.
 type WrittenLimiter struct {
+	// Name, Algorithm, Key and Rate are the limiter's fields of those
+	// names, defaults filled.
 	Name, Algorithm, Key, Rate string
 	// Burst is 0 when the file leaves it out.
 	Burst int64
