@@ -149,6 +149,7 @@ type Config struct {
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // Redis is a Limiter whose state lives in Redis. Safe for concurrent use.
+// The zero Redis is not usable: New builds one.
 type Redis struct {
 	store  *lua.Store
 	cfg    Config

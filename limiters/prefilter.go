@@ -15,6 +15,7 @@ import (
 //
 // Its memory is bounded: at most MaxKeys keys are remembered; past that,
 // expired entries are dropped and then new rejections are not cached.
+// The zero Prefilter is not usable: NewPrefilter builds one.
 type Prefilter struct {
 	next    Limiter
 	maxKeys int

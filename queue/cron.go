@@ -37,6 +37,7 @@ type CronJob struct {
 // every process, so all processes name the same ticks. Each job waits for
 // its next tick on CronConfig.Clock's timer (not robfig/cron's runner), so
 // a fake clock drives ticks in tests.
+// The zero Cron is not usable: NewCron builds one.
 type Cron struct {
 	rdb   redis.UniversalClient
 	p     *Producer

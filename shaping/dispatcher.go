@@ -171,6 +171,7 @@ type Config struct {
 }
 
 // Dispatcher releases the tasks of its downstreams at their rates.
+// The zero Dispatcher is not usable: New builds one.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
 	store   *lua.Store // recovery and quarantine scripts
