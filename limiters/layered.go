@@ -25,6 +25,7 @@ func Global(string) string { return GlobalKey }
 // layer rejects, the layers already charged are refunded, so a rejection
 // never leaves the others charged. (The layers' keys may live on different
 // cluster slots, so one script cannot cover them; refunds can.)
+// The zero Layered is not usable: NewLayered builds one.
 type Layered struct {
 	layers []Layer
 }

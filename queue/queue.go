@@ -179,6 +179,7 @@ type ProducerConfig struct {
 }
 
 // Producer enqueues tasks after admission. Safe for concurrent use.
+// The zero Producer is not usable: NewProducer builds one.
 type Producer struct {
 	client *asynq.Client
 	rdb    redis.UniversalClient

@@ -31,6 +31,7 @@ type State struct {
 // Control changes downstreams at runtime, for every process at once: each
 // dispatcher reads the state at least every ControlInterval. Safe for
 // concurrent use; needs no Dispatcher.
+// The zero Control is not usable: NewControl builds one.
 type Control struct {
 	rdb   redis.Scripter
 	store *lua.Store

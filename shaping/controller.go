@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -175,7 +176,7 @@ func (r *runner) adapt(event string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 	defer cancel()
-	ar, err := r.d.control.adaptiveEvent(ctx, r.ds.Name, a, r.clampAdaptive(base), event, 0)
+	ar, err := r.d.control.adaptiveEvent(ctx, r.ds.Name, a, r.clampAdaptive(base), event, lua.NowArg(r.d.cfg.Clock))
 	if err != nil {
 		r.d.log.Warn("shaping: adaptive rate update failed", "downstream", r.ds.Name, "err", err)
 		return

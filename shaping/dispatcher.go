@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
@@ -159,14 +160,18 @@ type Config struct {
 	RecoverAfter time.Duration
 	// Clock is this process's clock: schedules are read at Clock.Now, and
 	// the release path, the control loop and the liveness loop wait on its
-	// timers (slots stay on the Redis clock). Nil means the real clock;
-	// tests pass a fake one (see Clock).
+	// timers (slots stay on the Redis clock). A clock other than
+	// clock.Real also dates the adaptive rate's increases and decreases in
+	// its script (instead of Redis TIME), so a test steps AIMD by
+	// advancing it. Nil (the zero value) means clock.Real; tests pass a
+	// fake one (see Clock).
 	Clock Clock
 	// Quarantine tunes the scan for corrupt queue entries (quarantine.go).
 	Quarantine QuarantineConfig
 }
 
 // Dispatcher releases the tasks of its downstreams at their rates.
+// The zero Dispatcher is not usable: New builds one.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
 	store   *lua.Store // recovery and quarantine scripts
@@ -207,9 +212,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.ControlInterval <= 0 {
 		cfg.ControlInterval = 250 * time.Millisecond
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.RecoverAfter <= 0 {
 		cfg.RecoverAfter = 10 * time.Second
 	}

@@ -55,10 +55,10 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Redis.Embedded() {
+	if pl.Redis.Embedded() {
 		return fmt.Errorf("%w: ctl needs redis.url, cluster or sentinel in the config (the embedded Redis lives inside one shaper process)", ErrUsage)
 	}
-	rdb, closeRedis, err := OpenRedis(cfg.Redis)
+	rdb, closeRedis, err := OpenRedis(pl.Redis)
 	if err != nil {
 		return err
 	}
@@ -132,16 +132,16 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, pl *plan.Plan, out io.Writer) error {
 	var all []map[string]any
 	for _, pd := range pl.Downstreams {
-		dc := pd.Config
-		st, err := ctl.State(ctx, dc.Name)
+		name := pd.Shaping.Name
+		st, err := ctl.State(ctx, name)
 		if err != nil {
 			return err
 		}
-		b, err := in.Backlog(dc.Name)
+		b, err := in.Backlog(name)
 		if err != nil {
 			return err
 		}
-		row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate.String(), "paused": st.Paused, "backlog": toBacklogJSON(b)}
+		row := map[string]any{"name": name, "configured_rate": pd.Written.Rate, "paused": st.Paused, "backlog": toBacklogJSON(b)}
 		if !st.Override.IsZero() {
 			row["override_rate"] = st.Override.RateString()
 		}

@@ -3,7 +3,6 @@ package config
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -25,7 +24,7 @@ type Config struct {
 
 // Redis says how to reach Redis. At most one of URL, Cluster and Sentinel
 // is set; none of them means an embedded in-process Redis (quick start
-// only). Redis holds no secret: the password is read by Password.
+// only). Redis holds no secret: the password is read when connecting (plan.Secret).
 type Redis struct {
 	// URL is redis://[user@]host[:port][/db] or rediss://…; it must not
 	// contain a password.
@@ -299,28 +298,6 @@ func (r Redis) Embedded() bool {
 	return r.URL == "" && len(r.Cluster) == 0 && r.Sentinel == nil
 }
 
-// Password reads the Redis password from the environment variable or file
-// the configuration names, now; "" when it names neither. A variable that
-// is unset or empty, or a file that is unreadable or empty, is an error.
-// Do not keep the result longer than needed, and never log it.
-func (r Redis) Password() (string, error) {
-	switch {
-	case r.PasswordEnv != "":
-		return fromEnv("redis.password_env", r.PasswordEnv)
-	case r.PasswordFile != "":
-		b, err := os.ReadFile(r.PasswordFile)
-		if err != nil {
-			return "", &Error{Path: "redis.password_file", Msg: err.Error(), Err: err}
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "" {
-			return "", &Error{Path: "redis.password_file", Msg: fmt.Sprintf("file %s is empty", q(r.PasswordFile))}
-		}
-		return s, nil
-	}
-	return "", nil
-}
-
 // String describes r without any secret, e.g.
 // "redis://10.0.0.5:6379/0 user=app password=env:SHAPER_REDIS_PASSWORD prefix=shaper timeout=2s".
 func (r Redis) String() string {
@@ -353,24 +330,3 @@ func (r Redis) String() string {
 
 // Enabled reports whether the HTTP server should run.
 func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != ListenOff }
-
-// Token reads the bearer token from the environment variable TokenEnv
-// names, now; "" when TokenEnv is empty (no token required). An unset or
-// empty variable is an error. Never log the result.
-func (h HTTP) Token() (string, error) {
-	if h.TokenEnv == "" {
-		return "", nil
-	}
-	return fromEnv("http.token_env", h.TokenEnv)
-}
-
-func fromEnv(path, name string) (string, error) {
-	v, ok := os.LookupEnv(name)
-	switch {
-	case !ok:
-		return "", &Error{Path: path, Msg: fmt.Sprintf("environment variable %s is not set", name)}
-	case v == "":
-		return "", &Error{Path: path, Msg: fmt.Sprintf("environment variable %s is empty", name)}
-	}
-	return v, nil
-}

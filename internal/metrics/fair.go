@@ -16,7 +16,7 @@ type FairMetrics struct {
 
 func newFair(f factory) *FairMetrics {
 	g := func(name, help string, labels ...string) *prometheus.GaugeVec {
-		return f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "fair", Name: name, Help: help}, labels)
+		return f.gauge("fair", name, help, labels...)
 	}
 	return &FairMetrics{
 		ActiveKeys: g("active_keys", "Admission keys with tasks waiting in fair order (shared by every process).", "downstream"),

@@ -56,7 +56,7 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 	m := metrics.New(reg)
 	out := map[string]queue.Admission{}
 	for _, d := range p.Downstreams {
-		a, ok := p.Admission[d.Config.Name]
+		a, ok := p.Admission[d.Shaping.Name]
 		if !ok {
 			continue
 		}
@@ -84,7 +84,7 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 		if a.Prefilter {
 			lim = limiters.NewPrefilter(layered, 0, nil)
 		}
-		out[d.Config.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject}
+		out[d.Shaping.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject}
 	}
 	return out, nil
 }

@@ -79,7 +79,7 @@ func TestBuildExample(t *testing.T) {
 	if _, ok := p.Admission["legacy-db"]; ok {
 		t.Errorf("legacy-db has no admission in the file, got one in the plan")
 	}
-	if d, ok := p.Downstream("legacy-db"); !ok || d.Config.Name != "legacy-db" || d.Config.Rate.String() != "3000/m" {
+	if d, ok := p.Downstream("legacy-db"); !ok || d.Shaping.Name != "legacy-db" || d.Written.Rate != "3000/m" {
 		t.Errorf("Downstream(legacy-db) = %+v, %v", d, ok)
 	}
 	if _, ok := p.Downstream("nope"); ok {

@@ -254,7 +254,7 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 		d.Fair = fairInfo(f, l)
 	}
 	if a := st.adaptive; a != nil {
-		d.Adaptive = &AdaptiveInfo{Floor: a.Floor.String(), Ceiling: cmpOr(a.Ceiling.String(), st.rate), RatePerSecond: cs.Adaptive}
+		d.Adaptive = &AdaptiveInfo{Floor: a.Floor, Ceiling: cmpOr(a.Ceiling, st.rate), RatePerSecond: cs.Adaptive}
 	}
 	if w.span > 0 {
 		d.AchievedPerSecond = (d.ReleasesTotal - w.base.ds[ds.Name].releases) / w.span
@@ -324,8 +324,8 @@ func (p *Page) limiters(f families) []LimiterSnapshot {
 	seen := map[[2]string]bool{}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		for _, lc := range p.static[ds.Name].limiters {
-			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: string(lc.Algorithm),
-				Key: string(lc.Key), Rate: lc.Rate.String(), Burst: lc.Burst})
+			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: lc.Algorithm,
+				Key: lc.Key, Rate: lc.Rate, Burst: lc.Burst})
 			seen[[2]string{ds.Name, lc.Name}] = true
 		}
 	}

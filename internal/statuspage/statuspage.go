@@ -31,7 +31,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -77,10 +77,11 @@ type Options struct {
 	// Dispatcher supplies the downstreams, their rate in force and their
 	// paused state, and the runtime control read by the sampler. Required.
 	Dispatcher *shaping.Dispatcher
-	// Config, when set, supplies the configured rates, adaptive bounds,
-	// schedules and admission limiters; nil shows the dispatcher's rates
-	// as configured and no limiter that has not decided anything yet.
-	Config *config.Config
+	// Plan, when set, supplies the configured rates, adaptive bounds,
+	// schedules and admission limiters as the config file writes them;
+	// nil shows the dispatcher's rates as configured and no limiter that
+	// has not decided anything yet.
+	Plan *plan.Plan
 	// Interval between samples; zero means 1s. The page polls at the same
 	// interval.
 	Interval time.Duration
@@ -109,9 +110,9 @@ type Page struct {
 
 type configured struct {
 	rate     string
-	adaptive *config.Adaptive
+	adaptive *plan.WrittenAdaptive
 	schedule int
-	limiters []config.Limiter
+	limiters []plan.WrittenLimiter
 }
 
 // sample is the cumulative state of the counters the page turns into rates.
@@ -154,13 +155,10 @@ func New(opts Options) *Page {
 	for _, ds := range opts.Dispatcher.Downstreams() {
 		p.static[ds.Name] = configured{rate: ds.Rate.RateString()}
 	}
-	if c := opts.Config; c != nil {
-		for _, dc := range c.Downstreams {
-			s := configured{rate: dc.Rate.String(), adaptive: dc.Adaptive, schedule: len(dc.Schedule)}
-			if dc.Admission != nil {
-				s.limiters = dc.Admission.Limiters
-			}
-			p.static[dc.Name] = s
+	if pl := opts.Plan; pl != nil {
+		for _, pd := range pl.Downstreams {
+			w := pd.Written
+			p.static[pd.Shaping.Name] = configured{rate: w.Rate, adaptive: w.Adaptive, schedule: w.Schedule, limiters: w.Limiters}
 		}
 	}
 	p.started = opts.Now()

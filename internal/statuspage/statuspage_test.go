@@ -39,6 +39,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // bundle is a dispatcher, producer and page over one config and registry.
 type bundle struct {
 	cfg  *config.Config
+	pl   *plan.Plan
 	reg  *prometheus.Registry
 	m    *metrics.Metrics
 	d    *shaping.Dispatcher
@@ -73,6 +74,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.pl = pl
 	for _, pd := range pl.Downstreams {
 		h := o.handler
 		if h == nil {
@@ -88,7 +90,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.p.Close() })
-	b.page = statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Config: cfg, Now: o.now,
+	b.page = statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Plan: pl, Now: o.now,
 		Interval: 100 * time.Millisecond, Logger: quiet})
 	mux := http.NewServeMux()
 	b.page.Mount(mux)
@@ -431,7 +433,7 @@ func TestSamplerWindow(t *testing.T) {
 	b := setup(t, setupOpts{yaml: "downstreams:\n  - {name: api, rate: 10/s, handler: {type: log}}\n",
 		now: func() time.Time { return now }})
 	// A page with a 1s interval and a 10s window, sampled by hand.
-	page := statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Config: b.cfg,
+	page := statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Plan: b.pl,
 		Now: func() time.Time { return now }, Interval: time.Second, Window: 10 * time.Second, Logger: quiet})
 	rel := b.m.Releases.WithLabelValues("api")
 	late := b.m.Lateness.WithLabelValues("api")
