@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -64,29 +65,11 @@ func (o Options) releaseDefaults() Options {
 	}
 	dur(&o.IdleWarmup, 3*time.Second, 3*time.Second)
 	dur(&o.IdleWindow, 10*time.Second, 5*time.Second)
-	if o.KillRate == 0 {
-		o.KillRate = 50
-	}
-	if o.KillProcs == 0 {
-		o.KillProcs = 3
-	}
-	if o.KillBacklog == 0 {
-		o.KillBacklog = 1000
-	}
+	o.KillRate, o.KillProcs, o.KillBacklog = cmp.Or(o.KillRate, 50), cmp.Or(o.KillProcs, 3), cmp.Or(o.KillBacklog, 1000)
 	dur(&o.KillAfter, 5*time.Second, 5*time.Second)
 	dur(&o.KillLimit, 150*time.Second, 150*time.Second)
-	if o.FairRate == 0 {
-		o.FairRate = 50
-	}
-	if o.FairProcs == 0 {
-		o.FairProcs = 3
-	}
-	if o.FairTasksA == 0 {
-		o.FairTasksA = 1000
-	}
-	if o.FairTasksBC == 0 {
-		o.FairTasksBC = 100
-	}
+	o.FairRate, o.FairProcs = cmp.Or(o.FairRate, 50), cmp.Or(o.FairProcs, 3)
+	o.FairTasksA, o.FairTasksBC = cmp.Or(o.FairTasksA, 1000), cmp.Or(o.FairTasksBC, 100)
 	dur(&o.FairDelay, 3*time.Second, 3*time.Second)
 	return o
 }
