@@ -24,7 +24,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		KeepupRates: []int{20}, KeepupDrain: time.Second,
 		IdleLevels: []int{1, 3}, IdleWarmup: 500 * time.Millisecond, IdleWindow: time.Second,
 		KillRate: 20, KillProcs: 2, KillBacklog: 60, KillAfter: time.Second, KillLimit: 8 * time.Second,
-		FairRate: 20, FairProcs: 2, FairTasksA: 40, FairTasksBC: 5, FairDelay: 500 * time.Millisecond,
+		FairRate: 50, FairProcs: 2, FairTasksA: 40, FairTasksBC: 5, FairDelay: 300 * time.Millisecond,
 		Progress: logWriter{t, start},
 	}
 	rep, err := Run(ctx, opts)
