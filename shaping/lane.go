@@ -269,15 +269,17 @@ func (l *lane) setBehind(b bool) {
 }
 
 // roomIn is how long until the bucket has room for the waiters: the first
-// slot opens when the wait falls back to MaxWait, and the lane waits for
-// room for a share of its waiters (at most an eighth of the bucket) so that
-// one call serves several. A random part of one interval keeps the lanes
-// of several processes from calling at the same instant.
+// slot opens when the wait falls back to the look-ahead (MaxWait), and the
+// lane waits for room for a share of its waiters (an eighth of the bucket,
+// or half of a shorter look-ahead) so that one call serves several. A
+// random part of one interval keeps the lanes of several processes from
+// calling at the same instant.
 func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
 	r := l.r
-	iv := r.rate.Load().Interval(cost)
+	rate := r.rate.Load()
+	iv := rate.Interval(cost)
 	ahead := r.lookahead()
-	share := max(int(r.rate.Load().UnitsIn(ahead)/max(cost, 1))/8, 1)
+	share := min(max(int(rate.UnitsIn(r.ds.MaxWait)/max(cost, 1))/8, 1), max(int(rate.UnitsIn(ahead)/max(cost, 1))/2, 1))
 	k := min(n, share)
 	d := res.Wait - ahead + time.Duration(k-1)*iv
 	return max(d, iv) + time.Duration(rand.Int64N(int64(iv)+1))

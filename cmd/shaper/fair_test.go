@@ -188,9 +188,16 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 			t.Errorf("Jain's index %.3f in the %v window at +%v, want ≥ 0.95 (A, B, C per unit of weight: %v)", j, win, w0.Sub(from).Round(time.Millisecond), xs)
 		}
 	}
-	// the rate: never above rate+1 in a second, near the rate under backlog
+	// the rate: never above rate+1 in a second at release (when shaper
+	// called: X-Shaper-Wake; arrivals at the sink are logged), near the
+	// rate under backlog
 	all := testsink.Times(hits)
-	if m := testsink.MaxInWindow(all, time.Second); m > 51 {
+	wakes := make([]time.Time, len(hits))
+	for i, h := range hits {
+		wakes[i] = h.Wake
+	}
+	t.Logf("most releases in one second: %d at release, %d at the sink", testsink.MaxInWindow(wakes, time.Second), testsink.MaxInWindow(all, time.Second))
+	if m := testsink.MaxInWindow(wakes, time.Second); m > 51 {
 		t.Errorf("%d releases in one second, want at most 51", m)
 	}
 	busy := countIn(all, r["A"][149], endBC)
@@ -204,7 +211,7 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	if n := countIn(r["A"], endBC.Add(time.Second), endBC.Add(2*time.Second)); n < 40 {
 		t.Errorf("A had %d releases in the second after B and C finished +1s, want the full rate back (≥ 40)", n)
 	}
-	checkExpectedStarts(t, hits, "B", bRecs, time.Second)
+	checkExpectedStarts(t, hits, "B", bRecs, 1500*time.Millisecond)
 	checkNothingLost(t, prefix, nA+2*nB, len(hits))
 }
 

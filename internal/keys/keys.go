@@ -201,8 +201,6 @@ type FairKeys struct {
 	// Later is a ZSET of task IDs not yet due (a future ProcessAt or a
 	// per-key ceiling), scored by due time in ms.
 	Later string
-	// Meta is a HASH of task ID → "cost|weight|key" for Later's tasks.
-	Meta string
 	// Counts is a HASH of admission key → tasks parked or later.
 	Counts string
 	// NotBefore is a HASH of admission key → when its next task may be
@@ -214,10 +212,10 @@ type FairKeys struct {
 func (s Space) Fair(ds string) FairKeys {
 	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
 	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
-		Meta: b + "meta", Counts: b + "counts", NotBefore: b + "nb"}
+		Counts: b + "counts", NotBefore: b + "nb"}
 }
 
-// List returns the keys in the order fair.lua takes them (KEYS[1..7]).
+// List returns the keys in the order fair.lua takes them (KEYS[1..6]).
 func (f FairKeys) List() []string {
-	return []string{f.Parked, f.Tags, f.State, f.Later, f.Meta, f.Counts, f.NotBefore}
+	return []string{f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore}
 }

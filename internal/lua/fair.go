@@ -14,7 +14,7 @@ var fairSrc string
 var fair = redis.NewScript(fairSrc)
 
 // FairArgs are fair.lua's arguments common to park and feed. Its KEYS are
-// the seven fair-share keys (keys.FairKeys.List) and then asynq's
+// the six fair-share keys (keys.FairKeys.List) and then asynq's
 // scheduled, pending and active keys of the queue.
 type FairArgs struct {
 	// TaskPrefix is ARGV[2]: asynq's task key prefix of the queue.
