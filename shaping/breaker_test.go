@@ -1,0 +1,176 @@
+package shaping_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// outageAPI is a stand-in downstream over real HTTP: it answers 500 for
+// down from its first request on, then 200, and records every request.
+type outageAPI struct {
+	srv  *httptest.Server
+	down time.Duration
+
+	mu    sync.Mutex
+	first time.Time
+	calls []time.Time
+	ok    map[string]int // payload → 2xx answers
+}
+
+func newOutageAPI(t *testing.T, down time.Duration) *outageAPI {
+	a := &outageAPI{down: down, ok: map[string]int{}}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		a.mu.Lock()
+		now := time.Now()
+		if a.first.IsZero() {
+			a.first = now
+		}
+		a.calls = append(a.calls, now)
+		up := now.Sub(a.first) >= a.down
+		if up {
+			a.ok[string(body)]++
+		}
+		a.mu.Unlock()
+		if !up {
+			http.Error(w, "down", http.StatusInternalServerError)
+		}
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// between counts the requests in [from, to).
+func (a *outageAPI) between(from, to time.Time) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return countBetween(a.calls, from, to)
+}
+
+func (a *outageAPI) delivered() (distinct, total int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, n := range a.ok {
+		total += n
+	}
+	return len(a.ok), total
+}
+
+func (a *outageAPI) start() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.first
+}
+
+// The test: three dispatchers, an API that answers 500 for 10s
+// and then recovers. The breaker opens in every process within one
+// window of the first failure; while the API is down it sees at most the
+// probe pace; after it recovers every task is delivered once, none is
+// archived, and no attempt was consumed by the outage (asynq counted no
+// failure, and no delivery saw a retried task).
+func TestBreakerOutageThreeDispatchers(t *testing.T) {
+	t.Parallel()
+	const (
+		tasks = 250
+		down  = 10 * time.Second
+	)
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	api := newOutageAPI(t, down)
+	brk := &shaping.Breaker{ErrorRatio: 0.5, Window: 2 * time.Second, MinCalls: 10, Cooldown: time.Second,
+		MaxCooldown: 4 * time.Second, ProbeRate: limiters.PerSecond(2), Probes: 2}
+	var mu sync.Mutex
+	maxRetried := 0
+	h := shaping.HTTPHandler(shaping.HTTPConfig{URL: api.srv.URL, Timeout: 2 * time.Second})
+	handler := func(ctx context.Context, tk *shaping.Task) error {
+		mu.Lock()
+		maxRetried = max(maxRetried, tk.Retried)
+		mu.Unlock()
+		return h(ctx, tk)
+	}
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	retries := 2
+	for i := range tasks {
+		if _, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte(fmt.Sprint(i)), MaxRetry: &retries}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ds []*shaping.Dispatcher
+	for range 3 {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), Handler: handler, Breaker: brk}))
+		t.Cleanup(func() { d.Shutdown(context.Background()) })
+		ds = append(ds, d)
+	}
+	for _, d := range ds {
+		must(t, d.Start())
+	}
+	// Each process's first sight of the breaker open.
+	opened := make([]time.Time, len(ds))
+	waitFor(t, 10*time.Second, "the breaker open in every dispatcher", func() bool {
+		all := true
+		for i, d := range ds {
+			if st, _ := d.Breaker("api"); opened[i].IsZero() && st.Mode != shaping.BreakerClosed {
+				opened[i] = time.Now()
+			}
+			all = all && !opened[i].IsZero()
+		}
+		return all
+	})
+	first, last := api.start(), opened[0]
+	for i, at := range opened {
+		t.Logf("dispatcher %d saw the breaker open %s after the first 500", i, at.Sub(first).Round(time.Millisecond))
+		if at.Sub(first) > brk.Window {
+			t.Errorf("dispatcher %d saw the breaker open %s after the first 500, want within the window %s", i, at.Sub(first), brk.Window)
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", tasks), func() bool {
+		n, _ := api.delivered()
+		return n >= tasks
+	})
+	// While down, once every process knew: only probes, at most 2/s.
+	upAt := first.Add(down)
+	probes := api.between(last, upAt)
+	allowed := int(brk.ProbeRate.PerSec()*upAt.Sub(last).Seconds()) + 1
+	t.Logf("the API saw %d calls before every process knew, %d in the %s after (probe pace allows %d)",
+		api.between(first, last), probes, upAt.Sub(last).Round(time.Millisecond), allowed)
+	if probes > allowed {
+		t.Errorf("%d calls while down after the breaker opened everywhere, want at most %d (probe pace %s)", probes, allowed, brk.ProbeRate.RateString())
+	}
+	if n := api.between(first, last); n > 3*brk.MinCalls {
+		t.Errorf("%d calls before the breaker was open everywhere, want at most %d", n, 3*brk.MinCalls)
+	}
+	distinct, total := api.delivered()
+	if distinct != tasks || total != tasks {
+		t.Errorf("%d tasks delivered (%d 2xx answers), want each of %d once", distinct, total, tasks)
+	}
+	in := queue.NewInspector(rdb, prefix)
+	var b queue.Backlog
+	waitFor(t, 5*time.Second, "an empty queue", func() bool {
+		b, _ = in.Backlog("api")
+		return b.Pending+b.Active+b.Retry+b.Scheduled == 0
+	})
+	if b.Archived != 0 || b.Retry != 0 || b.Failed != 0 {
+		t.Errorf("backlog %+v: want nothing archived, nothing to retry and no failed attempt", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxRetried != 0 {
+		t.Errorf("a delivery saw Retried = %d, want 0 (the outage consumed no attempt)", maxRetried)
+	}
+}
