@@ -2,14 +2,18 @@ package shaping_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
@@ -172,5 +176,122 @@ func TestBreakerOutageThreeDispatchers(t *testing.T) {
 	defer mu.Unlock()
 	if maxRetried != 0 {
 		t.Errorf("a delivery saw Retried = %d, want 0 (the outage consumed no attempt)", maxRetried)
+	}
+}
+
+// Add refuses breaker thresholds that contradict each other or the rate,
+// naming the Go field and the value.
+func TestBreakerAddRejectsContradictions(t *testing.T) {
+	t.Parallel()
+	d := shaping.New(nil, shaping.Config{})
+	for i, tt := range []struct {
+		rate limiters.Limit
+		b    shaping.Breaker
+		want string
+	}{
+		{limiters.PerSecond(5), shaping.Breaker{ProbeRate: limiters.PerSecond(10)}, "Breaker.ProbeRate: 10/s is above the rate 5/s"},
+		{limiters.PerMinute(6), shaping.Breaker{Window: 5 * time.Second, MinCalls: 1}, "Breaker.Window: 5s is shorter than one interval of the rate 6/m (10s)"},
+		{limiters.PerSecond(5), shaping.Breaker{ErrorRatio: 1.2}, "Breaker.ErrorRatio: must be in (0, 1], got 1.2"},
+		{limiters.PerSecond(1), shaping.Breaker{}, "Breaker.MinCalls: 20 can never be reached"},
+		{limiters.PerSecond(50), shaping.Breaker{Cooldown: time.Minute, MaxCooldown: time.Second}, "Breaker.MaxCooldown: 1s is below the cooldown 1m"},
+	} {
+		err := d.Add(shaping.Downstream{Name: fmt.Sprintf("ds%d", i), Rate: tt.rate, Handler: shaping.LogHandler(t.Logf), Breaker: &tt.b})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("step %d: Add = %v, want an error with %q", i, err, tt.want)
+		}
+	}
+	if err := d.Add(shaping.Downstream{Name: "ok", Rate: limiters.PerSecond(50), Handler: shaping.LogHandler(t.Logf), Breaker: &shaping.Breaker{}}); err != nil {
+		t.Errorf("the default breaker at 50/s: %v", err)
+	}
+}
+
+// 4xx answers and throttles are answers of a live downstream: however
+// many there are, the breaker stays closed.
+func TestBreakerIgnores4xxAndThrottles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	e.d = shaping.New(e.rdb, shaping.Config{Prefix: e.prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
+	t.Cleanup(func() { e.d.Shutdown(context.Background()) })
+	var mu sync.Mutex
+	throttled, done := map[string]bool{}, 0
+	h := func(ctx context.Context, tk *shaping.Task) error {
+		mu.Lock()
+		defer mu.Unlock()
+		p := string(tk.Payload)
+		switch {
+		case p[len(p)-1]%2 == 0:
+			done++
+			return shaping.Permanent(&shaping.StatusError{Code: 404})
+		case !throttled[p]:
+			throttled[p] = true
+			return shaping.Throttled(5*time.Millisecond, &shaping.StatusError{Code: 429})
+		}
+		done++
+		return nil
+	}
+	brk := &shaping.Breaker{Window: 2 * time.Second, MinCalls: 10}
+	must(t, e.d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), Handler: h, Breaker: brk}))
+	e.enqueue("api", 60, nil)
+	must(t, e.d.Start())
+	opened := false
+	waitFor(t, 20*time.Second, "60 tasks answered", func() bool {
+		if st, _ := e.d.Breaker("api"); st.Mode != shaping.BreakerClosed {
+			opened = true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return done >= 60
+	})
+	if opened {
+		t.Error("the breaker left closed on 4xx and throttles")
+	}
+	if n := gatherSum(t, reg, "shaper_shaping_breaker_transitions_total"); n != 0 {
+		t.Errorf("%v breaker transitions, want 0", n)
+	}
+}
+
+// A task that fails alone (its own 500, the downstream up) is no outage:
+// the breaker stays closed, and after the verdict wait the task takes the
+// ordinary retry path (here: MaxRetry 0, so it is archived with its error).
+func TestBreakerPoisonTaskIsNoOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	ok, poisonCalls := 0, 0
+	h := func(ctx context.Context, tk *shaping.Task) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if string(tk.Payload) == "poison" {
+			poisonCalls++
+			return &shaping.StatusError{Code: 500, Err: errors.New("http: 500: this task breaks the server")}
+		}
+		ok++
+		return nil
+	}
+	must(t, e.d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), Handler: h,
+		Breaker: &shaping.Breaker{Window: 2 * time.Second, MinCalls: 10}}))
+	zero := 0
+	e.enqueue("api", 1, func(_ int, tk *queue.Task) { tk.Payload, tk.MaxRetry = []byte("poison"), &zero })
+	e.enqueue("api", 40, nil)
+	start := time.Now()
+	must(t, e.d.Start())
+	waitFor(t, 20*time.Second, "the poison task archived", func() bool {
+		b, _ := e.in.Backlog("api")
+		return b.Archived == 1
+	})
+	t.Logf("archived %s after start (the verdict wait holds it first)", time.Since(start).Round(time.Millisecond))
+	waitFor(t, 10*time.Second, "40 deliveries", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ok >= 40
+	})
+	if st, _ := e.d.Breaker("api"); st.Mode != shaping.BreakerClosed {
+		t.Errorf("breaker %v, want closed", st.Mode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if poisonCalls != 1 {
+		t.Errorf("the poison task was called %d times, want 1 (MaxRetry 0)", poisonCalls)
 	}
 }
