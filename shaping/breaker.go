@@ -56,6 +56,15 @@ func (b *Breaker) spec() breakerspec.Spec {
 		MaxCooldown: b.MaxCooldown, ProbeRate: b.ProbeRate, Probes: b.Probes}.Filled()
 }
 
+// String reads like "opens at 0.5 of ≥20 calls in 10s; open 5s doubling
+// to 2m; closes after 3 probes at 1/s", defaults filled in.
+func (b Breaker) String() string {
+	s := b.spec()
+	return fmt.Sprintf("opens at %v of ≥%d calls in %s; open %s doubling to %s; closes after %d probes at %s",
+		s.ErrorRatio, s.MinCalls, breakerspec.Short(s.Window), breakerspec.Short(s.Cooldown), breakerspec.Short(s.MaxCooldown),
+		s.Probes, s.ProbeRate.RateString())
+}
+
 // validate reports thresholds that are out of range or contradict each
 // other or the downstream's rate, naming the field and the value.
 func (b *Breaker) validate(rate limiters.Limit) error {

@@ -122,21 +122,21 @@ func (s Spec) Check(rate limiters.Limit) *Problem {
 	case s.ErrorRatio*ratioResolution < 1:
 		return problem("error_ratio", "ErrorRatio", "%v is below the resolution of one part per million", s.ErrorRatio)
 	case s.Window < MinWindow || s.Window > MaxWindow:
-		return problem("window", "Window", "must be %s to %s, got %s", short(MinWindow), short(MaxWindow), short(s.Window))
+		return problem("window", "Window", "must be %s to %s, got %s", Short(MinWindow), Short(MaxWindow), Short(s.Window))
 	case s.Window < rate.Interval(1):
 		return problem("window", "Window", "%s is shorter than one interval of the rate %s (%s): the window could never hold two calls",
-			short(s.Window), rate.RateString(), short(rate.Interval(1)))
+			Short(s.Window), rate.RateString(), Short(rate.Interval(1)))
 	case s.MinCalls < 1 || s.MinCalls > MaxMinCalls:
 		return problem("min_calls", "MinCalls", "must be 1-%d, got %d", MaxMinCalls, s.MinCalls)
 	case int64(s.MinCalls) > rate.UnitsIn(s.Window):
 		return problem("min_calls", "MinCalls", "%d can never be reached: the rate %s releases at most %d calls in the window %s, so the breaker could never open",
-			s.MinCalls, rate.RateString(), rate.UnitsIn(s.Window), short(s.Window))
+			s.MinCalls, rate.RateString(), rate.UnitsIn(s.Window), Short(s.Window))
 	case s.Cooldown < MinCooldown:
-		return problem("cooldown", "Cooldown", "must be at least %s, got %s", short(MinCooldown), short(s.Cooldown))
+		return problem("cooldown", "Cooldown", "must be at least %s, got %s", Short(MinCooldown), Short(s.Cooldown))
 	case s.MaxCooldown < s.Cooldown:
-		return problem("max_cooldown", "MaxCooldown", "%s is below the cooldown %s", short(s.MaxCooldown), short(s.Cooldown))
+		return problem("max_cooldown", "MaxCooldown", "%s is below the cooldown %s", Short(s.MaxCooldown), Short(s.Cooldown))
 	case s.MaxCooldown > MaxMaxCooldown:
-		return problem("max_cooldown", "MaxCooldown", "must be at most %s, got %s", short(MaxMaxCooldown), short(s.MaxCooldown))
+		return problem("max_cooldown", "MaxCooldown", "must be at most %s, got %s", Short(MaxMaxCooldown), Short(s.MaxCooldown))
 	}
 	if err := (limiters.Limit{Rate: s.ProbeRate.Rate, Period: s.ProbeRate.Period}).Validate(); err != nil {
 		return problem("probe_rate", "ProbeRate", "%v", err)
@@ -147,7 +147,7 @@ func (s Spec) Check(rate limiters.Limit) *Problem {
 			s.ProbeRate.RateString(), rate.RateString())
 	case s.ProbeRate.Interval(1) > s.MaxCooldown:
 		return problem("probe_rate", "ProbeRate", "%s spaces probes by %s, longer than the max_cooldown %s",
-			s.ProbeRate.RateString(), short(s.ProbeRate.Interval(1)), short(s.MaxCooldown))
+			s.ProbeRate.RateString(), Short(s.ProbeRate.Interval(1)), Short(s.MaxCooldown))
 	case s.Probes < 1 || s.Probes > MaxProbes:
 		return problem("probes", "Probes", "must be 1-%d, got %d", MaxProbes, s.Probes)
 	}
@@ -157,9 +157,9 @@ func (s Spec) Check(rate limiters.Limit) *Problem {
 // RatioPPM is ErrorRatio in parts per million, as the script compares it.
 func (s Spec) RatioPPM() int64 { return int64(math.Round(s.ErrorRatio * ratioResolution)) }
 
-// short writes d as time.Duration does, without zero minutes or seconds
+// Short writes d as time.Duration does, without zero minutes or seconds
 // after a larger unit ("1h", "2m", "1m30s").
-func short(d time.Duration) string {
+func Short(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]
