@@ -27,48 +27,18 @@ import (
 // for the breaker's verdict (up to the time MinCalls calls take at the
 // rate, at most the Window): if the breaker opens, the failure was the
 // outage's and the task waits for it to close; if not, it is retried (or
-// archived) as any failure. Zero fields mean the defaults of
-// internal/breakerspec: 0.5 over 10s with at least 20 calls, 5s cool-down
-// doubling up to 2m, probes at 1/s, 3 to close.
-type Breaker struct {
-	// ErrorRatio opens the breaker when errors / calls reach it, in (0, 1].
-	ErrorRatio float64
-	// Window is the sliding window of outcomes (1s-1h, at least one
-	// interval of the rate); it slides by a tenth of itself.
-	Window time.Duration
-	// MinCalls is the fewest calls in the window for the ratio to count;
-	// at most what the rate releases in the window.
-	MinCalls int
-	// Cooldown is how long the breaker stays open the first time (at
-	// least 100ms).
-	Cooldown time.Duration
-	// MaxCooldown caps the cool-down, which doubles on each failed probe.
-	MaxCooldown time.Duration
-	// ProbeRate paces half-open probes across every process; at most the
-	// rate. Only Rate and Period are read.
-	ProbeRate limiters.Limit
-	// Probes is how many probes must succeed to close the breaker (1-1000).
-	Probes int
-}
+// archived) as any failure.
+//
+// Its fields and defaults are documented in internal/breakerspec, where
+// the config's validation shares them: zero fields mean 0.5 over 10s with
+// at least 20 calls, 5s cool-down doubling up to 2m, probes at 1/s, 3 to
+// close.
+type Breaker = breakerspec.Spec
 
-func (b *Breaker) spec() breakerspec.Spec {
-	return breakerspec.Spec{ErrorRatio: b.ErrorRatio, Window: b.Window, MinCalls: b.MinCalls, Cooldown: b.Cooldown,
-		MaxCooldown: b.MaxCooldown, ProbeRate: b.ProbeRate, Probes: b.Probes}.Filled()
-}
-
-// String reads like "opens at 0.5 of ≥20 calls in 10s; open 5s doubling
-// to 2m; closes after 3 probes at 1/s", defaults filled in.
-func (b Breaker) String() string {
-	s := b.spec()
-	return fmt.Sprintf("opens at %v of ≥%d calls in %s; open %s doubling to %s; closes after %d probes at %s",
-		s.ErrorRatio, s.MinCalls, breakerspec.Short(s.Window), breakerspec.Short(s.Cooldown), breakerspec.Short(s.MaxCooldown),
-		s.Probes, s.ProbeRate.RateString())
-}
-
-// validate reports thresholds that are out of range or contradict each
-// other or the downstream's rate, naming the field and the value.
-func (b *Breaker) validate(rate limiters.Limit) error {
-	if p := b.spec().Check(rate); p != nil {
+// validateBreaker reports thresholds that are out of range or contradict
+// each other or the downstream's rate, naming the field and the value.
+func validateBreaker(b *Breaker, rate limiters.Limit) error {
+	if p := b.Filled().Check(rate); p != nil {
 		return fmt.Errorf("Breaker.%s: %s", p.GoField, p.Msg)
 	}
 	return nil
@@ -149,7 +119,7 @@ type brkToken struct {
 type brkCount struct{ calls, errs int64 }
 
 func newBreaker(r *runner) *breaker {
-	return &breaker{r: r, spec: r.ds.Breaker.spec(), key: r.d.space.Breaker(r.ds.Name), kick: make(chan struct{}, 1),
+	return &breaker{r: r, spec: r.ds.Breaker.Filled(), key: r.d.space.Breaker(r.ds.Name), kick: make(chan struct{}, 1),
 		changed: make(chan struct{}), pending: map[brkToken]*brkCount{}}
 }
 

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,66 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
 
-// outageAPI is a stand-in downstream over real HTTP: it answers 500 for
-// down from its first request on, then 200, and records every request.
-type outageAPI struct {
-	srv  *httptest.Server
-	down time.Duration
-
-	mu    sync.Mutex
-	first time.Time
-	calls []time.Time
-	ok    map[string]int // payload → 2xx answers
-}
-
-func newOutageAPI(t *testing.T, down time.Duration) *outageAPI {
-	a := &outageAPI{down: down, ok: map[string]int{}}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
-		a.mu.Lock()
-		now := time.Now()
-		if a.first.IsZero() {
-			a.first = now
-		}
-		a.calls = append(a.calls, now)
-		up := now.Sub(a.first) >= a.down
-		if up {
-			a.ok[string(body)]++
-		}
-		a.mu.Unlock()
-		if !up {
-			http.Error(w, "down", http.StatusInternalServerError)
-		}
-	}))
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-// between counts the requests in [from, to).
-func (a *outageAPI) between(from, to time.Time) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return countBetween(a.calls, from, to)
-}
-
-func (a *outageAPI) delivered() (distinct, total int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, n := range a.ok {
-		total += n
+// okPerPayload counts a sink's 2xx answers per payload.
+func okPerPayload(sink *testsink.Sink) map[string]int {
+	ok := map[string]int{}
+	for _, h := range sink.OK() {
+		ok[h.Payload]++
 	}
-	return len(a.ok), total
-}
-
-func (a *outageAPI) start() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.first
+	return ok
 }
 
 // The test: three dispatchers, an API that answers 500 for 10s
@@ -92,12 +43,14 @@ func TestBreakerOutageThreeDispatchers(t *testing.T) {
 	)
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
-	api := newOutageAPI(t, down)
+	sink := testsink.New()
+	t.Cleanup(sink.Close)
+	sink.DownFor(down)
 	brk := &shaping.Breaker{ErrorRatio: 0.5, Window: 2 * time.Second, MinCalls: 10, Cooldown: time.Second,
 		MaxCooldown: 4 * time.Second, ProbeRate: limiters.PerSecond(2), Probes: 2}
 	var mu sync.Mutex
 	maxRetried := 0
-	h := shaping.HTTPHandler(shaping.HTTPConfig{URL: api.srv.URL, Timeout: 2 * time.Second})
+	h := shaping.HTTPHandler(shaping.HTTPConfig{URL: sink.URL(), Timeout: 2 * time.Second})
 	handler := func(ctx context.Context, tk *shaping.Task) error {
 		mu.Lock()
 		maxRetried = max(maxRetried, tk.Retried)
@@ -133,7 +86,8 @@ func TestBreakerOutageThreeDispatchers(t *testing.T) {
 		}
 		return all
 	})
-	first, last := api.start(), opened[0]
+	first, upAt := sink.Down()
+	last := opened[0]
 	for i, at := range opened {
 		t.Logf("dispatcher %d saw the breaker open %s after the first 500", i, at.Sub(first).Round(time.Millisecond))
 		if at.Sub(first) > brk.Window {
@@ -143,25 +97,21 @@ func TestBreakerOutageThreeDispatchers(t *testing.T) {
 			last = at
 		}
 	}
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", tasks), func() bool {
-		n, _ := api.delivered()
-		return n >= tasks
-	})
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", tasks), func() bool { return len(okPerPayload(sink)) >= tasks })
 	// While down, once every process knew: only probes, at most 2/s.
-	upAt := first.Add(down)
-	probes := api.between(last, upAt)
+	calls := testsink.Times(sink.Hits())
+	probes := testsink.Between(calls, last, upAt)
 	allowed := int(brk.ProbeRate.PerSec()*upAt.Sub(last).Seconds()) + 1
 	t.Logf("the API saw %d calls before every process knew, %d in the %s after (probe pace allows %d)",
-		api.between(first, last), probes, upAt.Sub(last).Round(time.Millisecond), allowed)
+		testsink.Between(calls, first, last), probes, upAt.Sub(last).Round(time.Millisecond), allowed)
 	if probes > allowed {
 		t.Errorf("%d calls while down after the breaker opened everywhere, want at most %d (probe pace %s)", probes, allowed, brk.ProbeRate.RateString())
 	}
-	if n := api.between(first, last); n > 3*brk.MinCalls {
+	if n := testsink.Between(calls, first, last); n > 3*brk.MinCalls {
 		t.Errorf("%d calls before the breaker was open everywhere, want at most %d", n, 3*brk.MinCalls)
 	}
-	distinct, total := api.delivered()
-	if distinct != tasks || total != tasks {
-		t.Errorf("%d tasks delivered (%d 2xx answers), want each of %d once", distinct, total, tasks)
+	if ok := okPerPayload(sink); len(ok) != tasks || len(sink.OK()) != tasks {
+		t.Errorf("%d tasks delivered (%d 2xx answers), want each of %d once", len(ok), len(sink.OK()), tasks)
 	}
 	in := queue.NewInspector(rdb, prefix)
 	var b queue.Backlog

@@ -270,7 +270,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		}
 	}
 	if b := ds.Breaker; b != nil {
-		if err := b.validate(ds.Rate); err != nil {
+		if err := validateBreaker(b, ds.Rate); err != nil {
 			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 		}
 	}

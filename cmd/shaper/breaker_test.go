@@ -4,59 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/queue"
 )
-
-// downAPI answers 500 for down from its first request on, then 200; it
-// records when each request came and counts the 2xx answers per payload.
-type downAPI struct {
-	srv  *httptest.Server
-	down time.Duration
-
-	mu    sync.Mutex
-	first time.Time
-	calls []time.Time
-	ok    map[string]int
-}
-
-func newDownAPI(down time.Duration) *downAPI {
-	a := &downAPI{down: down, ok: map[string]int{}}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		a.mu.Lock()
-		now := time.Now()
-		if a.first.IsZero() {
-			a.first = now
-		}
-		a.calls = append(a.calls, now)
-		up := now.Sub(a.first) >= a.down
-		if up {
-			a.ok[string(b)]++
-		}
-		a.mu.Unlock()
-		if !up {
-			http.Error(w, "down", http.StatusInternalServerError)
-		}
-	}))
-	return a
-}
-
-func (a *downAPI) snapshot() (first time.Time, calls []time.Time, ok map[string]int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ok = map[string]int{}
-	for k, v := range a.ok {
-		ok[k] = v
-	}
-	return a.first, append([]time.Time(nil), a.calls...), ok
-}
 
 var breakerOpen = regexp.MustCompile(`(?m)^shaper_shaping_breaker_state\{downstream="api"\} [12]$`)
 
@@ -82,8 +37,9 @@ func TestBreakerThreeProcesses(t *testing.T) {
 		n    = 200
 		down = 10 * time.Second
 	)
-	api := newDownAPI(down)
-	defer api.srv.Close()
+	sink := testsink.New()
+	defer sink.Close()
+	sink.DownFor(down)
 	prefix := redistest.Prefix(t)
 	p := queue.NewProducer(redistest.Client(t), queue.ProducerConfig{Prefix: prefix})
 	defer p.Close()
@@ -102,7 +58,7 @@ downstreams:
     rate: 50/s
     handler: {type: http, url: %q, timeout: 2s}
     breaker: {error_ratio: 0.5, window: 2s, min_calls: 10, cooldown: 1s, max_cooldown: 4s, probe_rate: 2/s, probes: 2}
-`, redistest.URL(t), prefix, api.srv.URL)
+`, redistest.URL(t), prefix, sink.URL())
 	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
 	addrs := make([]string, len(procs))
 	for i, pr := range procs {
@@ -119,11 +75,13 @@ downstreams:
 		}
 		return all
 	})
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", n), func() bool {
-		_, _, ok := api.snapshot()
-		return len(ok) >= n
-	})
-	first, calls, ok := api.snapshot()
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", n), func() bool { return sink.Count() >= n })
+	first, upAt := sink.Down()
+	calls := testsink.Times(sink.Hits())
+	ok := map[string]int{}
+	for _, h := range sink.OK() {
+		ok[h.Payload]++
+	}
 	last := opened[0]
 	for i, at := range opened {
 		t.Logf("process %d showed the breaker open %s after the first 500", i, at.Sub(first).Round(time.Millisecond))
@@ -134,10 +92,9 @@ downstreams:
 			last = at
 		}
 	}
-	upAt := first.Add(down)
-	while, allowed := countBetween(calls, last, upAt), int(2*upAt.Sub(last).Seconds())+1
+	while, allowed := testsink.Between(calls, last, upAt), int(2*upAt.Sub(last).Seconds())+1
 	t.Logf("the API saw %d calls before every process showed it open, %d in the %s after (2/s allows %d)",
-		countBetween(calls, first, last), while, upAt.Sub(last).Round(time.Millisecond), allowed)
+		testsink.Between(calls, first, last), while, upAt.Sub(last).Round(time.Millisecond), allowed)
 	if while > allowed {
 		t.Errorf("%d calls while down after the breaker opened everywhere, want at most %d (probes at 2/s)", while, allowed)
 	}
@@ -158,14 +115,4 @@ downstreams:
 	for _, pr := range procs {
 		pr.stop(t)
 	}
-}
-
-func countBetween(ts []time.Time, from, to time.Time) int {
-	n := 0
-	for _, t := range ts {
-		if !t.Before(from) && t.Before(to) {
-			n++
-		}
-	}
-	return n
 }

@@ -51,22 +51,28 @@ const (
 // window slides by a tenth of itself.
 const Buckets = 10
 
-// Spec is a breaker's thresholds. A zero field means its default (Filled).
+// Spec is a breaker's thresholds (shaping.Breaker is this type). A zero
+// field means its default (Filled).
 type Spec struct {
-	// ErrorRatio opens the breaker when errors / calls in the window
-	// reach it, in (0, 1].
+	// ErrorRatio opens the breaker when outage errors / calls in the
+	// window reach it, in (0, 1].
 	ErrorRatio float64
-	// Window is the sliding window the ratio is taken over.
+	// Window is the sliding window of outcomes (1s-1h, at least one
+	// interval of the rate); it slides by a tenth of itself.
 	Window time.Duration
-	// MinCalls is the fewest calls in the window for the ratio to count.
+	// MinCalls is the fewest calls in the window for the ratio to count;
+	// at most what the rate releases in the window.
 	MinCalls int
-	// Cooldown is how long the breaker stays open the first time.
+	// Cooldown is how long the breaker stays open the first time (at
+	// least 100ms).
 	Cooldown time.Duration
-	// MaxCooldown caps the cool-down, which doubles on every failed probe.
+	// MaxCooldown caps the cool-down, which doubles on each failed probe
+	// (at least Cooldown, at most 24h).
 	MaxCooldown time.Duration
-	// ProbeRate paces half-open probes across every process.
+	// ProbeRate paces half-open probes across every process; at most the
+	// rate. Only Rate and Period are read.
 	ProbeRate limiters.Limit
-	// Probes is how many probes must succeed in a row to close it.
+	// Probes is how many probes must succeed to close the breaker (1-1000).
 	Probes int
 }
 
@@ -152,6 +158,14 @@ func (s Spec) Check(rate limiters.Limit) *Problem {
 		return problem("probes", "Probes", "must be 1-%d, got %d", MaxProbes, s.Probes)
 	}
 	return nil
+}
+
+// String reads like "opens at 0.5 of ≥20 calls in 10s; open 5s doubling
+// to 2m; closes after 3 probes at 1/s", defaults filled in.
+func (s Spec) String() string {
+	f := s.Filled()
+	return fmt.Sprintf("opens at %v of ≥%d calls in %s; open %s doubling to %s; closes after %d probes at %s",
+		f.ErrorRatio, f.MinCalls, Short(f.Window), Short(f.Cooldown), Short(f.MaxCooldown), f.Probes, f.ProbeRate.RateString())
 }
 
 // RatioPPM is ErrorRatio in parts per million, as the script compares it.

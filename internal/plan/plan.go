@@ -296,8 +296,7 @@ func breaker(dc config.Downstream) *shaping.Breaker {
 		return nil
 	}
 	s := b.Spec()
-	return &shaping.Breaker{ErrorRatio: s.ErrorRatio, Window: s.Window, MinCalls: s.MinCalls, Cooldown: s.Cooldown,
-		MaxCooldown: s.MaxCooldown, ProbeRate: s.ProbeRate, Probes: s.Probes}
+	return &s
 }
 
 // batchLateTolerance is the late tolerance of a batching downstream: the
