@@ -20,15 +20,6 @@ import (
 	"github.com/shaper-io/shaper/shaping"
 )
 
-// okPerPayload counts a sink's 2xx answers per payload.
-func okPerPayload(sink *testsink.Sink) map[string]int {
-	ok := map[string]int{}
-	for _, h := range sink.OK() {
-		ok[h.Payload]++
-	}
-	return ok
-}
-
 // The test: three dispatchers, an API that answers 500 for 10s
 // and then recovers. The breaker opens in every process within one
 // window of the first failure; while the API is down it sees at most the
@@ -97,7 +88,7 @@ func TestBreakerOutageThreeDispatchers(t *testing.T) {
 			last = at
 		}
 	}
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", tasks), func() bool { return len(okPerPayload(sink)) >= tasks })
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", tasks), func() bool { return len(sink.Delivered()) >= tasks })
 	// While down, once every process knew: only probes, at most 2/s.
 	calls := testsink.Times(sink.Hits())
 	probes := testsink.Between(calls, last, upAt)
@@ -110,7 +101,7 @@ func TestBreakerOutageThreeDispatchers(t *testing.T) {
 	if n := testsink.Between(calls, first, last); n > 3*brk.MinCalls {
 		t.Errorf("%d calls before the breaker was open everywhere, want at most %d", n, 3*brk.MinCalls)
 	}
-	if ok := okPerPayload(sink); len(ok) != tasks || len(sink.OK()) != tasks {
+	if ok := sink.Delivered(); len(ok) != tasks || len(sink.OK()) != tasks {
 		t.Errorf("%d tasks delivered (%d 2xx answers), want each of %d once", len(ok), len(sink.OK()), tasks)
 	}
 	in := queue.NewInspector(rdb, prefix)

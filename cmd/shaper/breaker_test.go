@@ -78,10 +78,7 @@ downstreams:
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", n), func() bool { return sink.Count() >= n })
 	first, upAt := sink.Down()
 	calls := testsink.Times(sink.Hits())
-	ok := map[string]int{}
-	for _, h := range sink.OK() {
-		ok[h.Payload]++
-	}
+	ok := sink.Delivered()
 	last := opened[0]
 	for i, at := range opened {
 		t.Logf("process %d showed the breaker open %s after the first 500", i, at.Sub(first).Round(time.Millisecond))

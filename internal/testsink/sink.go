@@ -160,6 +160,15 @@ func (s *Sink) OK() []Hit {
 	return out
 }
 
+// Delivered counts the successful hits per payload.
+func (s *Sink) Delivered() map[string]int {
+	seen := map[string]int{}
+	for _, h := range s.OK() {
+		seen[h.Payload]++
+	}
+	return seen
+}
+
 // Count is the number of successful hits.
 func (s *Sink) Count() int { return len(s.OK()) }
 
