@@ -25,15 +25,7 @@ type shiftedClock struct {
 
 func (c shiftedClock) Now() time.Time { return time.Now().Add(c.d) }
 
-func countBetween(ts []time.Time, from, to time.Time) int {
-	n := 0
-	for _, t := range ts {
-		if !t.Before(from) && t.Before(to) {
-			n++
-		}
-	}
-	return n
-}
+func countBetween(ts []time.Time, from, to time.Time) int { return testsink.Between(ts, from, to) }
 
 func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 	t.Parallel()

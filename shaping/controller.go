@@ -82,6 +82,9 @@ func (r *runner) refresh(ctx context.Context) bool {
 	r.st = st
 	r.smu.Unlock()
 	r.apply()
+	if r.brk != nil && r.brk.refresh(ctx) != nil {
+		return false
+	}
 	return true
 }
 

@@ -111,6 +111,10 @@ type Downstream struct {
 	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks
 	// whose payload DecodeBatch reads.
 	Batch *Batch
+	// Breaker, when set, stops releases while the downstream is down
+	// (a ratio of 5xx, timeouts and connection failures), shared by
+	// every process; see Breaker.
+	Breaker *Breaker
 }
 
 // Config configures a Dispatcher. The zero value works.
@@ -174,7 +178,7 @@ type Config struct {
 // The zero Dispatcher is not usable: New builds one.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
-	store   *lua.Store // recovery and quarantine scripts
+	store   *lua.Store // recovery, quarantine and breaker scripts
 	cfg     Config
 	space   keys.Space
 	buckets *Buckets
@@ -265,6 +269,11 @@ func (d *Dispatcher) Add(ds Downstream) error {
 			return fmt.Errorf("shaping: downstream %q: adaptive floor %s is above the ceiling %s", ds.Name, a.Floor.RateString(), a.Ceiling.RateString())
 		}
 	}
+	if b := ds.Breaker; b != nil {
+		if err := validateBreaker(b, ds.Rate); err != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+		}
+	}
 	if b := ds.Batch; b != nil && (b.MaxRows < 1 || b.MaxDelay < 0 || b.Grace < 0) {
 		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
 	}
@@ -301,6 +310,9 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
 		r.leases = newLeaseLane(r)
 	}
+	if ds.Breaker != nil {
+		r.brk = newBreaker(r)
+	}
 	lim := ds.Rate
 	r.rate.Store(&lim)
 	r.base.Store(&lim)
@@ -310,6 +322,9 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		d.m.RateInForce.WithLabelValues(ds.Name).Set(ds.Rate.PerSec())
 		d.m.Paused.WithLabelValues(ds.Name).Set(0)
 		d.m.ConcurrencyLimit.WithLabelValues(ds.Name).Set(float64(ds.Concurrency))
+		if ds.Breaker != nil {
+			d.m.BreakerState.WithLabelValues(ds.Name).Set(0)
+		}
 	}
 	return nil
 }
@@ -393,6 +408,9 @@ func (d *Dispatcher) Start() error {
 		go r.lane.run()
 		if r.ds.Fairness != nil {
 			go r.feed()
+		}
+		if r.brk != nil {
+			go r.brk.run()
 		}
 		if r.leases != nil {
 			go r.leases.run()
@@ -503,6 +521,16 @@ func (d *Dispatcher) State(downstream string) (State, error) {
 	r.smu.Lock()
 	defer r.smu.Unlock()
 	return r.st, nil
+}
+
+// Breaker is a downstream's circuit breaker as this process last saw it
+// (BreakerClosed for one without a breaker), without a Redis call.
+func (d *Dispatcher) Breaker(downstream string) (BreakerStatus, error) {
+	r, err := d.runner(downstream)
+	if err != nil || r.brk == nil {
+		return BreakerStatus{}, err
+	}
+	return r.brk.status(), nil
 }
 
 // Downstreams lists the downstreams in the order they were added.

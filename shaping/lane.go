@@ -28,6 +28,7 @@ type lane struct {
 	// within its late tolerance or wasted, never replayed.
 	stock     []time.Time // slot starts on the Redis clock, oldest first
 	stockCost int64
+	stockSeq  uint64     // the breaker's seq when the stock was reserved
 	behind    bool       // the last reservation started at once (the bucket had room)
 	fair      *fairOrder // nil: FIFO; else waiters in fair order of their keys
 }
@@ -49,6 +50,7 @@ type waiter struct {
 type grant struct {
 	slot time.Time
 	now  time.Time // Redis time of the decision
+	seq  uint64    // the breaker's seq before the reservation (0: no breaker)
 	err  error
 }
 
@@ -114,7 +116,7 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 		slot := l.stock[0]
 		l.stock = l.stock[1:]
 		if l.r.d.cfg.Clock.Now().Sub(slot.Add(off)) <= tol {
-			return grant{slot: slot, now: slot}, true
+			return grant{slot: slot, now: slot, seq: l.stockSeq}, true
 		}
 	}
 	return grant{}, false
@@ -140,7 +142,7 @@ func (l *lane) head() (cost int64, n int) {
 // hand gives the waiters of cost at the front their reserved slots, in
 // order; slots left over (waiters gone meanwhile, or reserved ahead) go to
 // the stock.
-func (l *lane) hand(cost int64, res Reservation) {
+func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	j := 0
@@ -149,14 +151,14 @@ func (l *lane) hand(cost int64, res Reservation) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now}
+		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq}
 	}
 	if j == res.Count {
 		return
 	}
 	// slots no waiter took: stock for the next ones
-	if l.stockCost != cost {
-		l.stock, l.stockCost = nil, cost
+	if l.stockCost != cost || l.stockSeq != seq {
+		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
 	}
 	for ; j < res.Count; j++ {
 		l.stock = append(l.stock, res.SlotN(j))
@@ -216,8 +218,21 @@ func (l *lane) run() {
 			}
 			continue
 		}
+		seq, probe := uint64(0), false
+		if b := r.brk; b != nil {
+			g := b.gate()
+			if !g.ok {
+				if !l.sleepOr(g.wait, g.changed) {
+					return
+				}
+				continue
+			}
+			seq, probe = g.seq, g.probe
+		}
 		ask := n
-		if l.behindNow() {
+		if probe {
+			ask = 1 // a half-open probe
+		} else if l.behindNow() {
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
@@ -244,7 +259,7 @@ func (l *lane) run() {
 		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
 			r.observeWaits(res)
-			l.hand(cost, res)
+			l.hand(cost, res, seq)
 			continue
 		}
 		if m := r.d.m; m != nil {

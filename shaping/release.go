@@ -45,7 +45,7 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		defer r.leases.release(lease)
 	}
 	for {
-		res, err := r.acquire(ctx, t.Cost, t.Key)
+		res, tok, err := r.acquire(ctx, t.Cost, t.Key)
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
 			r.outcome("malformed")
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
@@ -59,6 +59,11 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			return r.giveBack(ctx)
 		}
 		d := Classify(herr, budget, r.ds.Adaptive != nil)
+		if r.brk != nil && r.brk.record(ctx, tok, d) {
+			// the breaker opened over this failure: it is the outage's,
+			// not the task's, and the task waits for the breaker
+			d = Decision{Action: Throttle, Adapt: d.Adapt, Outcome: "outage"}
+		}
 		r.outcome(d.Outcome)
 		if d.Adapt != "" {
 			r.adapt(d.Adapt)

@@ -127,6 +127,9 @@ type Downstream struct {
 	// Batch aggregates the downstream's tasks into batches; the rate then
 	// counts rows (see batch.go).
 	Batch *Batch `yaml:"batch,omitempty"`
+	// Breaker stops releases while the downstream is down (see
+	// breaker.go).
+	Breaker *Breaker `yaml:"breaker,omitempty"`
 }
 
 // Fairness shares a downstream's rate among the keys (the task's key:

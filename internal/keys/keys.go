@@ -97,6 +97,13 @@ func (s Space) LeaseCounts(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":lease_counts"
 }
 
+// Breaker is the HASH of downstream ds's circuit breaker: its state, the
+// cool-down, the half-open probe pace and the sliding window's call and
+// error counts per bucket. Same slot as its bucket.
+func (s Space) Breaker(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":breaker"
+}
+
 // ControlVersions is a HASH of downstream name → a counter bumped on
 // every change of that downstream's runtime state, so each process reads
 // one key per control tick and the state hashes only when they changed.

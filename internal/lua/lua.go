@@ -61,6 +61,7 @@ var (
 	recoverScript     = script("recover.lua")
 	quarantine        = script("quarantine.lua")
 	concurrency       = script("concurrency.lua")
+	breaker           = script("prelude_clock.lua", "breaker.lua")
 )
 
 // The ARGV[4] mode of the admission and shaping scripts.

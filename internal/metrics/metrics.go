@@ -18,6 +18,8 @@ type Metrics struct {
 	SlotWait, Lateness                                                                            *prometheus.HistogramVec // downstream
 
 	Outcomes       *prometheus.CounterVec   // downstream, outcome
+	BreakerState   *prometheus.GaugeVec     // downstream
+	BreakerMoves   *prometheus.CounterVec   // downstream, to
 	Backlog        *prometheus.GaugeVec     // downstream, state
 	Quarantined    *prometheus.CounterVec   // downstream, reason
 	Decisions      *prometheus.CounterVec   // downstream, limiter, outcome
@@ -50,13 +52,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		LateSkips:         f.counter("shaping", "late_skips_total", "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases).", "downstream"),
 		Pushbacks:         f.counter("shaping", "pushbacks_total", "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward.", "downstream"),
 		AdaptiveDecreases: f.counter("shaping", "adaptive_decreases_total", "429/503/timeout answers reported to the adaptive (AIMD) rate.", "downstream"),
-		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, panic, malformed.", "downstream", "outcome"),
+		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed.", "downstream", "outcome"),
 		Backlog:           f.gauge("queue", "tasks", "Tasks per downstream queue and state (pending, active, scheduled, retry, archived).", "downstream", "state"),
 		RateInForce:       f.gauge("shaping", "rate_per_second", "Release rate in force for the downstream.", "downstream"),
 		Paused:            f.gauge("shaping", "paused", "1 while the downstream is paused.", "downstream"),
 		Held:              f.gauge("shaping", "held_tasks", "Tasks this process holds while they wait for their slot.", "downstream"),
 		LeasesInUse:       f.gauge("shaping", "leases_in_use", "Calls in flight this process holds a concurrency lease for (sum over processes for the downstream's total).", "downstream"),
 		ConcurrencyLimit:  f.gauge("shaping", "concurrency_limit", "The downstream's cap on calls in flight across every process (0: none).", "downstream"),
+		BreakerState:      f.gauge("shaping", "breaker_state", "The downstream's circuit breaker as this process last saw it: 0 closed, 1 open, 2 half-open.", "downstream"),
+		BreakerMoves:      f.counter("shaping", "breaker_transitions_total", "Circuit breaker transitions this process made (to: open, half_open, closed); each is made by one process, so sum over processes.", "downstream", "to"),
 		ScriptDuration: f.histogram("redis", "script_duration_seconds", "Latency of shaper's Lua script calls.",
 			[]float64{.0002, .0005, .001, .002, .005, .01, .05, .1, .5, 1}, "script"),
 		ScriptErrors:  f.counter("redis", "script_errors_total", "Lua script calls that failed or timed out.", "script"),

@@ -237,7 +237,7 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 	}
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
 		MaxCost: cmp.Or(dc.MaxCost, shaping.DefaultMaxCost(lim, wait, dc.Burst)), Workers: dc.Workers,
-		Schedule: sched, Adaptive: adaptive(dc),
+		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: fairness(dc)}
 	if b := dc.Batch; b != nil {
@@ -287,6 +287,16 @@ func adaptive(dc config.Downstream) *shaping.Adaptive {
 	}
 	return &shaping.Adaptive{Floor: a.Floor.Limit(), Ceiling: ceiling, Decrease: a.Decrease, Step: a.Step.Limit(),
 		Interval: time.Duration(a.Interval)}
+}
+
+// breaker is dc's circuit breaker (nil when off), defaults filled.
+func breaker(dc config.Downstream) *shaping.Breaker {
+	b := dc.Breaker
+	if b == nil {
+		return nil
+	}
+	s := b.Spec()
+	return &s
 }
 
 // batchLateTolerance is the late tolerance of a batching downstream: the

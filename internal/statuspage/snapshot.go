@@ -84,8 +84,27 @@ type DownstreamSnapshot struct {
 	QuarantinedTotal  float64 `json:"quarantined_total"`
 	QuarantineEntries float64 `json:"quarantine_entries"`
 	// Outcomes are handler results by outcome (success, retry, throttled,
-	// archived, panic, malformed).
+	// outage, archived, panic, malformed).
 	Outcomes map[string]float64 `json:"outcomes"`
+	// Breaker is the circuit breaker; nil when the downstream has none.
+	Breaker *BreakerInfo `json:"breaker,omitempty"`
+}
+
+// BreakerInfo is a downstream's circuit breaker as this process last saw
+// it (its state is shared by every process; its transitions are each made
+// by one of them).
+type BreakerInfo struct {
+	// State is closed, open or half_open.
+	State string `json:"state"`
+	// Since is when the state began (nil: closed since the breaker's key
+	// expired, or never opened).
+	Since *time.Time `json:"since,omitempty"`
+	// OpenUntil is when an open breaker's cool-down ends.
+	OpenUntil *time.Time `json:"open_until,omitempty"`
+	// Transitions this process made, by the state moved to.
+	Transitions map[string]float64 `json:"transitions"`
+	// Settings are its thresholds, defaults filled in.
+	Settings string `json:"settings"`
 }
 
 // AdaptiveInfo is a downstream's AIMD rate.
@@ -269,7 +288,32 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 		d.Outcomes[o] = f.counter(mOutcomes, map[string]string{"downstream": ds.Name, "outcome": o})
 	}
 	d.Lateness = lateness(w.cur.ds[ds.Name].lateness.minus(w.base.ds[ds.Name].lateness))
+	d.Breaker = p.breaker(ds, f)
 	return d, true
+}
+
+// breaker is a downstream's breaker part of the snapshot (nil: none).
+func (p *Page) breaker(ds shaping.Downstream, f families) *BreakerInfo {
+	if ds.Breaker == nil {
+		return nil
+	}
+	st, err := p.opts.Dispatcher.Breaker(ds.Name)
+	if err != nil {
+		return nil
+	}
+	b := &BreakerInfo{State: st.Mode.String(), Transitions: map[string]float64{}, Settings: ds.Breaker.String()}
+	if !st.Since.IsZero() {
+		at := st.Since.UTC()
+		b.Since = &at
+	}
+	if !st.Until.IsZero() {
+		at := st.Until.UTC()
+		b.OpenUntil = &at
+	}
+	for _, to := range f.labelValues(mBrkMoves, "to", map[string]string{"downstream": ds.Name}) {
+		b.Transitions[to] = f.counter(mBrkMoves, map[string]string{"downstream": ds.Name, "to": to})
+	}
+	return b
 }
 
 // perSecond is a downstream's releases per second in each sampling

@@ -4,7 +4,9 @@
 // rate in force, the achieved release rate over the last minute (with a
 // sparkline of releases per second), the backlog by state, lateness,
 // pushbacks, waits for a slot (reservations that found the bucket full),
-// late skips, quarantined entries and the paused/adaptive state; and per admission limiter the allowed/rejected/deferred counts.
+// late skips, quarantined entries, the circuit breaker's state and
+// transitions and the paused/adaptive state; and per admission limiter the
+// allowed/rejected/deferred counts.
 //
 // Everything on it is this process's view: counters come from the process's
 // Prometheus registry, so a fleet of shaper processes has one page each,
@@ -61,6 +63,7 @@ const (
 	mEnqueued    = "shaper_queue_enqueued_total"
 	mQuarantine  = "shaper_queue_quarantined_total"
 	mQuarList    = "shaper_queue_quarantine_entries"
+	mBrkMoves    = "shaper_shaping_breaker_transitions_total"
 )
 
 // BacklogStates are the queue states the page shows, in order.
