@@ -10,15 +10,20 @@ import (
 	"github.com/shaper-io/shaper/internal/metrics"
 )
 
-// fairOrder orders a fair downstream's waiting workers in this process by
-// their key's backlog here: a waiter's tag is the number of waiters of
-// its key already queued, divided by its weight, and the lane serves the
-// lowest tags first (ties in arrival order). The feeder (fair.lua) already
-// hands tasks to the workers in fair order; the lane's part is to let a
-// key that holds few waiters pass the ones a big backlog filled it with
-// before, so a late key is released at once, and at its share after.
-// (Start-time fair queueing here would not do: a key arriving at exactly
-// its share of the lane's slots would queue without bound, a random walk.)
+// fairOrder orders a fair downstream's waiting workers in this process:
+// the keys with the fewest waiters here per unit of weight go first, each
+// key's waiters in their arrival order, a retry of a wasted slot before
+// all. The order is taken afresh each time the lane serves (sort), from
+// the counts of that moment. The feeder (fair.lua) already hands tasks to
+// the workers in fair order; the lane's part is to let a key that holds
+// few waiters pass the ones a big backlog filled it with (the workers hold
+// tasks taken before the key arrived), so a late key is released at once,
+// and after that at the rate its tasks come: a light key is served as its
+// tasks arrive, which bounds its waiters, so the big key is served
+// whenever the light ones have none. (Tags fixed when a waiter queues, as
+// in start-time fair queueing, did worse here: a key arriving at its share
+// queues like a random walk, and counts frozen at insertion let a big
+// key's newcomers pass an old waiter without end.)
 type fairOrder struct {
 	f       *Fairness
 	waiting map[string]int // key → waiters queued
@@ -28,22 +33,33 @@ func newFairOrder(f *Fairness) *fairOrder {
 	return &fairOrder{f: f, waiting: map[string]int{}}
 }
 
-// insert queues w by its tag (at the front when front: a retry of a wasted
-// slot goes first) and returns its element.
+// insert queues w (at the front when front) and returns its element.
 func (o *fairOrder) insert(q *list.List, w *waiter, front bool) *list.Element {
-	n := o.waiting[w.key]
-	o.waiting[w.key] = n + 1
+	o.waiting[w.key]++
 	if front {
 		w.tag = math.Inf(-1)
 		return q.PushFront(w)
 	}
-	w.tag = float64(n) / o.f.Weight(w.key)
-	for e := q.Back(); e != nil; e = e.Prev() {
-		if e.Value.(*waiter).tag <= w.tag {
-			return q.InsertAfter(w, e)
-		}
+	return q.PushBack(w)
+}
+
+// sort orders q by its keys' waiters per unit of weight now, stably.
+func (o *fairOrder) sort(q *list.List) {
+	if q.Len() < 2 {
+		return
 	}
-	return q.PushFront(w)
+	els := make([]*list.Element, 0, q.Len())
+	for e := q.Front(); e != nil; e = e.Next() {
+		w := e.Value.(*waiter)
+		if w.tag != math.Inf(-1) {
+			w.tag = float64(o.waiting[w.key]) / o.f.Weight(w.key)
+		}
+		els = append(els, e)
+	}
+	sort.SliceStable(els, func(i, j int) bool { return els[i].Value.(*waiter).tag < els[j].Value.(*waiter).tag })
+	for _, e := range els {
+		q.MoveToBack(e)
+	}
 }
 
 // removed notes that w left the queue.

@@ -15,32 +15,41 @@ func order(q *list.List) string {
 	return string(s)
 }
 
-// A lane filled by one key's backlog serves a newcomer next, then takes
-// the keys by their backlog over weight; a retry goes first.
+// A lane filled by one key's backlog serves a newcomer next; keys go by
+// their waiters per unit of weight at the moment, each key in arrival
+// order; a retry goes first.
 func TestFairOrderLetsFewWaitersPass(t *testing.T) {
-	o := newFairOrder(&Fairness{Weights: map[string]float64{"C": 2}})
+	o := newFairOrder(&Fairness{Weights: map[string]float64{"C": 4}})
 	q := list.New()
 	add := func(key string, front bool) *list.Element {
 		return o.insert(q, &waiter{key: key, cost: 1, queued: true}, front)
 	}
 	for range 4 {
-		add("A", false)
+		add("A", false) // 4 waiting
 	}
+	add("B", false) // 2 waiting
 	add("B", false)
-	add("B", false)
+	add("C", false) // 3 waiting, weight 4: 0.75
 	add("C", false)
 	add("C", false)
-	add("C", false)
-	if got, want := order(q), "ABCCABCAA"; got != want {
-		t.Errorf("order %s, want %s (tags: A 0,1,2,3; B 0,1; C 0,0.5,1)", got, want)
+	o.sort(q)
+	if got, want := order(q), "CCCBBAAAA"; got != want {
+		t.Errorf("order %s, want %s", got, want)
 	}
 	e := add("A", true)
-	if q.Front() != e || e.Value.(*waiter).tag != math.Inf(-1) {
-		t.Errorf("a retry is not first")
+	o.sort(q)
+	if q.Front() != e {
+		t.Errorf("a retry is not first: %s", order(q))
 	}
 	o.removed(q.Remove(q.Front()).(*waiter))
-	if o.waiting["A"] != 4 || o.waiting["B"] != 2 || o.waiting["C"] != 3 {
-		t.Errorf("waiting %v, want A 4, B 2, C 3", o.waiting)
+	for range 3 { // C served
+		o.removed(q.Remove(q.Front()).(*waiter))
+	}
+	add("A", false)
+	add("D", false)
+	o.sort(q)
+	if got, want := order(q), "DBBAAAAA"; got != want {
+		t.Errorf("order %s after C left and D came, want %s", got, want)
 	}
 }
 

@@ -40,7 +40,7 @@ const maxStock = 32
 type waiter struct {
 	cost   int64
 	key    string
-	tag    float64    // fair order's start tag
+	tag    float64    // fair order's tag
 	queued bool       // in l.q (l.mu)
 	done   chan grant // buffered: the lane never blocks on a waiter
 }
@@ -127,6 +127,9 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 func (l *lane) head() (cost int64, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.fair != nil {
+		l.fair.sort(l.q)
+	}
 	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
 		w := e.Value.(*waiter)
 		if n == 0 {
