@@ -77,7 +77,7 @@ func (r *runner) leaseTime() time.Duration {
 
 func (r *runner) bucket() Bucket {
 	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost(),
-		LateTolerance: r.paceTolerance()}
+		LateTolerance: r.paceTolerance(), Quotas: r.ds.Quotas}
 }
 
 // maxReleaseCost is the most one release may cost: MaxCost, or MaxCost

@@ -38,9 +38,10 @@
 --            one call serves a process's queue of waiting workers (at most 1000)
 -- ARGV[7] -> mode 0 with quotas or KEYS[2]: the cost of one slot in units
 -- ARGV[8] -> guard in µs (quotas): how late after its slot a release may start
--- ARGV[9..] -> four per quota KEYS[3+i]: limit (units), period µs,
---            sub-window µs (sliding), align µs (-1: sliding; else aligned
---            windows start at align + k*period µs since the epoch)
+-- ARGV[9..] -> four per quota KEYS[3+i]: limit (units), period µs (at
+--            most 366 days), sub-window µs (sliding), align µs (-1:
+--            sliding; else aligned windows start at align + k*period µs
+--            since the epoch)
 --
 -- Output: {reserved count (0 = none), wait_us, next_free_us after, now_us,
 --          base_us, interval_us, issued_before, held_by, then per quota:
@@ -73,6 +74,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local MARGIN_MS = 1000
 local ISSUED_TTL_MS = 3600000
 local MAX_US = 86400000000
+local MAX_PERIOD_US = 31622400000000 -- 366 days
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -144,8 +146,8 @@ for i = 1, nq do
   local a = 8 + (i - 1) * 4
   local q = {key = KEYS[3 + i], limit = tonumber(ARGV[a + 1]), per = tonumber(ARGV[a + 2]),
              sub = tonumber(ARGV[a + 3]), align = tonumber(ARGV[a + 4]), ks = {}, cnt = {}, dirty = {}}
-  if not q.limit or q.limit < 1 or not bounded(q.per) or q.per < 1 or not q.sub or q.sub < 1 or not q.align
-      or q.align >= q.per then
+  if not q.limit or q.limit < 1 or not q.per or q.per < 1 or q.per > MAX_PERIOD_US or not q.sub or q.sub < 1
+      or not q.align or q.align >= q.per then
     return redis.error_reply('shaping: quota ' .. i .. ': limit, period, sub-window and align out of range')
   end
   q.sliding = q.align < 0
