@@ -40,6 +40,9 @@ type Task struct {
 	// Slot is the reserved slot's time on the Redis clock; the handler runs
 	// at or just after it.
 	Slot time.Time
+
+	seq    int64  // the bucket's issued count just after this task's units
+	answer answer // what the handler reported (ReportCost, ReportHeader)
 }
 
 // HandlerFunc delivers a task to its downstream. A nil error completes the

@@ -42,6 +42,8 @@ type runner struct {
 	st     State     // runtime state as last read from Redis
 	fairSt FairState // what the last feed saw (fair downstreams)
 	fstats fairStats // releases per key, last minute (fair downstreams)
+
+	limits limitState // quotas and announced limit as last seen
 }
 
 func (r *runner) setPaused(p bool) {
@@ -155,7 +157,7 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 				continue
 			}
 		}
-		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now)}, tok, nil
+		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now), issued: g.issued - cost, cost: cost}, tok, nil
 	}
 }
 
