@@ -51,7 +51,9 @@ func (r *runner) answered(t *Task) {
 	if a.header != nil {
 		now := time.Now()
 		if l, ok := rlheader.Binding(rlheader.Parse(a.header, now)); ok && r.binds(l, t, now) {
-			ann = &lua.Announcement{Remaining: l.Remaining, Until: now.Add(l.Reset - r.offset.get()).UnixMicro(), // on the Redis clock
+			// on the Redis clock, a margin after the reset (clocks differ)
+			until := now.Add(l.Reset + DefaultQuotaMargin - r.offset.get())
+			ann = &lua.Announcement{Remaining: l.Remaining, Until: until.UnixMicro(),
 				Limit: l.Limit, Source: l.Source}
 			src, effect = l.Source, "pace"
 			if l.Remaining == 0 {
@@ -71,7 +73,7 @@ func (r *runner) answered(t *Task) {
 	start := time.Now()
 	rep, err := bs.store.Settle(ctx, bs.space.Bucket(b.Name), lua.SettleArgs{Answers: bs.answerKeys(b.Name), Diff: diff,
 		Unit: unit, Burst: min(burst, maxIntervalUS), Slot: t.Slot.UnixMicro(), Seq: t.seq, Announce: ann,
-		Guard: b.quotaGuard(t.Cost), Quotas: bs.quotaArgs(b)})
+		Guard: b.quotaGuard(t.Cost), Floor: t.Slot.UnixMicro() + unit*(t.Cost+diff), Quotas: bs.quotaArgs(b)})
 	r.d.m.ObserveScript("answer", time.Since(start), err)
 	if err != nil {
 		r.d.log.Warn("shaping: cannot apply the answer's cost or limit", "downstream", r.ds.Name, "err", err)

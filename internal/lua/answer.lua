@@ -5,7 +5,8 @@
 -- intervals (a charge at most MAX_US past now, like a push back; a refund
 -- never to before now), the task's quota fields are charged or refunded
 -- (never below 0; a field that stopped counting is left alone), and the
--- announced limit's `left` too.
+-- announced limit's `left` too. A refund never moves next_free before the
+-- end of the call's actual cost (ARGV[13]).
 --
 -- Announce: the answer said `remaining` units are left until `until`
 -- (RateLimit, X-RateLimit-* or Retry-After headers). The downstream had not
@@ -31,7 +32,11 @@
 -- ARGV[10] -> where it came from: ratelimit, x-ratelimit or retry-after
 -- ARGV[11] -> now in µs, or 0 to read Redis TIME (explicit now is for tests)
 -- ARGV[12] -> guard in µs (as shaping.lua ARGV[8])
--- ARGV[13..] -> four per quota KEYS[3+i] (as shaping.lua ARGV[9..])
+-- ARGV[13] -> refund floor, µs since the epoch: the task's slot plus its
+--             actual cost's interval (a refund never moves next_free
+--             before it, so the next release still waits out the call's
+--             real cost)
+-- ARGV[14..] -> four per quota KEYS[3+i] (as shaping.lua ARGV[9..])
 --
 -- Output: {next_free_us after, left (units the announcement in force
 --          leaves; -1: none in force), stored (1: this announcement was
@@ -50,6 +55,7 @@ local slot = tonumber(ARGV[4]) or 0
 local seq = tonumber(ARGV[5]) or 0
 local now = now_us(ARGV[11])
 local guard = tonumber(ARGV[12]) or 0
+local floor = tonumber(ARGV[13]) or 0
 local function bounded(v)
   return v ~= nil and v >= 0 and v <= MAX_US and v == math.floor(v)
 end
@@ -68,7 +74,9 @@ if diff ~= 0 then
     if target > now + MAX_US then target = now + MAX_US end
   elseif nf > now then
     target = nf + d
+    if target < floor then target = floor end
     if target < now then target = now end
+    if target > nf then target = nf end
   end
   if target ~= nf and target >= now - burst then
     nf = target
@@ -76,7 +84,7 @@ if diff ~= 0 then
   end
   -- the quotas: the field of the task's slot
   for i = 1, #KEYS - 3 do
-    local a = 12 + (i - 1) * 4
+    local a = 13 + (i - 1) * 4
     local per, sub, align = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
     if per and sub and align and per >= 1 and sub >= 1 then
       local k, g

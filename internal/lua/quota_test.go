@@ -219,6 +219,11 @@ func TestSettleCost(t *testing.T) {
 	if q := r.reserve(10_000, 1, 1, -1); q.Quotas[0].Used != 1 {
 		t.Fatalf("quota after a refund below 0 and one unit: %d used, want 1 (the refunded field is gone)", q.Quotas[0].Used)
 	}
+	// a refund stops at the end of the call's actual cost
+	nf := r.reserve(50_000, 5, 1, -1).NextFree
+	if c := r.settle(lua.SettleArgs{Diff: -4, Unit: 10_000, Slot: nf - 50_000, Seq: 1, Floor: nf - 35_000}); c.NextFree != nf-35_000 {
+		t.Fatalf("a refund of 4 of 5 units: next_free %d, want the floor %d", c.NextFree, nf-35_000)
+	}
 	if c := r.settle(lua.SettleArgs{Diff: 1 << 40, Unit: 10_000, Slot: r.now, Seq: 1}); c.NextFree != c.Now+86_400_000_000 {
 		t.Fatalf("a huge charge: next_free %d, want now + 24h", c.NextFree)
 	}

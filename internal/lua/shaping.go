@@ -170,7 +170,10 @@ type SettleArgs struct {
 	Now int64
 	// Guard is ARGV[12], as in BucketArgs.
 	Guard int64
-	// Quotas are the downstream's quotas (KEYS[4..], ARGV[13..]).
+	// Floor is ARGV[13]: a refund never moves next_free before it (µs since
+	// the epoch; the slot plus the actual cost's interval).
+	Floor int64
+	// Quotas are the downstream's quotas (KEYS[4..], ARGV[14..]).
 	Quotas []QuotaArgs
 }
 
@@ -211,7 +214,7 @@ func (s *Store) Settle(ctx context.Context, bucket string, a SettleArgs) (Settle
 	if n := a.Announce; n != nil {
 		ann, rem, until, limit, src = 1, n.Remaining, n.Until, n.Limit, n.Source
 	}
-	args := append([]any{a.Diff, a.Unit, a.Burst, a.Slot, a.Seq, ann, rem, until, limit, src, a.Now, a.Guard},
+	args := append([]any{a.Diff, a.Unit, a.Burst, a.Slot, a.Seq, ann, rem, until, limit, src, a.Now, a.Guard, a.Floor},
 		quotaArgv(a.Quotas)...)
 	v, err := s.ints(ctx, answer, ks, 4, args...)
 	if err != nil {
