@@ -103,6 +103,33 @@ func (r *runner) answered(t *Task) {
 	}
 }
 
+// wasted gives back to the quotas and the announced limit the units of
+// slots that were reserved but never released (a late worker, a stocked
+// slot past its time): the downstream never saw them. The bucket keeps
+// them (a wasted slot is never replayed). Without quotas it does nothing;
+// with them, one script call per slot, off the caller's path.
+func (r *runner) wasted(cost int64, gs ...grant) {
+	if len(gs) == 0 || len(r.ds.Quotas) == 0 {
+		return
+	}
+	b := r.bucket()
+	bs := r.d.buckets
+	go func() {
+		for _, g := range gs {
+			ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+			start := time.Now()
+			_, err := bs.store.Settle(ctx, bs.space.Bucket(b.Name), lua.SettleArgs{Answers: bs.answerKeys(b.Name),
+				Diff: -cost, Slot: g.slot.UnixMicro(), Seq: g.seq, Guard: b.quotaGuard(cost), Quotas: bs.quotaArgs(b)})
+			cancel()
+			r.d.m.ObserveScript("answer", time.Since(start), err)
+			if err != nil {
+				r.d.log.Warn("shaping: cannot give a wasted slot back to the quotas", "downstream", r.ds.Name, "err", err)
+				return
+			}
+		}
+	}()
+}
+
 // binds reports whether an announced limit can constrain the downstream:
 // nothing is left, or fewer units than the rate could issue between t's
 // slot (the downstream had not seen what was reserved since) and the

@@ -193,3 +193,87 @@ func TestSettledCostSpacesReleases(t *testing.T) {
 }
 
 func abs(v int64) int64 { return max(v, -v) }
+
+// scriptCalls is how many calls of script this registry's dispatchers
+// made (shaper_redis_script_duration_seconds).
+func scriptCalls(t *testing.T, reg *prometheus.Registry, script string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "shaper_redis_script_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "script" && lp.GetValue() == script {
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// Quotas cost no Redis call of their own: the reservation checks them in
+// the same script call, so the calls per release are those without
+// quotas; a quota that is spent holds the lane asleep until the reply's
+// time, not polling; an answer costs a call only when its limit binds.
+// Not parallel: INFO commandstats counts the whole server.
+func TestQuotaEconomy(t *testing.T) {
+	rdb := redistest.Client(t)
+	type result struct{ total, scripts, reserve, answer, took float64 }
+	run := func(name string, quotas []shaping.Quota, header http.Header) result {
+		const n = 200
+		prefix := redistest.Prefix(t)
+		reg := prometheus.NewRegistry()
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
+		rec := newRecorder()
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas,
+			Handler: func(ctx context.Context, tk *shaping.Task) error {
+				if header != nil {
+					tk.ReportHeader(header)
+				}
+				return rec.handle(ctx, tk)
+			}}))
+		p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+		defer p.Close()
+		for i := range n {
+			_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+			must(t, err)
+		}
+		before, err := redistest.ReadCommandStats(context.Background(), rdb)
+		must(t, err)
+		start := time.Now()
+		must(t, d.Start())
+		waitFor(t, 30*time.Second, name+": 200 releases", func() bool { return rec.count() >= n })
+		took := time.Since(start)
+		after, err := redistest.ReadCommandStats(context.Background(), rdb)
+		must(t, err)
+		d.Shutdown(context.Background())
+		s := after.Sub(before)
+		r := result{total: float64(s.Total()-1) / n, scripts: float64(s["evalsha"]+s["eval"]) / n,
+			reserve: scriptCalls(t, reg, "shaping") / n, answer: scriptCalls(t, reg, "answer") / n, took: took.Seconds()}
+		t.Logf("%s: per release %.2f commands, %.2f script calls (reservations %.3f, answers %.3f); 200 releases in %.1fs",
+			name, r.total, r.scripts, r.reserve, r.answer, r.took)
+		return r
+	}
+	base := run("no quota", nil, nil)
+	two := run("two quotas", []shaping.Quota{{Limit: 10000, Per: time.Hour}, {Limit: 100000, Per: 24 * time.Hour, Aligned: true}}, nil)
+	held := run("a quota of 100 per 4s, spent halfway", []shaping.Quota{{Limit: 100, Per: 4 * time.Second}}, nil)
+	loose := run("answers with limits that cannot bind", nil, http.Header{"X-Ratelimit-Remaining": {"100000"}, "X-Ratelimit-Reset": {"60"}})
+	tight := run("answers with limits that bind", nil, http.Header{"X-Ratelimit-Remaining": {"5000"}, "X-Ratelimit-Reset": {"60"}})
+	if two.reserve > base.reserve*1.15+0.05 || two.answer != 0 {
+		t.Errorf("two quotas: %.3f reservation calls per release, without %.3f: want the same calls", two.reserve, base.reserve)
+	}
+	// the hold (about 3 s) costs a few calls, not one per worker per poll
+	if extra := (held.reserve - base.reserve) * 200; extra > 10 || held.took < 3 {
+		t.Errorf("a 3 s quota hold cost %.0f more reservation calls (in %.1fs), want a few", extra, held.took)
+	}
+	if loose.answer != 0 {
+		t.Errorf("answers whose limit cannot bind made %.3f calls per release, want 0", loose.answer)
+	}
+	if tight.answer < 0.99 || tight.answer > 1.01 {
+		t.Errorf("answers whose limit binds made %.3f calls per release, want 1", tight.answer)
+	}
+}

@@ -113,12 +113,15 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 		return grant{}, false
 	}
 	off, tol := l.r.offset.get(), l.r.lateTolerance(cost)/2
+	var gone []grant
+	defer func() { l.r.wasted(cost, gone...) }()
 	for len(l.stock) > 0 {
 		g := l.stock[0]
 		l.stock = l.stock[1:]
 		if l.r.d.cfg.Clock.Now().Sub(g.slot.Add(off)) <= tol {
 			return g, true
 		}
+		gone = append(gone, g)
 	}
 	return grant{}, false
 }

@@ -144,6 +144,7 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 			if m := r.d.m; m != nil {
 				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
 			}
+			r.wasted(cost, g)
 			front = true
 			continue
 		}
