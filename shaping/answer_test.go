@@ -263,8 +263,10 @@ func TestQuotaEconomy(t *testing.T) {
 	held := run("a quota of 100 per 4s, spent halfway", []shaping.Quota{{Limit: 100, Per: 4 * time.Second}}, nil)
 	loose := run("answers with limits that cannot bind", nil, http.Header{"X-Ratelimit-Remaining": {"100000"}, "X-Ratelimit-Reset": {"60"}})
 	tight := run("answers with limits that bind", nil, http.Header{"X-Ratelimit-Remaining": {"5000"}, "X-Ratelimit-Reset": {"60"}})
-	if two.reserve > base.reserve*1.15+0.05 || two.answer != 0 {
-		t.Errorf("two quotas: %.3f reservation calls per release, without %.3f: want the same calls", two.reserve, base.reserve)
+	// (with quotas a wasted slot, rare, gives its units back: an answer call)
+	if two.reserve+two.answer > base.reserve*1.15+0.05 {
+		t.Errorf("two quotas: %.3f reservation and %.3f answer calls per release, without %.3f: want the same calls",
+			two.reserve, two.answer, base.reserve)
 	}
 	// the hold (about 3 s) costs a few calls, not one per worker per poll
 	if extra := (held.reserve - base.reserve) * 200; extra > 10 || held.took < 3 {

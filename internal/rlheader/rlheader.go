@@ -234,7 +234,7 @@ func seconds(v string) (time.Duration, bool) {
 // bound turns seconds into a Duration in [0, sizing.MaxInterval].
 func bound(f float64) time.Duration {
 	f = min(max(f, 0), sizing.MaxInterval.Seconds())
-	return time.Duration(math.Ceil(f * 1e6)) * time.Microsecond
+	return time.Duration(math.Ceil(f*1e6)) * time.Microsecond
 }
 
 // units reads a count of units: negative is 0, huge is MaxUnits, a
