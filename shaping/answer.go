@@ -119,7 +119,7 @@ func (r *runner) wasted(cost int64, gs ...grant) {
 			ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 			start := time.Now()
 			_, err := bs.store.Settle(ctx, bs.space.Bucket(b.Name), lua.SettleArgs{Answers: bs.answerKeys(b.Name),
-				Diff: -cost, Slot: g.slot.UnixMicro(), Seq: g.seq, Guard: b.quotaGuard(cost), Quotas: bs.quotaArgs(b)})
+				Diff: -cost, Slot: g.slot.UnixMicro(), Seq: g.issued, Guard: b.quotaGuard(cost), Quotas: bs.quotaArgs(b)})
 			cancel()
 			r.d.m.ObserveScript("answer", time.Since(start), err)
 			if err != nil {
