@@ -49,7 +49,7 @@ func (r *runner) answered(t *Task) {
 	var ann *lua.Announcement
 	var src, effect string
 	if a.header != nil {
-		now := time.Now()
+		now := r.d.cfg.Clock.Now()
 		if l, ok := rlheader.Binding(rlheader.Parse(a.header, now)); ok && r.binds(l, t, now) {
 			// on the Redis clock, a margin after the reset (clocks differ)
 			until := now.Add(l.Reset + DefaultQuotaMargin - r.offset.get())
