@@ -139,7 +139,7 @@ func (r *runner) binds(l rlheader.Limit, t *Task, now time.Time) bool {
 	if l.Remaining == 0 {
 		return true
 	}
-	span := l.Reset + max(now.Sub(t.Slot.Add(r.offset.get())), 0) + r.ds.MaxWait
+	span := l.Reset + max(now.Sub(t.Slot.Add(r.offset.get())), 0) + r.lookahead()
 	return l.Remaining <= r.rate.Load().UnitsIn(span)+max(r.ds.Burst, 1)
 }
 

@@ -18,7 +18,7 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{yaml: "downstreams:\n  - {name: api, rate: 100/s, quotas: [{limit: 6, per: 1m}], handler: {type: log}}\n",
 		handler: func(_ context.Context, tk *shaping.Task) error {
-			tk.ReportHeader(http.Header{"X-Ratelimit-Limit": {"10"}, "X-Ratelimit-Remaining": {"3"}, "X-Ratelimit-Reset": {"60"}})
+			tk.ReportHeader(http.Header{"X-Ratelimit-Limit": {"10000"}, "X-Ratelimit-Remaining": {"3000"}, "X-Ratelimit-Reset": {"60"}})
 			tk.ReportCost(2)
 			return nil
 		}})
@@ -30,11 +30,16 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 	}
 	var s statuspage.Snapshot
 	k := func(f string) string { return s.View.Cells[statuspage.DownstreamKey("api", f)] }
+	defer func() {
+		if t.Failed() {
+			t.Logf("cells: state %q, quotas %q, announced %q, settled %q", k("state"), k("quotas"), k("announced"), k("settled"))
+		}
+	}()
 	waitFor(t, 10*time.Second, "the quota spent and the page showing it", func() bool {
 		s = b.snapshot(t)
 		return strings.HasPrefix(k("quotas"), "6/1m0s: 6 of 6 used, falls in ") && strings.HasPrefix(k("state"), "held by")
 	})
-	if got := k("announced"); !strings.Contains(got, "x-ratelimit: 3 of 10 left") || !strings.Contains(got, "resets in") {
+	if got := k("announced"); !strings.Contains(got, "x-ratelimit: 3000 of 10000 left") || !strings.Contains(got, "resets in") {
 		t.Errorf("announced cell %q, want the x-ratelimit limit of 3 of 10 and its reset", got)
 	}
 	if got := k("settled"); !strings.HasPrefix(got, "+") || strings.HasPrefix(got, "+0 ") {
