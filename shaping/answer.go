@@ -79,6 +79,12 @@ func (r *runner) answered(t *Task) {
 		r.d.log.Warn("shaping: cannot apply the answer's cost or limit", "downstream", r.ds.Name, "err", err)
 		return
 	}
+	if ann != nil {
+		if !rep.Stored {
+			effect = "stale"
+		}
+		r.limits.announced(*ann, rep.Left, effect)
+	}
 	m := r.d.m
 	if m == nil {
 		return
@@ -90,13 +96,10 @@ func (r *runner) answered(t *Task) {
 		m.Limits.SettledCost.WithLabelValues(r.ds.Name, "refunded").Add(float64(-diff))
 	}
 	if ann != nil {
-		if !rep.Stored {
-			effect = "stale"
-		} else {
+		if rep.Stored {
 			m.Limits.AnnouncedReset.WithLabelValues(r.ds.Name).Set(float64(ann.Until) / 1e6)
 		}
 		m.Limits.Announcements.WithLabelValues(r.ds.Name, src, effect).Inc()
-		r.limits.announced(*ann, rep.Left, effect)
 	}
 	if ann != nil || rep.Left >= 0 {
 		m.Limits.AnnouncedLeft.WithLabelValues(r.ds.Name).Set(float64(rep.Left))
