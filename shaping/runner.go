@@ -154,6 +154,7 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 			if tok, ok = r.brk.claim(g.seq); !ok {
 				// the breaker opened (or moved) while the slot came: the
 				// slot is wasted, and the task waits for the breaker
+				r.wasted(cost, g)
 				front = true
 				continue
 			}
