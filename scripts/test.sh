@@ -42,10 +42,11 @@ go test -count=1 -timeout 20m -p 1 "$@" ./cmd/...
 
 # Fuzz targets, each for a bounded number of inputs on top of the committed
 # corpus (testdata/fuzz): the scripts against their Go models, the config
-# parser, the HTTP/CLI task reader.
+# parser, the HTTP/CLI task reader, the rate-limit header reader.
 go test -run '^$' -fuzz '^FuzzAdmission$' -fuzztime 300x ./internal/lua/
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/config/
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/taskspec/
+go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/rlheader/
 
 # Cluster pass. A real 3-master Redis Cluster (scripts/cluster.sh: fresh
 # directories, free loopback ports, returns once every node reports

@@ -48,6 +48,9 @@ type Bucket struct {
 	// spaced by sizing.PaceSlack more than the exact interval, so that
 	// releases that late still put at most rate + 1 in any second.
 	LateTolerance time.Duration
+	// Quotas are checked by Reserve and ReserveN in the same script call:
+	// a slot needs room in each (see Quota).
+	Quotas []Quota
 }
 
 // validateRate validates a shaping rate: Rate and Period only, as shaping
@@ -78,13 +81,26 @@ type Reservation struct {
 	// Count is how many consecutive slots were reserved (ReserveN; 1 for
 	// Reserve when OK, 0 when not).
 	Count int
-	// base and interval place slot j: max(base + j·interval, Now).
+	// Quotas is the state of each of the bucket's quotas after the call.
+	Quotas []QuotaUse
+	// HeldBy says what delayed the first slot, or, when !OK, kept it past
+	// maxWait, beyond the bucket's own backlog: "" nothing, "quota <q>" a
+	// quota, "announced" the downstream's announced limit (spent) and
+	// "announced pace" its pace (slots spaced wider than the rate).
+	HeldBy string
+	// base and interval place slot j: max(base + j·interval, Now); slot
+	// j's units were issued up to issued + (j+1)·cost (answers use it).
 	base     time.Time
 	interval time.Duration
+	issued   int64
+	cost     int64
 }
 
 // Slot is the (first) reserved slot's start on the Redis clock.
 func (r Reservation) Slot() time.Time { return r.Now.Add(r.Wait) }
+
+// seqN is the issued count just after slot j's units.
+func (r Reservation) seqN(j int) int64 { return r.issued + int64(j+1)*r.cost }
 
 // SlotN is the start of reserved slot j (0 ≤ j < Count) on the Redis clock.
 func (r Reservation) SlotN(j int) time.Time {
@@ -197,6 +213,12 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if ok && b.LateTolerance > 0 {
 		interval += int64(sizing.PaceSlack(b.Rate, cost, b.LateTolerance) / time.Microsecond)
 	}
+	for _, q := range b.Quotas {
+		if cost > q.Limit {
+			return Reservation{}, fmt.Errorf("%w: cost %d > quota %s of downstream %q", limiters.ErrCostExceedsCapacity, cost, q, b.Name)
+		}
+		interval = max(interval, q.spreadInterval(cost))
+	}
 	if !ok || interval > maxIntervalUS {
 		return Reservation{}, fmt.Errorf("%w: cost %d at %s would hold downstream %q for more than %s", limiters.ErrCostExceedsCapacity, cost, b.Rate.RateString(), b.Name, MaxInterval)
 	}
@@ -208,7 +230,11 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if maxWait >= 0 {
 		mw = int64(maxWait / time.Microsecond)
 	}
-	return s.run(ctx, b, o, lua.BucketArgs{Interval: interval, Burst: burstUS, MaxWait: mw, Now: now, Slots: int64(n)})
+	a := lua.BucketArgs{Interval: interval, Burst: burstUS, MaxWait: mw, Now: now, Slots: int64(n)}
+	if o == opReserve {
+		a.Answers, a.Cost, a.Guard, a.Quotas = s.answerKeys(b.Name), cost, b.quotaGuard(cost), s.quotaArgs(b)
+	}
+	return s.run(ctx, b, o, a)
 }
 
 func (s *Buckets) run(ctx context.Context, b Bucket, o bucketOp, a lua.BucketArgs) (Reservation, error) {
@@ -237,13 +263,37 @@ func (s *Buckets) run(ctx context.Context, b Bucket, o bucketOp, a lua.BucketArg
 	if err != nil {
 		return Reservation{}, fmt.Errorf("%w %q: %w", ErrBucket, b.Name, err)
 	}
-	return Reservation{
+	res := Reservation{
 		OK:       v.Reserved >= 1,
 		Count:    int(v.Reserved),
 		Wait:     time.Duration(v.Wait) * time.Microsecond,
 		NextFree: time.UnixMicro(v.NextFree),
 		Now:      time.UnixMicro(v.Now),
+		HeldBy:   heldBy(b, v.HeldBy),
 		base:     time.UnixMicro(v.Base),
-		interval: time.Duration(a.Interval) * time.Microsecond,
-	}, nil
+		interval: time.Duration(max(v.Interval, a.Interval)) * time.Microsecond,
+		issued:   v.Issued,
+		cost:     max(a.Cost, 1),
+	}
+	for i, u := range v.Quotas {
+		qu := QuotaUse{Quota: b.Quotas[i], Used: u.Used}
+		if u.Reset > 0 {
+			qu.Reset = time.UnixMicro(u.Reset)
+		}
+		res.Quotas = append(res.Quotas, qu)
+	}
+	return res, nil
+}
+
+// heldBy names the script's held_by.
+func heldBy(b Bucket, v int64) string {
+	switch {
+	case v == -1:
+		return "announced"
+	case v == -2:
+		return "announced pace"
+	case v >= 1 && int(v) <= len(b.Quotas):
+		return "quota " + b.Quotas[v-1].String()
+	}
+	return ""
 }

@@ -40,6 +40,9 @@ type Task struct {
 	// Slot is the reserved slot's time on the Redis clock; the handler runs
 	// at or just after it.
 	Slot time.Time
+
+	seq    int64  // the bucket's issued count just after this task's units
+	answer answer // what the handler reported (ReportCost, ReportHeader)
 }
 
 // HandlerFunc delivers a task to its downstream. A nil error completes the
@@ -106,6 +109,10 @@ type Downstream struct {
 	// tasks waiting (weighted fair share; see Fairness). Producers must
 	// enqueue through queue.ProducerConfig.Fair for it.
 	Fairness *Fairness
+	// Quotas are budgets the releases never pass beside the rate (5,000
+	// an hour, 100,000 a day), checked in the reservation's script call;
+	// a release needs room in each. See Quota.
+	Quotas []Quota
 	// Batch, when set, aggregates the downstream's tasks into batches
 	// before shaping (the producer must enqueue them with Batched: see
 	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks
@@ -293,6 +300,12 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	}
 	if ds.MaxCost == 0 {
 		ds.MaxCost = DefaultMaxCost(ds.Rate, ds.MaxWait, ds.Burst)
+		if m := minQuota(ds.Quotas); m > 0 {
+			ds.MaxCost = min(ds.MaxCost, m)
+		}
+	}
+	if err := validateQuotas(ds.Quotas, ds.maxReleaseCost()); err != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
 	if iv := ds.Rate.Interval(ds.maxReleaseCost()); iv > MaxInterval {
 		return fmt.Errorf("shaping: downstream %q: MaxCost %d at %s is %s of the bucket, more than %s", ds.Name, ds.MaxCost, ds.Rate.RateString(), iv, MaxInterval)

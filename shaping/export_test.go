@@ -13,3 +13,6 @@ func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost i
 
 // SetFairNow gives q's scripts an explicit clock (fair.lua's now).
 func SetFairNow(q *FairQueue, now func() time.Time) { q.now = now }
+
+// AnswerCost is the http handler's reading of an answer's cost.
+var AnswerCost = answerCost

@@ -3,8 +3,10 @@ package shaping
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -25,6 +27,14 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// Client; nil means a client with Timeout.
 	Client *http.Client
+	// CostHeader names a response header carrying what the call really
+	// cost, in units (e.g. X-Request-Cost); the task's cost is settled to it
+	// (Task.ReportCost). "" reads none.
+	CostHeader string
+	// CostJSON is a dot path into a JSON response body to the same number
+	// (e.g. data.cost; a number segment indexes an array), read when
+	// CostHeader is unset or absent. "" reads none.
+	CostJSON string
 }
 
 // HTTPHandler forwards each task's payload to a URL:
@@ -37,6 +47,10 @@ type HTTPConfig struct {
 //     with backoff (a circuit breaker counts them: see Breaker);
 //   - other 4xx: archived at once, with the status and the start of the
 //     response body in the error.
+//
+// Every answer's header goes to Task.ReportHeader (the limits it announces
+// pace the downstream), and its cost, from CostHeader or CostJSON, to
+// Task.ReportCost.
 //
 // Each request carries Idempotency-Key: <task id>, so a downstream can drop
 // the rare duplicate of at-least-once delivery.
@@ -79,8 +93,19 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 			return fmt.Errorf("http: %s %s: %w", method, cfg.URL, err)
 		}
 		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		t.ReportHeader(resp.Header)
+		keep := int64(512)
+		if cfg.CostJSON != "" {
+			keep = maxCostBody
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, keep))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
+		if c, ok := answerCost(resp.Header, body, cfg); ok {
+			t.ReportCost(c)
+		}
+		if len(body) > 512 {
+			body = body[:512]
+		}
 		switch c := resp.StatusCode; {
 		case c >= 200 && c < 300:
 			return nil
@@ -95,6 +120,53 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 			return Permanent(fmt.Errorf("http: %s: %s", resp.Status, snippet(body)))
 		}
 	}
+}
+
+// maxCostBody is how much of a response body HTTPHandler reads for
+// CostJSON.
+const maxCostBody = 1 << 20
+
+// answerCost reads what the call cost from the answer: cfg.CostHeader,
+// else cfg.CostJSON in the body; false when neither says (or not as a
+// number of units, 0 or more).
+func answerCost(h http.Header, body []byte, cfg HTTPConfig) (int64, bool) {
+	if cfg.CostHeader != "" {
+		if n, err := strconv.ParseInt(strings.TrimSpace(h.Get(cfg.CostHeader)), 10, 64); err == nil && n >= 0 {
+			return n, true
+		}
+	}
+	if cfg.CostJSON == "" {
+		return 0, false
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return 0, false
+	}
+	for _, seg := range strings.Split(cfg.CostJSON, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[seg]
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(x) {
+				return 0, false
+			}
+			v = x[i]
+		default:
+			return 0, false
+		}
+	}
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := num.Float64()
+	if err != nil || f < 0 || f > 1<<53 {
+		return 0, false
+	}
+	return int64(math.Ceil(f)), true
 }
 
 // processID names this process in requests (host/pid), so a downstream

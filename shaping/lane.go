@@ -26,7 +26,7 @@ type lane struct {
 	// stock, so that a worker coming back from its call takes a slot
 	// without a round trip. A stocked slot is a real reservation: used
 	// within its late tolerance or wasted, never replayed.
-	stock     []time.Time // slot starts on the Redis clock, oldest first
+	stock     []grant // slots on the Redis clock, oldest first
 	stockCost int64
 	stockSeq  uint64     // the breaker's seq when the stock was reserved
 	behind    bool       // the last reservation started at once (the bucket had room)
@@ -48,10 +48,11 @@ type waiter struct {
 // grant is a lane's answer: the slot's start on the Redis clock, or an
 // error (a cost that can never fit, or stopping).
 type grant struct {
-	slot time.Time
-	now  time.Time // Redis time of the decision
-	seq  uint64    // the breaker's seq before the reservation (0: no breaker)
-	err  error
+	slot   time.Time
+	now    time.Time // Redis time of the decision
+	seq    uint64    // the breaker's seq before the reservation (0: no breaker)
+	issued int64     // the bucket's issued count just after the slot's units
+	err    error
 }
 
 // maxBatch bounds how many waiters one call serves.
@@ -112,12 +113,15 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 		return grant{}, false
 	}
 	off, tol := l.r.offset.get(), l.r.lateTolerance(cost)/2
+	var gone []grant
+	defer func() { l.r.wasted(cost, gone...) }()
 	for len(l.stock) > 0 {
-		slot := l.stock[0]
+		g := l.stock[0]
 		l.stock = l.stock[1:]
-		if l.r.d.cfg.Clock.Now().Sub(slot.Add(off)) <= tol {
-			return grant{slot: slot, now: slot, seq: l.stockSeq}, true
+		if l.r.d.cfg.Clock.Now().Sub(g.slot.Add(off)) <= tol {
+			return g, true
 		}
+		gone = append(gone, g)
 	}
 	return grant{}, false
 }
@@ -154,7 +158,7 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq}
+		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
 	}
 	if j == res.Count {
 		return
@@ -164,7 +168,7 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
 	}
 	for ; j < res.Count; j++ {
-		l.stock = append(l.stock, res.SlotN(j))
+		l.stock = append(l.stock, grant{slot: res.SlotN(j), now: res.SlotN(j), seq: seq, issued: res.seqN(j)})
 	}
 }
 
@@ -259,6 +263,7 @@ func (l *lane) run() {
 		backoff = 50 * time.Millisecond
 		recv := r.d.cfg.Clock.Now()
 		r.offset.observe(recv.Sub(res.Now), recv)
+		r.observeReservation(res)
 		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
 			r.observeWaits(res)

@@ -53,11 +53,12 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		if err != nil {
 			return r.giveBack(ctx)
 		}
-		t.Slot = res.Slot()
+		t.Slot, t.seq = res.Slot(), res.seqN(0)
 		herr, started := r.release(ctx, h, t)
 		if !started {
 			return r.giveBack(ctx)
 		}
+		r.answered(t) // the answer's cost and limits, whatever the outcome
 		d := Classify(herr, budget, r.ds.Adaptive != nil)
 		if r.brk != nil && r.brk.record(ctx, tok, d) {
 			// the breaker opened over this failure: it is the outage's,

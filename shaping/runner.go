@@ -42,6 +42,8 @@ type runner struct {
 	st     State     // runtime state as last read from Redis
 	fairSt FairState // what the last feed saw (fair downstreams)
 	fstats fairStats // releases per key, last minute (fair downstreams)
+
+	limits limitState // quotas and announced limit as last seen
 }
 
 func (r *runner) setPaused(p bool) {
@@ -77,7 +79,7 @@ func (r *runner) leaseTime() time.Duration {
 
 func (r *runner) bucket() Bucket {
 	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost(),
-		LateTolerance: r.paceTolerance()}
+		LateTolerance: r.paceTolerance(), Quotas: r.ds.Quotas}
 }
 
 // maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
@@ -142,6 +144,7 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 			if m := r.d.m; m != nil {
 				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
 			}
+			r.wasted(cost, g)
 			front = true
 			continue
 		}
@@ -151,11 +154,12 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 			if tok, ok = r.brk.claim(g.seq); !ok {
 				// the breaker opened (or moved) while the slot came: the
 				// slot is wasted, and the task waits for the breaker
+				r.wasted(cost, g)
 				front = true
 				continue
 			}
 		}
-		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now)}, tok, nil
+		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now), issued: g.issued - cost, cost: cost}, tok, nil
 	}
 }
 

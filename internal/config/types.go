@@ -130,6 +130,9 @@ type Downstream struct {
 	// Breaker stops releases while the downstream is down (see
 	// breaker.go).
 	Breaker *Breaker `yaml:"breaker,omitempty"`
+	// Quotas are budgets the releases never pass beside the rate (see
+	// Quota and quotas.go).
+	Quotas []Quota `yaml:"quotas,omitempty"`
 }
 
 // Fairness shares a downstream's rate among the keys (the task's key:
@@ -173,6 +176,12 @@ type Handler struct {
 	Headers map[string]string `yaml:"headers,omitempty"`
 	// Timeout bounds one delivery. Default 10s.
 	Timeout Duration `yaml:"timeout"`
+	// CostHeader names a response header carrying what the call really
+	// cost (e.g. X-Request-Cost); CostJSON is a dot path to it in a JSON
+	// body (e.g. data.cost), read when the header is absent. The task's
+	// cost is settled to it after the call. HandlerHTTP only.
+	CostHeader string `yaml:"cost_header,omitempty"`
+	CostJSON   string `yaml:"cost_json,omitempty"`
 	// DSNEnv, Table, Columns, IDColumn and OnConflict configure
 	// HandlerPostgres, and only it (see batch.go).
 	DSNEnv     string            `yaml:"dsn_env,omitempty"`

@@ -289,6 +289,9 @@ func (d *Downstream) validate(p string) *Error {
 	if e := d.validateBreaker(p); e != nil {
 		return e
 	}
+	if e := d.validateQuotas(p); e != nil {
+		return e
+	}
 	if e := d.Handler.validate(p + ".handler"); e != nil {
 		return e
 	}

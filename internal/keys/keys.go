@@ -104,6 +104,32 @@ func (s Space) Breaker(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":breaker"
 }
 
+// Quota is the HASH of one release quota of downstream ds: units used,
+// a field per window number (aligned windows) or sub-window number
+// (sliding windows). shape names the quota's period, alignment and
+// sub-window length (digits, letters and '_' only), so a quota whose shape
+// changes starts afresh instead of misreading fields numbered for
+// another. Same slot as its bucket.
+func (s Space) Quota(ds, shape string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":quota:" + shape
+}
+
+// Announced is the HASH of the limit downstream ds's answers announced
+// (RateLimit, X-RateLimit-* or Retry-After headers): units left in the
+// announced window, when it resets, and which answer said so. Same slot as
+// its bucket.
+func (s Space) Announced(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":announced"
+}
+
+// Issued is the STRING count of units reserved on downstream ds's bucket,
+// so that an answer can tell how many units were reserved after its own
+// (the downstream had not seen those when it counted what was left). Same
+// slot as its bucket.
+func (s Space) Issued(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":issued"
+}
+
 // ControlVersions is a HASH of downstream name → a counter bumped on
 // every change of that downstream's runtime state, so each process reads
 // one key per control tick and the state hashes only when they changed.

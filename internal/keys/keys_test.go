@@ -124,7 +124,8 @@ func downstreamSets(s keys.Space, ds string) []scriptSet {
 		p + "groups", p + "aggregation_sets", s.Quarantine(ds),
 	}
 	return []scriptSet{
-		{what: "downstream (bucket, runtime state, leases, breaker)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds), s.Breaker(ds)}},
+		{what: "downstream (bucket, runtime state, leases, breaker)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds), s.Breaker(ds),
+			s.Quota(ds, "s3600000000_60000000"), s.Quota(ds, "a86400000000_0"), s.Announced(ds), s.Issued(ds)}},
 		{what: "asynq queue " + q, keys: asynqKeys},
 	}
 }
@@ -233,6 +234,9 @@ func TestKeysAreDistinct(t *testing.T) {
 		add(s.Leases(ds), "leases "+ds)
 		add(s.LeaseCounts(ds), "lease counts "+ds)
 		add(s.Breaker(ds), "breaker "+ds)
+		add(s.Quota(ds, "s1000000_16667"), "quota "+ds)
+		add(s.Announced(ds), "announced "+ds)
+		add(s.Issued(ds), "issued "+ds)
 	}
 }
 

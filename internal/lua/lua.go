@@ -62,6 +62,7 @@ var (
 	quarantine        = script("quarantine.lua")
 	concurrency       = script("concurrency.lua")
 	breaker           = script("prelude_clock.lua", "breaker.lua")
+	answer            = script("prelude_clock.lua", "answer.lua")
 )
 
 // The ARGV[4] mode of the admission and shaping scripts.

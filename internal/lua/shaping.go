@@ -22,6 +22,58 @@ type BucketArgs struct {
 	// Slots is ARGV[6], Reserve only: up to this many consecutive slots
 	// (1 to 1000); 0 means 1.
 	Slots int64
+	// Answers, Reserve only, are the keys of the downstream's announced
+	// limit and issued count (KEYS[2], KEYS[3]); the zero value skips both.
+	Answers AnswerKeys
+	// Cost is ARGV[7], Reserve only: the units of one slot (for quotas and
+	// the announced limit); 0 means 1.
+	Cost int64
+	// Guard is ARGV[8], Reserve only: how late after its slot a release may
+	// start, in µs; quotas count a unit that much longer.
+	Guard int64
+	// Quotas, Reserve only, are the downstream's quotas (KEYS[4..],
+	// ARGV[9..]); a slot needs room in each.
+	Quotas []QuotaArgs
+}
+
+// AnswerKeys name the announced-limit HASH and the issued-units STRING of
+// one downstream (keys.Space.Announced and Issued); both or neither.
+type AnswerKeys struct{ Announced, Issued string }
+
+// QuotaArgs is one quota of a reservation or a settlement.
+type QuotaArgs struct {
+	// Key is the quota's HASH (keys.Space.Quota).
+	Key string
+	// Limit is the units allowed per window, at least 1.
+	Limit int64
+	// Period is the window's length in µs.
+	Period int64
+	// Sub is a sliding window's sub-window length in µs (units are counted
+	// per sub-window); for an aligned window it must equal Period.
+	Sub int64
+	// Align is -1 for a sliding window; else aligned windows start at
+	// Align + k × Period µs since the epoch (0 ≤ Align < Period).
+	Align int64
+}
+
+func (a BucketArgs) keys(bucket string) []string {
+	ks := []string{bucket}
+	if a.Answers.Announced == "" {
+		return ks // shaping.lua reads quotas only after the answer keys
+	}
+	ks = append(ks, a.Answers.Announced, a.Answers.Issued)
+	for _, q := range a.Quotas {
+		ks = append(ks, q.Key)
+	}
+	return ks
+}
+
+func quotaArgv(qs []QuotaArgs) []any {
+	var out []any
+	for _, q := range qs {
+		out = append(out, q.Limit, q.Period, q.Sub, q.Align)
+	}
+	return out
 }
 
 // BucketReply is shaping.lua's reply.
@@ -33,23 +85,42 @@ type BucketReply struct {
 	Wait int64
 	// NextFree, Now and Base are µs since the epoch: next_free after the
 	// call, the script's now, and the base of slot j = max(Base + j ×
-	// interval, Now).
+	// Interval, Now).
 	NextFree, Now, Base int64
+	// Interval is the µs between slots: BucketArgs.Interval, or more when
+	// the announced limit paces.
+	Interval int64
+	// Issued is the issued count before the call: slot j's units were
+	// issued up to Issued + (j+1) × cost.
+	Issued int64
+	// HeldBy says what moved the first slot: 0 nothing, i quota i
+	// (1-based), -1 the announced limit (spent), -2 its pace.
+	HeldBy int64
+	// Quotas is each quota's state after the call, in BucketArgs order.
+	Quotas []QuotaUse
 }
 
-// Reserve reserves up to a.Slots slots that start within a.MaxWait (mode 0).
+// QuotaUse is one quota's state: the units that count now, and when that
+// next falls (µs since the epoch; 0 when nothing counts).
+type QuotaUse struct{ Used, Reset int64 }
+
+// Reserve reserves up to a.Slots slots that start within a.MaxWait (mode
+// 0), each needing room in every quota of a.Quotas and in the announced
+// limit.
 func (s *Store) Reserve(ctx context.Context, key string, a BucketArgs) (BucketReply, error) {
 	return s.bucket(ctx, key, a, modeCharge)
 }
 
 // PeekBucket reports the wait a reservation would get; it writes nothing
-// (mode 1).
+// and checks no quota (mode 1).
 func (s *Store) PeekBucket(ctx context.Context, key string, a BucketArgs) (BucketReply, error) {
+	a.Answers, a.Quotas = AnswerKeys{}, nil
 	return s.bucket(ctx, key, a, modePeek)
 }
 
 // PushBack moves next_free to at least now + a.Interval (mode 2).
 func (s *Store) PushBack(ctx context.Context, key string, a BucketArgs) (BucketReply, error) {
+	a.Answers, a.Quotas = AnswerKeys{}, nil
 	return s.bucket(ctx, key, a, modeRefund)
 }
 
@@ -60,11 +131,96 @@ func (s *Store) ResetBucket(ctx context.Context, key string) error {
 }
 
 func (s *Store) bucket(ctx context.Context, key string, a BucketArgs, mode int) (BucketReply, error) {
-	v, err := s.ints(ctx, shaping, []string{key}, 5, a.Interval, a.Burst, a.MaxWait, mode, a.Now, max(a.Slots, 1))
+	if a.Answers.Announced == "" {
+		a.Quotas = nil
+	}
+	args := append([]any{a.Interval, a.Burst, a.MaxWait, mode, a.Now, max(a.Slots, 1), max(a.Cost, 1), a.Guard},
+		quotaArgv(a.Quotas)...)
+	v, err := s.ints(ctx, shaping, a.keys(key), 8+2*len(a.Quotas), args...)
 	if err != nil {
 		return BucketReply{}, err
 	}
-	return BucketReply{Reserved: v[0], Wait: v[1], NextFree: v[2], Now: v[3], Base: v[4]}, nil
+	r := BucketReply{Reserved: v[0], Wait: v[1], NextFree: v[2], Now: v[3], Base: v[4], Interval: v[5],
+		Issued: v[6], HeldBy: v[7]}
+	for i := range a.Quotas {
+		r.Quotas = append(r.Quotas, QuotaUse{Used: v[8+2*i], Reset: v[9+2*i]})
+	}
+	return r, nil
+}
+
+// SettleArgs are answer.lua's arguments: a task's settled cost and the
+// limit its answer announced.
+type SettleArgs struct {
+	// Answers are KEYS[2] and KEYS[3]; required.
+	Answers AnswerKeys
+	// Diff is ARGV[1]: the units the call cost beyond its reservation
+	// (negative: fewer); 0 settles nothing.
+	Diff int64
+	// Unit is ARGV[2]: the µs one unit occupies in the bucket.
+	Unit int64
+	// Burst is ARGV[3]: the burst allowance in µs.
+	Burst int64
+	// Slot is ARGV[4]: the task's slot, µs since the epoch.
+	Slot int64
+	// Seq is ARGV[5]: the issued count just after the task's units.
+	Seq int64
+	// Announce, when set, is ARGV[6..10]: what the answer announced.
+	Announce *Announcement
+	// Now is ARGV[11]: µs since the epoch; 0 reads Redis TIME.
+	Now int64
+	// Guard is ARGV[12], as in BucketArgs.
+	Guard int64
+	// Floor is ARGV[13]: a refund never moves next_free before it (µs since
+	// the epoch; the slot plus the actual cost's interval).
+	Floor int64
+	// Quotas are the downstream's quotas (KEYS[4..], ARGV[14..]).
+	Quotas []QuotaArgs
+}
+
+// Announcement is a limit a downstream's answer announced.
+type Announcement struct {
+	// Remaining is the units the downstream said are left, at least 0.
+	Remaining int64
+	// Until is when its window resets, µs since the epoch.
+	Until int64
+	// Limit is the window's limit in units; 0 when not said.
+	Limit int64
+	// Source says which header said it: ratelimit, x-ratelimit or
+	// retry-after.
+	Source string
+}
+
+// SettleReply is answer.lua's reply.
+type SettleReply struct {
+	// NextFree is next_free after the call, µs since the epoch.
+	NextFree int64
+	// Left is the units the announcement in force leaves; -1 when none is.
+	Left int64
+	// Stored reports whether SettleArgs.Announce was stored (false: a
+	// later task's announcement is in force, or its reset is past).
+	Stored bool
+	// Now is the script's now, µs since the epoch.
+	Now int64
+}
+
+// Settle applies what one answer said: the cost difference (bucket,
+// quotas, announced limit) and the announcement, if any.
+func (s *Store) Settle(ctx context.Context, bucket string, a SettleArgs) (SettleReply, error) {
+	ks := []string{bucket, a.Answers.Announced, a.Answers.Issued}
+	for _, q := range a.Quotas {
+		ks = append(ks, q.Key)
+	}
+	ann, rem, until, limit, src := 0, int64(0), int64(0), int64(0), ""
+	if n := a.Announce; n != nil {
+		ann, rem, until, limit, src = 1, n.Remaining, n.Until, n.Limit, n.Source
+	}
+	args := append([]any{a.Diff, a.Unit, a.Burst, a.Slot, a.Seq, ann, rem, until, limit, src, a.Now, a.Guard, a.Floor},
+		quotaArgv(a.Quotas)...)
+	v, err := s.ints(ctx, answer, ks, 4, args...)
+	if err != nil {
+		return SettleReply{}, err
+	}
+	return SettleReply{NextFree: v[0], Left: v[1], Stored: v[2] == 1, Now: v[3]}, nil
 }
 
 // SetState sets fields of a downstream's runtime-state HASH (control.lua):

@@ -1,11 +1,31 @@
--- shaping.lua: leaky bucket in shaping mode (one next_free timestamp).
+-- shaping.lua: leaky bucket in shaping mode (one next_free timestamp),
+-- with the downstream's release quotas and its announced limit decided in
+-- the same call.
 --
 -- A reservation is a slot: start = max(now, next_free), and the caller waits
 -- start-now before it releases. With a burst b > 1, next_free may lag now by
 -- up to (b-1) intervals (GCRA), so an idle bucket lets b releases through at
 -- once; with b = 1 releases are spaced by exactly one interval.
 --
+-- Mode 0 also checks, when given their keys:
+--   * each quota: a budget of limit units per period, sliding (units are
+--     counted per sub-window; a unit counts from its slot until guard after
+--     its sub-window's end plus the period, so no window of the period
+--     holds more than limit releases even when each starts up to guard
+--     late) or aligned (fixed windows from an offset; a slot within guard
+--     of its window's end moves to the next window). A slot needs room in
+--     every quota: the first slot moves to the earliest time there is, and
+--     the run of slots stops at the first one without room.
+--   * the announced limit (answer.lua writes it): `left` units until
+--     `until`. With less than one slot's cost left the first slot moves to
+--     `until`; otherwise slots are spaced at least (until-start)/left per
+--     unit, so what is left lasts until the reset. Never faster than
+--     ARGV[1].
+--
 -- KEYS[1] -> STRING next_free (µs since the epoch)
+-- KEYS[2] -> mode 0, optional: HASH announced (left, until; answer.lua)
+-- KEYS[3] -> mode 0, with KEYS[2]: STRING issued, units reserved so far
+-- KEYS[4..] -> mode 0: one HASH per quota, units used per window number
 -- ARGV[1] -> interval in µs this cost occupies (ceil(cost * period/rate));
 --            mode 2: how long to push next_free past now
 -- ARGV[2] -> burst allowance in µs: (burst-1) * interval of one unit
@@ -16,19 +36,45 @@
 -- ARGV[6] -> mode 0 only: reserve up to this many consecutive slots of
 --            interval each, as many as start within max wait (default 1), so
 --            one call serves a process's queue of waiting workers (at most 1000)
+-- ARGV[7] -> mode 0 with quotas or KEYS[2]: the cost of one slot in units
+-- ARGV[8] -> guard in µs (quotas): how late after its slot a release may start
+-- ARGV[9..] -> four per quota KEYS[3+i]: limit (units), period µs (at
+--            most 366 days), sub-window µs (sliding), align µs (-1:
+--            sliding; else aligned windows start at align + k*period µs
+--            since the epoch)
 --
--- Output: {reserved count (0 = none), wait_us, next_free_us after, now_us, base_us}
---   Slot j (0-based) starts at max(base_us + j*interval, now_us).
---   Not reserved: nothing was written and wait_us is the wait this
---   reservation would have had (queue depth = wait × rate is past capacity).
+-- Output: {reserved count (0 = none), wait_us, next_free_us after, now_us,
+--          base_us, interval_us, issued_before, held_by, then per quota:
+--          used units, reset_us}
+--   Slot j (0-based) starts at max(base_us + j*interval_us, now_us).
+--   Not reserved: nothing was reserved (only quota fields that stopped
+--   counting are deleted) and wait_us is the wait this reservation would
+--   have had (queue depth = wait × rate is past
+--   capacity, or a quota or the announced limit has no room before then).
+--   interval_us is ARGV[1], or wider when the announced limit paces.
+--   issued_before is KEYS[3] before this call (0 without it): slot j's
+--   units were issued up to issued_before + (j+1)*cost.
+--   held_by: 0, or what moved the first slot: i for quota i, -1 the
+--   announced limit (spent), -2 the announced limit's pace (wider interval).
+--   used and reset_us, per quota after the call: the units that count now
+--   (slots reserved ahead included, at most the limit) and when that next
+--   falls (aligned: the window's end; sliding: when the
+--   oldest counted sub-window stops counting; 0 when nothing counts).
+--   Modes 1-3 reply the first eight fields (issued_before, held_by 0).
 -- Errors: ARGV[1] or ARGV[2] not an integer in [0, MAX_US] (24 h, the Go
 --   side's shaping.MaxInterval): no cost or pushback moves next_free further.
--- TTL: until next_free (plus the burst allowance) is in the past, plus a
--- margin: after that the key carries no state.
+-- TTL: next_free until it (plus the burst allowance) is in the past, plus a
+-- margin: after that the key carries no state. A quota HASH until its
+-- newest window stops counting, plus the margin; fields that stopped
+-- counting are deleted. issued for ISSUED_TTL_MS after its last write
+-- (answers of tasks reserved that long ago are not expected any more). The
+-- announced HASH keeps the TTL answer.lua gave it (its reset).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
+local ISSUED_TTL_MS = 3600000
 local MAX_US = 86400000000
+local MAX_PERIOD_US = 31622400000000 -- 366 days
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -48,7 +94,7 @@ end
 
 if mode == 3 then
   redis.call('DEL', key)
-  return {1, 0, 0, now, now}
+  return {1, 0, 0, now, now, interval, 0, 0}
 end
 
 local nf = tonumber(redis.call('GET', key) or '0')
@@ -59,29 +105,233 @@ if mode == 2 then
     nf = target
     redis.call('SET', key, nf, 'PX', math.ceil((nf - now + burst) / 1000) + MARGIN_MS)
   end
-  return {1, nf - now, nf, now, nf}
+  return {1, nf - now, nf, now, nf, interval, 0, 0}
 end
 
 local base = nf
 if base < now - burst then base = now - burst end
 local start = base
 if start < now then start = now end
+if mode == 1 then
+  local wait = start - now
+  if maxwait >= 0 and wait > maxwait then
+    return {0, wait, nf, now, base, interval, 0, 0}
+  end
+  return {1, wait, base + interval, now, base, interval, 0, 0}
+end
+
+-- mode 0: reserve
+local cost = tonumber(ARGV[7] or '1') or 1
+if cost < 1 then cost = 1 end
+local guard = tonumber(ARGV[8] or '0') or 0
+local nq = #KEYS - 3
+if nq < 0 then nq = 0 end
+
+-- quotas -----------------------------------------------------------------
+local quotas = {}
+-- gone is when field k stops counting: sliding, guard after its
+-- sub-window's end plus the period; aligned, at its window's end.
+local function gone(q, k)
+  if q.sliding then return (k + 1) * q.sub + q.per + guard end
+  return (k + 1) * q.per + q.align
+end
+-- fk is field k's name, written in full (a number argument could be sent
+-- in exponent form)
+local function fk(k) return string.format('%d', k) end
+local function win(q, t)
+  if q.sliding then return math.floor(t / q.sub) end
+  return math.floor((t - q.align) / q.per)
+end
+for i = 1, nq do
+  local a = 8 + (i - 1) * 4
+  local q = {key = KEYS[3 + i], limit = tonumber(ARGV[a + 1]), per = tonumber(ARGV[a + 2]),
+             sub = tonumber(ARGV[a + 3]), align = tonumber(ARGV[a + 4]), ks = {}, cnt = {}, dirty = {}}
+  if not q.limit or q.limit < 1 or not q.per or q.per < 1 or q.per > MAX_PERIOD_US or not q.sub or q.sub < 1
+      or not q.align or q.align >= q.per then
+    return redis.error_reply('shaping: quota ' .. i .. ': limit, period, sub-window and align out of range')
+  end
+  q.sliding = q.align < 0
+  local raw = redis.call('HGETALL', q.key)
+  local dead = {}
+  for j = 1, #raw, 2 do
+    local k, c = tonumber(raw[j]), tonumber(raw[j + 1])
+    if k == nil or c == nil or gone(q, k) <= now then
+      dead[#dead + 1] = raw[j]
+    else
+      q.ks[#q.ks + 1] = k
+      q.cnt[k] = c
+    end
+  end
+  if #dead > 0 then redis.call('HDEL', q.key, unpack(dead)) end
+  table.sort(q.ks)
+  q.lo, q.used = 1, 0
+  for _, k in ipairs(q.ks) do q.used = q.used + q.cnt[k] end
+  quotas[i] = q
+end
+
+-- advance drops from a sliding quota's count the fields that no longer
+-- count at t (t only grows during a call).
+local function advance(q, t)
+  while q.lo <= #q.ks and gone(q, q.ks[q.lo]) <= t do
+    q.used = q.used - q.cnt[q.ks[q.lo]]
+    q.lo = q.lo + 1
+  end
+end
+
+-- earliest is the first time from t on when cost units fit in q.
+local function earliest(q, t)
+  if q.sliding then
+    advance(q, t)
+    local u, j = q.used, q.lo
+    while u + cost > q.limit and j <= #q.ks do
+      u = u - q.cnt[q.ks[j]]
+      local g = gone(q, q.ks[j])
+      if g > t then t = g end
+      j = j + 1
+    end
+    return t
+  end
+  for _ = 1, 100 do
+    local w = win(q, t)
+    local e = (w + 1) * q.per + q.align
+    if t + guard < e and (q.cnt[w] or 0) + cost <= q.limit then return t end
+    t = e -- full, or the slot would straddle the window's end
+  end
+  return t
+end
+
+local function fits(q, t)
+  if q.sliding then
+    advance(q, t)
+    return q.used + cost <= q.limit
+  end
+  local w = win(q, t)
+  return t + guard < (w + 1) * q.per + q.align and (q.cnt[w] or 0) + cost <= q.limit
+end
+
+local function record(q, t)
+  local k = win(q, t)
+  if q.cnt[k] then
+    q.cnt[k] = q.cnt[k] + cost
+  else
+    local p = #q.ks + 1
+    while p > 1 and q.ks[p - 1] > k do p = p - 1 end
+    table.insert(q.ks, p, k)
+    q.cnt[k] = cost
+  end
+  q.dirty[k] = true
+  if q.sliding then q.used = q.used + cost end
+end
+
+local function stats()
+  local out = {}
+  for _, q in ipairs(quotas) do
+    local used, reset = 0, 0
+    if q.sliding then
+      for _, k in ipairs(q.ks) do
+        if gone(q, k) > now then
+          used = used + q.cnt[k]
+          if reset == 0 then reset = gone(q, k) end
+        end
+      end
+    else
+      local w = win(q, now)
+      used, reset = q.cnt[w] or 0, (w + 1) * q.per + q.align
+    end
+    if used > q.limit then used = q.limit end -- future slots count early
+    out[#out + 1] = used
+    out[#out + 1] = reset
+  end
+  return out
+end
+
+-- the announced limit ------------------------------------------------------
+local ann
+local issued = 0
+if #KEYS >= 3 then
+  local a = redis.call('HMGET', KEYS[2], 'left', 'until')
+  local left, untl = tonumber(a[1]), tonumber(a[2])
+  if left ~= nil and untl ~= nil and untl > now then ann = {left = left, untl = untl} end
+  issued = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+end
+
+-- the first slot: the earliest time every constraint has room
+local held = 0
+for _ = 1, 32 do
+  local moved = false
+  if ann and start < ann.untl and ann.left < cost then
+    start, moved, held = ann.untl, true, -1
+  end
+  for i, q in ipairs(quotas) do
+    local t = earliest(q, start)
+    if t > start then start, moved, held = t, true, i end
+  end
+  if not moved then break end
+end
+if start > base and start > now then base = start end
+if ann and start >= ann.untl then ann = nil end -- its window is over by the first slot
+local iv = interval
+if ann then
+  local piv = math.ceil((ann.untl - start) * cost / ann.left)
+  if piv > MAX_US then piv = MAX_US end
+  if piv > iv then
+    iv = piv
+    if held == 0 then held = -2 end
+  end
+end
+
+local function reply(count, wait, next_free)
+  local out = {count, wait, next_free, now, base, iv, issued, held}
+  for _, v in ipairs(stats()) do out[#out + 1] = v end
+  return out
+end
+
 local wait = start - now
 if maxwait >= 0 and wait > maxwait then
-  return {0, wait, nf, now, base}
-end
-if mode == 1 then
-  return {1, wait, base + interval, now, base}
+  return reply(0, wait, nf)
 end
 local n = tonumber(ARGV[6] or '1') or 1
 if n < 1 then n = 1 end
 if n > 1000 then n = 1000 end
-local count = n
-if maxwait >= 0 and interval > 0 and n > 1 then
-  -- slot j starts at max(base + j*interval, now); keep those within maxwait
-  local fit = math.floor((now + maxwait - base) / interval) + 1
-  if fit < count then count = fit end
+local count = 0
+local left = ann and ann.left
+for j = 0, n - 1 do
+  local s = base + j * iv
+  if s < now then s = now end
+  if j > 0 then
+    if maxwait >= 0 and s - now > maxwait then break end
+    -- past the announced reset the next call paces without it
+    if ann and (s >= ann.untl or left < cost) then break end
+    local ok = true
+    for _, q in ipairs(quotas) do
+      if not fits(q, s) then ok = false break end
+    end
+    if not ok then break end
+  end
+  for _, q in ipairs(quotas) do record(q, s) end
+  if ann then left = left - cost end
+  count = count + 1
 end
-local nxt = base + count * interval
+
+local nxt = base + count * iv
 redis.call('SET', key, nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
-return {count, wait, nxt, now, base}
+if ann then redis.call('HINCRBY', KEYS[2], 'left', -count * cost) end
+if #KEYS >= 3 then
+  redis.call('SET', KEYS[3], issued + count * cost, 'PX', ISSUED_TTL_MS)
+end
+for _, q in ipairs(quotas) do
+  local hs, last = {}, 0
+  for _, k in ipairs(q.ks) do
+    if q.dirty[k] then
+      hs[#hs + 1] = fk(k)
+      hs[#hs + 1] = q.cnt[k]
+    end
+    local g = gone(q, k)
+    if g > last then last = g end
+  end
+  if #hs > 0 then
+    redis.call('HSET', q.key, unpack(hs))
+    redis.call('PEXPIRE', q.key, math.ceil((last - now) / 1000) + MARGIN_MS)
+  end
+end
+return reply(count, wait, nxt)

@@ -28,6 +28,7 @@ type Metrics struct {
 	ScriptDuration *prometheus.HistogramVec // script
 	ScriptErrors   *prometheus.CounterVec   // script
 	Fair           *FairMetrics             // fair-share downstreams
+	Limits         *LimitMetrics            // quotas, announced limits, settled costs
 }
 
 // New registers shaper's metrics on reg, or, for those already registered
@@ -43,6 +44,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	waits := []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30}
 	return &Metrics{
 		Fair:     newFair(f),
+		Limits:   newLimits(f),
 		Releases: f.counter("shaping", "releases_total", "Tasks released to their downstream handler.", "downstream"),
 		SlotWait: f.histogram("shaping", "slot_wait_seconds", "Wait from reservation to the reserved slot.", waits, "downstream"),
 		Lateness: f.histogram("shaping", "lateness_seconds", "Release time minus the reserved slot's time.",

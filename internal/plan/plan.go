@@ -193,7 +193,8 @@ func handler(dc config.Downstream) Handler {
 	h := dc.Handler
 	switch h.Type {
 	case config.HandlerHTTP:
-		return Handler{HTTP: &shaping.HTTPConfig{URL: h.URL, Method: h.Method, Headers: h.Headers, Timeout: time.Duration(h.Timeout)}}
+		return Handler{HTTP: &shaping.HTTPConfig{URL: h.URL, Method: h.Method, Headers: h.Headers, Timeout: time.Duration(h.Timeout),
+			CostHeader: h.CostHeader, CostJSON: h.CostJSON}}
 	case config.HandlerPostgres:
 		return Handler{Postgres: &Postgres{DSN: Secret{Field: "dsn_env", Env: h.DSNEnv}, Table: h.Table, Columns: h.Columns,
 			IDColumn: h.IDColumn, OnConflict: h.OnConflict, Timeout: time.Duration(h.Timeout)}}
@@ -236,8 +237,8 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		return shaping.Downstream{}, err
 	}
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
-		MaxCost: cmp.Or(dc.MaxCost, shaping.DefaultMaxCost(lim, wait, dc.Burst)), Workers: dc.Workers,
-		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc),
+		MaxCost: cmp.Or(dc.MaxCost, defaultMaxCost(dc)), Workers: dc.Workers,
+		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: fairness(dc)}
 	if b := dc.Batch; b != nil {
@@ -254,6 +255,32 @@ func fairness(dc config.Downstream) *shaping.Fairness {
 		return nil
 	}
 	return &shaping.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit()}
+}
+
+// quotas is dc's quotas as the dispatcher takes them.
+func quotas(dc config.Downstream) []shaping.Quota {
+	var out []shaping.Quota
+	for _, q := range dc.Quotas {
+		off, aligned := q.Offset()
+		out = append(out, shaping.Quota{Limit: q.Limit, Per: time.Duration(q.Per), Aligned: aligned, Offset: off,
+			Spread: q.Spread, Margin: time.Duration(q.Margin)})
+	}
+	return out
+}
+
+// defaultMaxCost is dc's max cost when the file leaves it out: what the
+// bucket holds (shaping.DefaultMaxCost), within the smallest quota (per
+// row of a batch).
+func defaultMaxCost(dc config.Downstream) int64 {
+	m := shaping.DefaultMaxCost(dc.Limit(), dc.MaxWaitDuration(), dc.Burst)
+	rows := int64(1)
+	if dc.Batch != nil {
+		rows = int64(max(dc.Batch.MaxRows, 1))
+	}
+	for _, q := range dc.Quotas {
+		m = min(m, max(q.Limit/rows, 1))
+	}
+	return m
 }
 
 // rateSchedule is dc's schedule, each change read in dc's time zone.

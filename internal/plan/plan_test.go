@@ -219,3 +219,27 @@ func TestBuildBreaker(t *testing.T) {
 		t.Errorf("Add of the planned downstream: %v", err)
 	}
 }
+
+// Quotas reach the dispatcher as shaping.Quota, aligned ones with their
+// offset; the default max cost stays within the smallest quota.
+func TestBuildQuotas(t *testing.T) {
+	t.Parallel()
+	p := build(t, `
+downstreams:
+  - name: partner
+    rate: 50/s
+    quotas:
+      - {limit: 40, per: 1h}
+      - {limit: 100000, per: 24h, align: "06:00 +02:00", spread: true, margin: 100ms}
+    handler: {type: log}
+`)
+	sd := p.Downstreams[0].Shaping
+	want := []shaping.Quota{{Limit: 40, Per: time.Hour},
+		{Limit: 100000, Per: 24 * time.Hour, Aligned: true, Offset: 4 * time.Hour, Spread: true, Margin: 100 * time.Millisecond}}
+	if !reflect.DeepEqual(sd.Quotas, want) {
+		t.Errorf("quotas:\n got %+v\nwant %+v", sd.Quotas, want)
+	}
+	if sd.MaxCost != 40 || p.Producer.MaxCost["partner"] != 40 {
+		t.Errorf("max cost %d (producer %d), want 40: the bucket holds 50 but the smallest quota is 40", sd.MaxCost, p.Producer.MaxCost["partner"])
+	}
+}

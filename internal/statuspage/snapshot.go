@@ -88,6 +88,19 @@ type DownstreamSnapshot struct {
 	Outcomes map[string]float64 `json:"outcomes"`
 	// Breaker is the circuit breaker; nil when the downstream has none.
 	Breaker *BreakerInfo `json:"breaker,omitempty"`
+	// Quotas are the downstream's quotas at this process's last
+	// reservation; HeldBy is what held that reservation ("" none, "quota
+	// …", "announced", "announced pace").
+	Quotas []QuotaSnapshot `json:"quotas,omitempty"`
+	HeldBy string          `json:"held_by,omitempty"`
+	// Announced is the last binding limit the downstream's answers
+	// announced to this process; AnnouncedPacePerSecond the pace it
+	// imposed on the last reservation (0: the rate applies).
+	Announced              *AnnouncedSnapshot `json:"announced,omitempty"`
+	AnnouncedPacePerSecond float64            `json:"announced_pace_per_second"`
+	// Settled…Total are cost units charged or refunded after calls.
+	SettledChargedTotal  float64 `json:"settled_charged_total"`
+	SettledRefundedTotal float64 `json:"settled_refunded_total"`
 }
 
 // BreakerInfo is a downstream's circuit breaker as this process last saw
@@ -289,6 +302,7 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 	}
 	d.Lateness = lateness(w.cur.ds[ds.Name].lateness.minus(w.base.ds[ds.Name].lateness))
 	d.Breaker = p.breaker(ds, f)
+	p.limits(&d, f, w.now)
 	return d, true
 }
 

@@ -5,7 +5,9 @@
 // sparkline of releases per second), the backlog by state, lateness,
 // pushbacks, waits for a slot (reservations that found the bucket full),
 // late skips, quarantined entries, the circuit breaker's state and
-// transitions and the paused/adaptive state; and per admission limiter the
+// transitions, the paused/adaptive state, each quota's use and reset, the
+// limit the downstream's answers announced (and the pace it imposed) and
+// settled costs; and per admission limiter the
 // allowed/rejected/deferred counts.
 //
 // Everything on it is this process's view: counters come from the process's

@@ -129,6 +129,7 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 	}
 	cells[k("outcomes")] = cmpOr(strings.Join(outs, " · "), "none yet")
 	breakerCells(cells, k, d.Breaker, now)
+	limitCells(cells, d)
 }
 
 // breakerCells formats the breaker's state and transitions.
@@ -165,6 +166,8 @@ func downstreamState(d DownstreamSnapshot, redisReachable bool) string {
 		return "paused"
 	case d.Breaker != nil && d.Breaker.State != "closed":
 		return "breaker " + strings.ReplaceAll(d.Breaker.State, "_", "-")
+	case d.HeldBy != "" && d.HeldBy != "announced pace":
+		return "held by " + d.HeldBy
 	case d.Adaptive != nil:
 		return "adaptive"
 	}

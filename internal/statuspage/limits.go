@@ -1,0 +1,95 @@
+package statuspage
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// mSettled is the settled-cost counter the page reads.
+const mSettled = "shaper_shaping_settled_cost_units_total"
+
+// QuotaSnapshot is one of a downstream's quotas as this process's last
+// reservation saw it.
+type QuotaSnapshot struct {
+	// Quota reads like "5000/1h0m0s" (sliding) or "100000/24h0m0s@0s".
+	Quota string `json:"quota"`
+	Used  int64  `json:"used"`
+	Limit int64  `json:"limit"`
+	// ResetInSeconds is how long until the use next falls; nil when
+	// nothing counts.
+	ResetInSeconds *float64 `json:"reset_in_seconds,omitempty"`
+}
+
+// AnnouncedSnapshot is the last limit the downstream's answers announced
+// to this process that bound it.
+type AnnouncedSnapshot struct {
+	// Source is the header: ratelimit, x-ratelimit or retry-after.
+	Source    string `json:"source"`
+	Remaining int64  `json:"remaining"`
+	Limit     int64  `json:"limit,omitempty"`
+	// Left is what the announcement left after the units reserved since.
+	Left int64 `json:"left"`
+	// ResetInSeconds is how long until its window resets (0: past).
+	ResetInSeconds float64 `json:"reset_in_seconds"`
+	// Effect is hold, pace or stale.
+	Effect string `json:"effect"`
+}
+
+// limits fills d's quotas, what held the last reservation, the announced
+// limit and pace, and the settled cost, from the dispatcher's cache and
+// the metrics.
+func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
+	l, err := p.opts.Dispatcher.Limits(d.Name)
+	if err != nil {
+		return
+	}
+	for _, q := range l.Quotas {
+		qs := QuotaSnapshot{Quota: q.Quota.String(), Used: q.Used, Limit: q.Quota.Limit}
+		if !q.Reset.IsZero() {
+			s := max(q.Reset.Sub(now).Seconds(), 0)
+			qs.ResetInSeconds = &s
+		}
+		d.Quotas = append(d.Quotas, qs)
+	}
+	d.HeldBy, d.AnnouncedPacePerSecond = l.HeldBy, l.Pace
+	if a := l.Announced; a.Source != "" {
+		d.Announced = &AnnouncedSnapshot{Source: a.Source, Remaining: a.Remaining, Limit: a.Limit, Left: a.Left,
+			ResetInSeconds: max(a.Reset.Sub(now).Seconds(), 0), Effect: a.Effect}
+	}
+	ls := map[string]string{"downstream": d.Name}
+	ls["direction"] = "charged"
+	d.SettledChargedTotal = f.counter(mSettled, ls)
+	ls["direction"] = "refunded"
+	d.SettledRefundedTotal = f.counter(mSettled, ls)
+}
+
+func secs(v float64) string { return fmt.Sprintf("%.0f s", v) }
+
+// limitCells formats the quotas, the announced limit and the settled
+// cost.
+func limitCells(cells map[string]string, d DownstreamSnapshot) {
+	k := func(f string) string { return DownstreamKey(d.Name, f) }
+	var qs []string
+	for _, q := range d.Quotas {
+		s := fmt.Sprintf("%s: %d of %d used", q.Quota, q.Used, q.Limit)
+		if q.ResetInSeconds != nil {
+			s += ", falls in " + secs(*q.ResetInSeconds)
+		}
+		qs = append(qs, s)
+	}
+	cells[k("quotas")] = cmpOr(strings.Join(qs, " · "), "none")
+	cells[k("announced")] = "none"
+	if a := d.Announced; a != nil {
+		s := fmt.Sprintf("%s: %d left", a.Source, a.Remaining)
+		if a.Limit > 0 {
+			s = fmt.Sprintf("%s: %d of %d left", a.Source, a.Remaining, a.Limit)
+		}
+		s += fmt.Sprintf(" (%d after what was reserved since), resets in %s: %s", a.Left, secs(a.ResetInSeconds), a.Effect)
+		cells[k("announced")] = s
+	}
+	if d.AnnouncedPacePerSecond > 0 {
+		cells[k("announced")] = "paced at " + perSec(d.AnnouncedPacePerSecond) + " · " + cells[k("announced")]
+	}
+	cells[k("settled")] = fmt.Sprintf("+%s charged / −%s refunded", count(d.SettledChargedTotal), count(d.SettledRefundedTotal))
+}

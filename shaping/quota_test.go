@@ -1,0 +1,148 @@
+package shaping_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// A stand-in API that takes 20 requests in any second and 300 in any 30 s
+// (sliding, by arrival) and answers 429 past either; shaper runs it at
+// 50/s with the same two quotas configured. Over 900 tasks, three windows
+// of 30 s, the API never answers 429 and no 30 s window holds more than
+// 300; the tasks that wait across each reset are delivered once, none
+// archived or retried. (About 80 s: the one test of this length.)
+func TestQuotasNeverExceededAcrossResets(t *testing.T) {
+	t.Parallel()
+	const n, perSec, per30 = 900, 20, 300
+	api := newStandIn(func(now time.Time, acc []time.Time, h http.Header) int {
+		if inLast(acc, now, time.Second) >= perSec || inLast(acc, now, 30*time.Second) >= per30 {
+			h.Set("Retry-After", "1")
+			return http.StatusTooManyRequests
+		}
+		return http.StatusOK
+	})
+	defer api.Close()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	reg := prometheus.NewRegistry()
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50),
+		Quotas:  []shaping.Quota{{Limit: perSec, Per: time.Second}, {Limit: per30, Per: 30 * time.Second}},
+		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
+	defer d.Shutdown(context.Background())
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	for i := range n {
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+		must(t, err)
+	}
+	start := time.Now()
+	must(t, d.Start())
+	waitFor(t, 150*time.Second, "900 tasks accepted by the API", func() bool { ok, _ := api.counts(); return ok >= n })
+	took := time.Since(start)
+
+	acc, refused, seen := api.snapshot()
+	if len(refused) != 0 {
+		t.Errorf("the API answered 429 %d times, want 0", len(refused))
+	}
+	max30, max1 := maxInWindow(acc, 30*time.Second), maxInWindow(acc, time.Second)
+	if max30 > per30 || max1 > perSec {
+		t.Errorf("most arrivals in any 30 s: %d (quota %d); in any 1 s: %d (quota %d)", max30, per30, max1, perSec)
+	}
+	for i := range n {
+		if c := seen[fmt.Sprint(i)]; c != 1 {
+			t.Errorf("task %d delivered %d times, want once", i, c)
+		}
+	}
+	// three windows' worth: the second and third batches waited for a reset
+	if took < 60*time.Second {
+		t.Errorf("900 tasks in %s: faster than 300 per 30 s allows", took)
+	}
+	in := queue.NewInspector(rdb, prefix)
+	waitFor(t, 10*time.Second, "the queue drained", func() bool {
+		c, err := in.Counts(context.Background(), "api")
+		return err == nil && c.Pending+c.Active == 0
+	})
+	c, err := in.Counts(context.Background(), "api")
+	must(t, err)
+	if c.Archived != 0 || c.Retry != 0 {
+		t.Errorf("archived %d, retry %d: want 0 (a quota hold consumes no attempt)", c.Archived, c.Retry)
+	}
+	if r := counterSum(t, reg, "shaper_shaping_handler_outcomes_total", "outcome", "retry"); r != 0 {
+		t.Errorf("%v retries: want 0", r)
+	}
+	holds := counterSum(t, reg, "shaper_shaping_holds_total")
+	if holds == 0 {
+		t.Error("no reservation was held by a quota")
+	}
+	t.Logf("900 tasks in %s: 429s %d, most in any 30 s %d, in any 1 s %d; %v quota holds", took.Round(time.Second),
+		len(refused), max30, max1, holds)
+}
+
+// counterSum sums a counter or gauge family's series that carry the
+// label pairs given.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// A downstream's quotas are validated when it is added.
+func TestQuotaValidation(t *testing.T) {
+	t.Parallel()
+	d := shaping.New(redistest.Client(t), shaping.Config{Prefix: redistest.Prefix(t)})
+	for i, c := range []struct {
+		ds   shaping.Downstream
+		want string
+	}{
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 0, Per: time.Hour}}}, "Limit must be at least 1"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Millisecond}}}, "Per must be"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour, Offset: time.Minute}}}, "only set with Aligned"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}, {Limit: 20, Per: time.Hour}}}, "same period"},
+		{shaping.Downstream{MaxCost: 50, Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}}}, "MaxCost 50 is above the limit"},
+	} {
+		c.ds.Name, c.ds.Rate, c.ds.Handler = fmt.Sprint("d", i), limiters.PerSecond(10), func(context.Context, *shaping.Task) error { return nil }
+		if err := d.Add(c.ds); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("step %d: Add = %v, want an error containing %q", i, err, c.want)
+		}
+	}
+	// the default max cost stays within the smallest quota
+	must(t, d.Add(shaping.Downstream{Name: "ok", Rate: limiters.PerSecond(100), Quotas: []shaping.Quota{{Limit: 7, Per: time.Hour}},
+		Handler: func(context.Context, *shaping.Task) error { return nil }}))
+	if ds := d.Downstreams(); ds[0].MaxCost != 7 {
+		t.Errorf("default MaxCost %d with a quota of 7, want 7", ds[0].MaxCost)
+	}
+}
