@@ -125,6 +125,13 @@ type Downstream struct {
 	// Batch aggregates the downstream's tasks into batches; the rate then
 	// counts rows (see batch.go).
 	Batch *Batch `yaml:"batch,omitempty"`
+	// ShapingMode is ModeEnforce (default) or ModeShadow: in shadow every
+	// task still reserves its slot (so the bucket's waits are the ones
+	// enforcing would give) but is released at once (see rollout.go).
+	ShapingMode Mode `yaml:"shaping_mode,omitempty"`
+	// OnLate is what becomes of a task with a deadline it cannot meet:
+	// LateArchive (default) or LateReject (see rollout.go).
+	OnLate OnLate `yaml:"on_late,omitempty"`
 }
 
 // HandlerType says how a released task is delivered.
@@ -224,6 +231,9 @@ type Limiter struct {
 	// many sub-windows (2 to limiters.MaxSubWindows); 0 (the default) is
 	// the two-window counter. See limiters.Config.SubWindows.
 	SubWindows int `yaml:"sub_windows,omitempty"`
+	// Mode is ModeEnforce (default) or ModeShadow: a shadow limiter is
+	// decided and charged but never rejects (see rollout.go).
+	Mode Mode `yaml:"mode,omitempty"`
 }
 
 // Downstream returns the downstream called name.
