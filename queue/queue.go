@@ -78,6 +78,13 @@ type Task struct {
 	// Timeout bounds one delivery attempt, the wait for its slot included;
 	// zero means asynq's default (30 min).
 	Timeout time.Duration
+	// Deadline, when set, is the latest time the task may start: a task
+	// still waiting then is archived unsent ("deadline passed"), and under
+	// Shaping.OnLate LateReject one predicted to start later is refused at
+	// enqueue. Exclusive with TTL.
+	Deadline time.Time
+	// TTL, when positive, sets Deadline to the time of Enqueue plus TTL.
+	TTL time.Duration
 }
 
 // Receipt describes what Enqueue did with a task. Its zero value is the
@@ -99,6 +106,10 @@ type Receipt struct {
 	ProcessAt time.Time
 	// Admission is the admission decision (zero when there is no policy).
 	Admission limiters.Result
+	// ExpectedStart is when the task is predicted to start, from its
+	// downstream's bucket and the backlog ahead of it (see
+	// ProducerConfig.Predict); zero when not predicted.
+	ExpectedStart time.Time
 }
 
 // OnReject says what admission does with a rejected task.
@@ -117,6 +128,10 @@ type Admission struct {
 	Limiter limiters.Limiter
 	// OnReject: Reject (the zero value) or Defer.
 	OnReject OnReject
+	// Modes are Limiter's layers' modes, which the Producer keeps
+	// current with the runtime modes in Redis (`shaper ctl mode`); nil
+	// when the modes never change at runtime.
+	Modes []LimiterMode
 }
 
 // RejectedError is returned when admission rejects a task. Result carries
@@ -154,6 +169,18 @@ type ProducerConfig struct {
 	Logger *slog.Logger
 	// MaxPayload bounds a payload's size in bytes; 0 means 1 MiB.
 	MaxPayload int
+	// Shaping is each downstream's shaping as the producer needs it for
+	// Receipt.ExpectedStart and deadlines (Shaping.OnLate); a downstream
+	// absent gets no prediction.
+	Shaping map[string]Shaping
+	// Predict predicts ExpectedStart for every task of a downstream in
+	// Shaping (two Redis commands each), not only for tasks with a
+	// deadline.
+	Predict bool
+	// ControlInterval is how stale the producer's copy of the runtime
+	// state (modes, rate overrides) may get while it enqueues; zero means
+	// DefaultControlInterval.
+	ControlInterval time.Duration
 	// MaxRetry is the default retry budget per downstream for tasks that
 	// set none; missing downstreams use DefaultMaxRetry.
 	MaxRetry map[string]int
@@ -172,12 +199,15 @@ type ProducerConfig struct {
 
 // Producer enqueues tasks after admission. Safe for concurrent use.
 type Producer struct {
-	client *asynq.Client
-	cfg    ProducerConfig
-	m      *metrics.Metrics // nil records nothing
-	space  keys.Space
-	known  map[string]bool
-	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
+	client  *asynq.Client
+	cfg     ProducerConfig
+	m       *metrics.Metrics // nil records nothing
+	space   keys.Space
+	known   map[string]bool
+	seq     atomic.Uint64 // spreads batched tasks over aggregation groups
+	rdb     redis.UniversalClient
+	buckets *shaping.Buckets // for predictions
+	follow  *follower        // nil: no runtime state to follow
 }
 
 // NewProducer returns a Producer over rdb. Close it when done (rdb itself
@@ -189,7 +219,9 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix)}
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
+		rdb: rdb, buckets: shaping.NewBuckets(rdb, cfg.Prefix)}
+	p.follow = p.newFollower(shaping.NewControl(rdb, cfg.Prefix))
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -230,6 +262,9 @@ func (p *Producer) Validate(t Task) error {
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
+	if err := checkDeadline(t); err != nil {
+		return err
+	}
 	return checkText(t)
 }
 
@@ -258,6 +293,8 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 		rec.Outcome = Rejected
 	case errors.Is(err, ErrDuplicate):
 		rec.Outcome = Duplicate
+	case errors.Is(err, ErrLate):
+		rec.Outcome = Late
 	}
 	return rec, err
 }
@@ -272,11 +309,14 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	if t.Type == "" {
 		t.Type = DefaultType
 	}
+	t.Deadline, t.TTL = t.deadline(time.Now()), 0
+	p.follow.maybeRefresh(ctx)
 	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
 	adm, hasAdm := p.cfg.Admission[t.Downstream]
 	if hasAdm && adm.Limiter != nil {
 		res, err := adm.Limiter.Allow(ctx, t.Key, t.Cost)
 		rec.Admission = res
+		p.shadowDecisions(t.Downstream, adm, res)
 		if err != nil && !errors.Is(err, limiters.ErrFailedClosed) {
 			p.decision(t.Downstream, res, "error")
 			return rec, err
@@ -304,14 +344,12 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 			p.decision(t.Downstream, res, "allowed")
 		}
 	}
+	if err := p.predict(ctx, t, &rec); err != nil {
+		return rec, errors.Join(err, p.refund(ctx, rec))
+	}
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
-		if rec.Admission.Allowed && !rec.Deferred {
-			if rerr := rec.Admission.Cancel(context.WithoutCancel(ctx)); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("queue: refund admission: %w", rerr))
-			}
-		}
-		return rec, err
+		return rec, errors.Join(err, p.refund(ctx, rec))
 	}
 	rec.ID = info.ID
 	rec.ProcessAt = info.NextProcessAt
@@ -325,7 +363,8 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
-	if p.m != nil {
+	// with every layer in shadow no limiter decided: only shadow counts
+	if p.m != nil && (res.Name != "" || res.Shadow == nil) {
 		p.m.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
 	}
 }
@@ -347,7 +386,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if t.MaxRetry != nil {
 		maxRetry = *t.MaxRetry
 	}
-	meta := envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry}
+	meta := envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry, Deadline: t.Deadline}
 	opts := []asynq.Option{
 		asynq.Queue(p.space.Queue(t.Downstream)),
 		asynq.MaxRetry(maxRetry + envelope.CrashAllowance),

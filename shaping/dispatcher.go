@@ -39,6 +39,10 @@ type Task struct {
 	// Slot is the reserved slot's time on the Redis clock; the handler runs
 	// at or just after it.
 	Slot time.Time
+	// Deadline is the latest time the task could start (the producer's
+	// Task.Deadline or TTL); zero when it has none. A handler runs at or
+	// before it; a task that could not is archived unsent.
+	Deadline time.Time
 }
 
 // HandlerFunc delivers a task to its downstream. A nil error completes the
@@ -106,6 +110,12 @@ type Downstream struct {
 	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks
 	// whose payload DecodeBatch reads.
 	Batch *Batch
+	// ShapingMode is the mode the downstream's shaping starts in: Enforce
+	// (the zero value) or Shadow, where every task reserves its slot (so
+	// shaper_shaping_shadow_wait_seconds is the wait enforcing would have
+	// given) and is released at once. Control.SetMode changes it at
+	// runtime in every process.
+	ShapingMode limiters.Mode
 }
 
 // Config configures a Dispatcher. The zero value works.

@@ -36,8 +36,9 @@ const maxStock = 32
 
 // waiter is one worker waiting for its slot.
 type waiter struct {
-	cost int64
-	done chan grant // buffered: the lane never blocks on a waiter
+	cost     int64
+	deadline time.Time  // the task's deadline on the local clock; zero: none
+	done     chan grant // buffered: the lane never blocks on a waiter
 }
 
 // grant is a lane's answer: the slot's start on the Redis clock, or an
@@ -58,8 +59,12 @@ func newLane(r *runner) *lane {
 // wait queues a worker for a slot of cost units (at the front when it is
 // retrying a wasted slot) and blocks until the lane grants one.
 func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) {
-	w := &waiter{cost: cost, done: make(chan grant, 1)}
+	w := &waiter{cost: cost, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
 	l.mu.Lock()
+	if l.beyondStock(w) {
+		l.mu.Unlock()
+		return grant{}, ErrDeadlinePassed
+	}
 	if g, ok := l.fromStock(cost); ok {
 		l.mu.Unlock()
 		return g, nil
@@ -112,6 +117,7 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 func (l *lane) head() (cost int64, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.dropExpired()
 	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
 		w := e.Value.(*waiter)
 		if n == 0 {
@@ -132,7 +138,7 @@ func (l *lane) hand(cost int64, res Reservation) {
 	defer l.mu.Unlock()
 	j := 0
 	for ; j < res.Count; j++ {
-		e := l.q.Front()
+		e := l.frontFor(res.SlotN(j))
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}

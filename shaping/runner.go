@@ -36,6 +36,7 @@ type runner struct {
 	lane    *lane
 	leases  *leaseLane   // nil without a concurrency cap
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
+	mode    atomic.Int32 // shaping mode last applied (modeUnknown before the first)
 
 	smu sync.Mutex
 	st  State // runtime state as last read from Redis

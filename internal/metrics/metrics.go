@@ -37,6 +37,12 @@ type Metrics struct {
 	CronTicks         *prometheus.CounterVec   // job, outcome
 	Quarantined       *prometheus.CounterVec   // downstream, reason
 	QuarantineLen     *prometheus.GaugeVec     // downstream
+	ShadowDecisions   *prometheus.CounterVec   // downstream, limiter, outcome
+	ShadowLimiter     *prometheus.GaugeVec     // downstream, limiter
+	ShadowWait        *prometheus.HistogramVec // downstream
+	ShadowMode        *prometheus.GaugeVec     // downstream
+	DeadlinePassed    *prometheus.CounterVec   // downstream
+	LateRejected      *prometheus.CounterVec   // downstream
 }
 
 // New registers shaper's metrics on reg, or, for those already registered
@@ -99,6 +105,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Corrupt queue entries (no task hash, empty or undecodable msg, id mismatch) this process moved to the quarantine."}, []string{"downstream", "reason"}),
 		QuarantineLen: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "queue", Name: "quarantine_entries",
 			Help: "Entries in the downstream's quarantine list (shared by every process; bounded, expires)."}, []string{"downstream"}),
+		ShadowDecisions: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "shadow_decisions_total",
+			Help: "Decisions of admission limiters in shadow mode, none applied: allowed, rejected (would have), deferred (would have, under on_reject: defer), error."}, []string{"downstream", "limiter", "outcome"}),
+		ShadowLimiter: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "admission", Name: "shadow_mode",
+			Help: "1 while the admission limiter runs in shadow mode in this process, 0 while it is enforced."}, []string{"downstream", "limiter"}),
+		ShadowWait: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "shadow_wait_seconds",
+			Help:    "In shadow shaping, the wait each released task would have had (queue and slot) had the rate been enforced.",
+			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600}}, []string{"downstream"}),
+		ShadowMode: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "shadow_mode",
+			Help: "1 while the downstream's shaping runs in shadow mode in this process (tasks are released at once), 0 while it is enforced."}, []string{"downstream"}),
+		DeadlinePassed: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "deadline_passed_total",
+			Help: "Tasks archived unsent, with reason \"deadline passed\", because their deadline came before their slot."}, []string{"downstream"}),
+		LateRejected: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "late_rejections_total",
+			Help: "Tasks refused at enqueue (on_late: reject) because their predicted start was past their deadline."}, []string{"downstream"}),
 	}
 }
 

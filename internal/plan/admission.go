@@ -30,6 +30,8 @@ type Layer struct {
 	// Global counts every task of the downstream under one key
 	// (limiters.Global); otherwise each task's key counts on its own.
 	Global bool
+	// Mode is the mode the limiter starts in (limiter's mode in the file).
+	Mode limiters.Mode
 }
 
 // admission is dc's policy, nil when it has none.
@@ -43,7 +45,7 @@ func admission(cfg *config.Config, dc config.Downstream) *Admission {
 		out.OnReject = queue.Defer
 	}
 	for _, lc := range a.Limiters {
-		out.Layers = append(out.Layers, Layer{Global: lc.Key == config.KeyGlobal, Limiter: limiters.Config{
+		out.Layers = append(out.Layers, Layer{Global: lc.Key == config.KeyGlobal, Mode: lc.Mode.Limiters(), Limiter: limiters.Config{
 			Name: lc.Name, Algorithm: lc.Algorithm, Limit: lc.Limit(), SubWindows: lc.SubWindows, Prefix: cfg.Redis.Prefix,
 			Failure: a.Policy(), Timeout: time.Duration(cfg.Redis.Timeout)}})
 	}
@@ -61,6 +63,7 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 			continue
 		}
 		var layers []limiters.Layer
+		var modes []queue.LimiterMode
 		for _, l := range a.Layers {
 			lc := l.Limiter
 			lc.Observe = func(alg limiters.Algorithm, name string, d time.Duration, err error) {
@@ -70,11 +73,12 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 			if err != nil {
 				return nil, err
 			}
-			layer := limiters.Layer{Limiter: lim}
+			layer := limiters.Layer{Limiter: lim, Mode: limiters.NewModeVar(l.Mode)}
 			if l.Global {
 				layer.Key = limiters.Global
 			}
 			layers = append(layers, layer)
+			modes = append(modes, queue.LimiterMode{Name: lc.Name, Configured: l.Mode, Var: layer.Mode})
 		}
 		layered, err := limiters.NewLayered(layers...)
 		if err != nil {
@@ -84,7 +88,7 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 		if a.Prefilter {
 			lim = limiters.NewPrefilter(layered, 0, nil)
 		}
-		out[d.Config.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject}
+		out[d.Config.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject, Modes: modes}
 	}
 	return out, nil
 }

@@ -66,7 +66,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 		Dispatcher: shaping.Config{Prefix: cfg.Redis.Prefix, ShutdownTimeout: time.Duration(cfg.ShutdownTimeout),
 			RedisTimeout: time.Duration(cfg.Redis.Timeout)},
 		Producer: queue.ProducerConfig{Prefix: cfg.Redis.Prefix, MaxPayload: int(cfg.HTTP.MaxBody),
-			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{}}}
+			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{}, Shaping: map[string]queue.Shaping{}}}
 	for i, dc := range cfg.Downstreams {
 		sd, err := shapingDownstream(dc)
 		if err != nil {
@@ -77,6 +77,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Producer.Downstreams = append(p.Producer.Downstreams, dc.Name)
 		p.Producer.MaxRetry[dc.Name] = dc.MaxRetry
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
+		p.Producer.Shaping[dc.Name] = producerShaping(dc)
 		if g := batchGroups(dc); g > 0 {
 			p.Producer.Batched[dc.Name] = g
 		}
@@ -115,7 +116,8 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
 		MaxCost: cmp.Or(dc.MaxCost, shaping.DefaultMaxCost(lim, wait, dc.Burst)), Workers: dc.Workers,
 		Schedule: sched, Adaptive: adaptive(dc),
-		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease)}
+		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
+		ShapingMode: dc.ShapingMode.Limiters()}
 	if b := dc.Batch; b != nil {
 		sd.Batch = &shaping.Batch{MaxRows: b.MaxRows, MaxDelay: time.Duration(b.MaxDelay), Grace: time.Duration(b.Grace)}
 		sd.LateTolerance = batchLateTolerance(dc)
@@ -206,4 +208,14 @@ func cronJobs(cfg *config.Config) ([]queue.CronJob, error) {
 			Downstream: j.Downstream, Type: j.Type, Payload: payload, Key: j.Key, Cost: j.Cost}})
 	}
 	return out, nil
+}
+
+// producerShaping is what the producer needs of dc's shaping to predict a
+// task's start and apply its on_late.
+func producerShaping(dc config.Downstream) queue.Shaping {
+	sh := queue.Shaping{Rate: dc.Limit()}
+	if dc.OnLate == config.LateReject {
+		sh.OnLate = queue.LateReject
+	}
+	return sh
 }
