@@ -188,3 +188,15 @@ func (r *runner) slot(ctx context.Context, cost int64) (Reservation, error) {
 // process's control tick costs: a downstream whose counter moved has new
 // runtime state (State). For producers that follow the runtime modes.
 func (c *Control) Versions(ctx context.Context) (map[string]string, error) { return c.versions(ctx) }
+
+// Mode is the mode a downstream's shaping runs in now in this process.
+func (d *Dispatcher) Mode(downstream string) (limiters.Mode, error) {
+	r, err := d.runner(downstream)
+	if err != nil {
+		return limiters.Enforce, err
+	}
+	if r.inShadow() {
+		return limiters.Shadow, nil
+	}
+	return limiters.Enforce, nil
+}
