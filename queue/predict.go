@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type Shaping struct {
 	// override (and a slower adaptive rate) read from Redis replaces it,
 	// as in the dispatcher. A rate schedule is not followed.
 	Rate limiters.Limit
+	// MaxWait is the downstream's max_wait: how far ahead its bucket
+	// reserves (zero: 1s, the dispatcher's default).
+	MaxWait time.Duration
 	// OnLate: LateArchive (the zero value) or LateReject.
 	OnLate OnLate
 }
@@ -111,7 +115,12 @@ func (p *Producer) predict(ctx context.Context, t Task, rec *Receipt) error {
 // downstream: once the slots already reserved in its bucket have gone
 // (next_free, which Peek reads) and then every task pending ahead of it,
 // one slot of a unit each at the rate in force; never before t.ProcessAt.
-// Two commands: the bucket's peek and the pending list's length.
+// Tasks whose slots a worker wastes (late skips) and calls of other costs
+// make it early; a paused downstream makes it meaningless.
+// Two commands: the bucket's peek and the pending list's length. It
+// assumes the default worker budget (enough to fill the bucket) and fast
+// calls; late skips (slots wasted by starved workers) make tasks start
+// later than predicted.
 func (p *Producer) expectedStart(ctx context.Context, t Task, sh Shaping) (time.Time, error) {
 	rate := p.rateInForce(t.Downstream, sh.Rate)
 	res, err := p.buckets.Peek(ctx, shaping.Bucket{Name: t.Downstream, Rate: rate}, max(t.Cost, 1))
@@ -122,7 +131,16 @@ func (p *Producer) expectedStart(ctx context.Context, t Task, sh Shaping) (time.
 	if err != nil {
 		return time.Time{}, fmt.Errorf("queue: pending of %q: %w", t.Downstream, err)
 	}
-	start := time.Now().Add(res.Wait + time.Duration(pending)*rate.Interval(1))
+	iv, wait, maxWait := rate.Interval(1), res.Wait, cmp.Or(sh.MaxWait, time.Second)
+	ahead := time.Duration(pending)
+	if wait > 0 && wait >= maxWait-2*iv {
+		// A backlog being served: the lane keeps the bucket full (next_free
+		// max_wait ahead; between two of its calls, which are an interval
+		// or two apart, it dips by that much) and the workers hold one task
+		// more that waits for room.
+		wait, ahead = max(wait, maxWait), ahead+1
+	}
+	start := time.Now().Add(wait + ahead*iv)
 	if t.ProcessAt.After(start) {
 		start = t.ProcessAt
 	}

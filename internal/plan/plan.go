@@ -77,7 +77,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Producer.Downstreams = append(p.Producer.Downstreams, dc.Name)
 		p.Producer.MaxRetry[dc.Name] = dc.MaxRetry
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
-		p.Producer.Shaping[dc.Name] = producerShaping(dc)
+		p.Producer.Shaping[dc.Name] = producerShaping(dc, sd)
 		if g := batchGroups(dc); g > 0 {
 			p.Producer.Batched[dc.Name] = g
 		}
@@ -212,8 +212,8 @@ func cronJobs(cfg *config.Config) ([]queue.CronJob, error) {
 
 // producerShaping is what the producer needs of dc's shaping to predict a
 // task's start and apply its on_late.
-func producerShaping(dc config.Downstream) queue.Shaping {
-	sh := queue.Shaping{Rate: dc.Limit()}
+func producerShaping(dc config.Downstream, sd shaping.Downstream) queue.Shaping {
+	sh := queue.Shaping{Rate: dc.Limit(), MaxWait: sd.MaxWait}
 	if dc.OnLate == config.LateReject {
 		sh.OnLate = queue.LateReject
 	}
