@@ -47,7 +47,6 @@ func gauge(reg *prometheus.Registry, name string) (float64, bool) {
 	return 0, false
 }
 
-
 // In shadow, shaping releases every task at once but charges the bucket as
 // enforcing would, so shaper_shaping_shadow_wait_seconds holds the waits
 // enforcing would have given (20 tasks at 5/s: 0, 0.2s, … 3.8s). Switched
