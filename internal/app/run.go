@@ -72,6 +72,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	pl.Producer.Predict = true // the HTTP API's 202 says when a task should start
 	producer, err := pl.NewProducer(rdb, reg)
 	if err != nil {
 		return err

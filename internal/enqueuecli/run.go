@@ -36,6 +36,9 @@ type Summary struct {
 	Enqueued int `json:"enqueued"`
 	// Rejected were refused by admission and not enqueued.
 	Rejected int `json:"rejected"`
+	// Late were refused because their predicted start was past their
+	// deadline (on_late: reject); not enqueued.
+	Late int `json:"late"`
 	// Invalid were bad input, each reported on stderr; not enqueued.
 	Invalid int `json:"invalid"`
 	// Duplicates had a unique key that an existing task holds.
@@ -76,6 +79,9 @@ type Summary struct {
 	// when it was enqueued.
 	ID             string     `json:"id,omitempty"`
 	ProcessAt      *time.Time `json:"process_at,omitempty"`
+	// ExpectedStart is, for that one task, when it is predicted to start
+	// (from its downstream's bucket and backlog; with --json only).
+	ExpectedStart *time.Time `json:"expected_start,omitempty"`
 	ElapsedSeconds float64    `json:"elapsed_seconds"`
 	ExitCode       int        `json:"exit_code"`
 }
@@ -146,6 +152,7 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 	if err != nil {
 		return fail(bad("%s", err))
 	}
+	pl.Producer.Predict = o.single() && o.json // the summary's expected_start
 	p, err := pl.NewProducer(r.rdb, nil)
 	if err != nil {
 		return fail(bad("%s", err))
@@ -246,7 +253,7 @@ func (r *runner) exitCode(s Summary) int {
 		return ExitBadInput
 	case s.Failed > 0, s.Uncertain > 0, s.Duplicates > 0 && !r.o.skipDuplicates:
 		return ExitFailed
-	case s.Rejected > 0:
+	case s.Rejected > 0, s.Late > 0:
 		return ExitRejected
 	}
 	return ExitOK
@@ -266,7 +273,7 @@ func humanSummary(s Summary) string {
 	for _, c := range []struct {
 		n    int
 		what string
-	}{{s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.Uncertain, "uncertain (sent, outcome unknown)"},
+	}{{s.Late, "refused as late (deadline before the predicted start)"}, {s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.Uncertain, "uncertain (sent, outcome unknown)"},
 		{s.FailedOpen, "admitted without a decision (fail_open)"}} {
 		if c.n > 0 {
 			fmt.Fprintf(&b, ", %d %s", c.n, c.what)
@@ -414,6 +421,10 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	case rec.Outcome == queue.Rejected:
 		r.countRejected(j, rec.Admission, now, at)
 		return handled, true
+	case rec.Outcome == queue.Late:
+		r.count(func(s *Summary) { s.Late++ })
+		r.con.line("enqueue: %s%s", at, lateReason(err))
+		return handled, true
 	case errors.Is(err, queue.ErrUnknownDownstream), errors.Is(err, queue.ErrInvalidTask),
 		errors.Is(err, limiters.ErrCostExceedsCapacity), errors.Is(err, limiters.ErrInvalidCost):
 		r.invalid(r.source, j.line, taskspec.Reason(err))
@@ -448,6 +459,9 @@ func (r *runner) countEnqueued(rec queue.Receipt, at string) {
 			s.ID = rec.ID
 			pa := rec.ProcessAt
 			s.ProcessAt = &pa
+			if es := rec.ExpectedStart; !es.IsZero() {
+				s.ExpectedStart = &es
+			}
 		}
 	})
 	if r.o.single() && !r.o.json {
@@ -560,4 +574,15 @@ func (r *runner) stop(j job, why string, err error, sent bool) {
 		}
 		r.con.line("enqueue: %s", msg)
 	}
+}
+
+// lateReason is the line for a task refused as late.
+func lateReason(err error) string {
+	var le *queue.LateError
+	if !errors.As(err, &le) {
+		return oneLine(err.Error())
+	}
+	return fmt.Sprintf("refused: predicted start %s is %s past the deadline %s (on_late: reject)",
+		le.ExpectedStart.UTC().Format(time.RFC3339Nano), le.ExpectedStart.Sub(le.Deadline).Round(time.Millisecond),
+		le.Deadline.UTC().Format(time.RFC3339Nano))
 }
