@@ -77,11 +77,11 @@ type Summary struct {
 	DryRun            bool   `json:"dry_run,omitempty"`
 	// ID and ProcessAt describe the one task of --payload/--payload-file
 	// when it was enqueued.
-	ID             string     `json:"id,omitempty"`
-	ProcessAt      *time.Time `json:"process_at,omitempty"`
+	ID        string     `json:"id,omitempty"`
+	ProcessAt *time.Time `json:"process_at,omitempty"`
 	// ExpectedStart is, for that one task, when it is predicted to start
 	// (from its downstream's bucket and backlog; with --json only).
-	ExpectedStart *time.Time `json:"expected_start,omitempty"`
+	ExpectedStart  *time.Time `json:"expected_start,omitempty"`
 	ElapsedSeconds float64    `json:"elapsed_seconds"`
 	ExitCode       int        `json:"exit_code"`
 }

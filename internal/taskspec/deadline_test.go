@@ -29,9 +29,9 @@ func TestDeadlineAndTTL(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		`{"downstream":"api","ttl":"1m","deadline":"2026-01-02T15:00:05Z"}`: "ttl: set both deadline and ttl; use one",
-		`{"downstream":"api","ttl":"0s"}`:                                  "ttl: must be positive, got 0",
-		`{"downstream":"api","ttl":"soon"}`:                                `ttl: invalid duration "soon"`,
-		`{"downstream":"api","deadline":"tomorrow"}`:                       `deadline: invalid time "tomorrow"`,
+		`{"downstream":"api","ttl":"0s"}`:                                   "ttl: must be positive, got 0",
+		`{"downstream":"api","ttl":"soon"}`:                                 `ttl: invalid duration "soon"`,
+		`{"downstream":"api","deadline":"tomorrow"}`:                        `deadline: invalid time "tomorrow"`,
 	} {
 		if _, _, err := task(in); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%s: %v, want an error starting %q", in, err, want)
