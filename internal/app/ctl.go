@@ -28,7 +28,9 @@ commands:
   resume NAME            undo pause
   rate NAME RATE         override NAME's rate in every process, e.g. 20/s
   rate NAME clear        remove the override (back to the configured or scheduled rate)
-  reset NAME             clear NAME's shaping bucket (next_free): releases resume at the rate now`
+  reset NAME             clear NAME's shaping bucket (next_free): releases resume at the rate now
+  mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
+                         or clear (back to the config's mode); every process within a second`
 
 // Ctl runs "shaper ctl": runtime control straight through Redis, for an
 // operator on a machine that can reach it.
@@ -114,6 +116,8 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		} else {
 			fmt.Fprintf(out, "%s: rate overridden to %s in every process\n", rest[1], l.RateString())
 		}
+	case "mode":
+		return ctlMode(ctx, ctl, pl, rest, out)
 	case "reset":
 		if err := need(2); err != nil {
 			return err
@@ -145,6 +149,7 @@ func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, p
 		if !st.Override.IsZero() {
 			row["override_rate"] = st.Override.RateString()
 		}
+		row["modes"] = modesOf(&pd, st)
 		if st.Adaptive > 0 {
 			row["adaptive_rate_per_second"] = st.Adaptive
 		}
