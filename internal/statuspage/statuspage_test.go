@@ -80,7 +80,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		}
 		sd := pd.Shaping
 		if err := b.d.Add(shaping.Downstream{Name: sd.Name, Rate: sd.Rate, MaxWait: sd.MaxWait,
-			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency}); err != nil {
+			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency, ShapingMode: sd.ShapingMode}); err != nil {
 			t.Fatal(err)
 		}
 	}
