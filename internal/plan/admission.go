@@ -55,6 +55,14 @@ func admission(cfg *config.Config, dc config.Downstream) *Admission {
 // NewAdmission builds the plan's admission policies on rdb, the
 // producer's Admission; every script call is observed on reg (nil: not).
 func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer) (map[string]queue.Admission, error) {
+	return p.NewAdmissionAt(rdb, reg, nil)
+}
+
+// NewAdmissionAt is NewAdmission with every decision made at now()
+// instead of the Redis clock (limiters.Config.Now; nil: the Redis clock):
+// for replaying recorded arrivals (shaper replay) and the tests that
+// compare a replay with a live run.
+func (p *Plan) NewAdmissionAt(rdb redis.UniversalClient, reg prometheus.Registerer, now func() time.Time) (map[string]queue.Admission, error) {
 	m := metrics.New(reg)
 	out := map[string]queue.Admission{}
 	for _, d := range p.Downstreams {
@@ -66,6 +74,7 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 		var modes []queue.LimiterMode
 		for _, l := range a.Layers {
 			lc := l.Limiter
+			lc.Now = now
 			lc.Observe = func(alg limiters.Algorithm, name string, d time.Duration, err error) {
 				m.ObserveScript(string(alg), d, err)
 			}
