@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -36,24 +35,15 @@ commands:
 // operator on a machine that can reach it.
 func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("shaper ctl", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "path to the YAML config file (required)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // asked for: print it, no error
-			fmt.Fprintln(out, ctlUsage)
-			return nil
-		}
-		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, ctlUsage)
+	if help, err := parseSubcommand(fs, args, ctlUsage, out); help || err != nil {
+		return err
 	}
 	rest := fs.Args()
 	if *path == "" || len(rest) == 0 {
 		return fmt.Errorf("%w: -config and a command are required\n%s", ErrUsage, ctlUsage)
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		return err
-	}
-	pl, err := plan.Build(cfg)
+	cfg, pl, err := loadPlan(*path)
 	if err != nil {
 		return err
 	}

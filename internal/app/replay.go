@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/replay"
 )
@@ -30,25 +28,16 @@ flags:
 // Replay runs "shaper replay".
 func Replay(ctx context.Context, args []string, stdin io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("shaper replay", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "")
 	asJSON := fs.Bool("json", false, "")
 	decisions := fs.String("decisions", "", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(out, replayUsage)
-			return nil
-		}
-		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, replayUsage)
+	if help, err := parseSubcommand(fs, args, replayUsage, out); help || err != nil {
+		return err
 	}
 	if *path == "" || fs.NArg() != 1 {
 		return fmt.Errorf("%w: -config and one arrivals file are required\n%s", ErrUsage, replayUsage)
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		return err
-	}
-	pl, err := plan.Build(cfg)
+	_, pl, err := loadPlan(*path)
 	if err != nil {
 		return err
 	}
