@@ -238,6 +238,7 @@ func TestDeadlineArchiveArchivesLateTasksUnsent(t *testing.T) {
 		t.Errorf("release rate %.2f/s, want about 10/s: a late task's slot goes to the next one", r)
 	}
 }
+
 // lateSkipped appends id to skipped when its start error e is what late
 // skips give. A worker that wakes too far behind its slot (a starved CPU)
 // wastes it and queues again behind the bucket's reserved slots: that task
