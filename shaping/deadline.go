@@ -95,9 +95,14 @@ func (l *lane) frontFor(slot time.Time) *list.Element {
 	return e
 }
 
-// beyondStock reports whether w's deadline comes before the first stocked
-// slot (l.mu held): every slot the lane could still reserve starts later,
-// so w is refused before anything is reserved for it.
-func (l *lane) beyondStock(w *waiter) bool {
-	return len(l.stock) > 0 && l.tooLate(w, l.stock[0])
+// pastDeadlineNow reports whether w's deadline has passed (l.mu held).
+func (l *lane) pastDeadlineNow(w *waiter) bool {
+	return pastDeadline(w.deadline, l.r.d.cfg.Clock.Now())
+}
+
+// unstock puts a stocked slot back in front, for the next waiter: the one
+// that took it cannot start by its deadline, and every other slot the lane
+// could get it starts later still (l.mu held).
+func (l *lane) unstock(slot time.Time) {
+	l.stock = append([]time.Time{slot}, l.stock...)
 }

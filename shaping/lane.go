@@ -61,13 +61,17 @@ func newLane(r *runner) *lane {
 func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) {
 	w := &waiter{cost: cost, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
 	l.mu.Lock()
-	if l.beyondStock(w) {
+	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
 	if g, ok := l.fromStock(cost); ok {
+		if l.tooLate(w, g.slot) {
+			l.unstock(g.slot)
+			g = grant{err: ErrDeadlinePassed}
+		}
 		l.mu.Unlock()
-		return g, nil
+		return g, g.err
 	}
 	var e *list.Element
 	if front {
