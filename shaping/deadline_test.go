@@ -239,6 +239,74 @@ func TestDeadlineArchiveArchivesLateTasksUnsent(t *testing.T) {
 	}
 }
 
+// Predicted start against actual start for a steady backlog: 30 tasks
+// queued, then 50 arriving at the downstream's rate (10/s), so the backlog
+// stays about 30 deep while it drains. Each task starts within max(2
+// intervals, 5% of its wait) of Receipt.ExpectedStart.
+func TestExpectedStartMatchesASteadyBacklog(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	h := func(ctx context.Context, st *shaping.Task) error {
+		mu.Lock()
+		started[string(st.Payload)] = time.Now()
+		mu.Unlock()
+		return nil
+	}
+	reg := prometheus.NewRegistry()
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Registerer: reg, PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	rate := limiters.PerSecond(10)
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: rate, Handler: h}))
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Predict: true, Shaping: map[string]queue.Shaping{"api": {Rate: rate}}})
+	t.Cleanup(func() { p.Close() })
+	type pred struct{ enq, want time.Time }
+	preds := map[string]pred{}
+	enqueue := func(id string) {
+		now := time.Now()
+		rec, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte(id)})
+		if err != nil || rec.ExpectedStart.IsZero() {
+			t.Fatalf("%s: %v, ExpectedStart %v; want a prediction (Predict is set)", id, err, rec.ExpectedStart)
+		}
+		preds[id] = pred{now, rec.ExpectedStart}
+	}
+	for i := range 30 {
+		enqueue(fmt.Sprint("q", i))
+	}
+	must(t, d.Start())
+	tick := time.NewTicker(100 * time.Millisecond)
+	for i := range 50 {
+		<-tick.C // the arrivals' pace, not a wait for a condition
+		enqueue(fmt.Sprint("a", i))
+	}
+	tick.Stop()
+	waitFor(t, 20*time.Second, "80 releases", func() bool { mu.Lock(); defer mu.Unlock(); return len(started) == 80 })
+	skips := gatherSum(t, reg, "shaper_shaping_late_skips_total")
+	const iv = 100 * time.Millisecond
+	var worst time.Duration
+	mu.Lock()
+	defer mu.Unlock()
+	var skipped []string
+	for id, pr := range preds {
+		e := started[id].Sub(pr.want)
+		tol := max(2*iv, pr.want.Sub(pr.enq)/20) + time.Duration(skips)*iv
+		if skipped = lateSkipped(skipped, id, e, tol, skips); len(skipped) > 0 && skipped[len(skipped)-1] == id {
+			t.Logf("%s started %s after its predicted start (predicted wait %s)", id, e.Round(time.Millisecond), pr.want.Sub(pr.enq).Round(time.Millisecond))
+			continue
+		}
+		worst = max(worst, e.Abs())
+		if e.Abs() > tol {
+			t.Errorf("%s: started %s from its predicted start (predicted wait %s), want within %s", id, e.Round(time.Millisecond), pr.want.Sub(pr.enq).Round(time.Millisecond), tol)
+		}
+	}
+	if len(skipped) > int(skips) {
+		t.Errorf("%d tasks started about a bucket late (%v) but only %v slots were skipped", len(skipped), skipped, skips)
+	}
+	t.Logf("steady backlog: worst |actual-predicted| %s over 80 tasks, besides %d late-skipped tasks (late skips %v)", worst.Round(time.Millisecond), len(skipped), skips)
+}
+
 // lateSkipped appends id to skipped when its start error e is what late
 // skips give. A worker that wakes too far behind its slot (a starved CPU)
 // wastes it and queues again behind the bucket's reserved slots: that task
