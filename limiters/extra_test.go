@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -363,24 +364,6 @@ func TestLayeredFailure(t *testing.T) {
 	}
 }
 
-// fakeClock is a Prefilter clock that moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // countingLimiter counts the calls that reach it and decides with decide
 // (or passes them to next).
 type countingLimiter struct {
@@ -420,7 +403,7 @@ func (c *countingLimiter) Peek(ctx context.Context, key string, cost int64) (lim
 func TestPrefilterBlocksUntilRetryAfter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	const retry = 2 * time.Second
 	inner := &countingLimiter{decide: func(_ string, cost int64) (limiters.Result, error) {
 		if cost >= 3 {
@@ -428,7 +411,7 @@ func TestPrefilterBlocksUntilRetryAfter(t *testing.T) {
 		}
 		return limiters.Result{Allowed: true, Remaining: 2 - cost}, nil
 	}}
-	p := limiters.NewPrefilter(inner, 0, clk.now)
+	p := limiters.NewPrefilter(inner, 0, clk)
 
 	type step struct {
 		advance time.Duration
@@ -451,7 +434,7 @@ func TestPrefilterBlocksUntilRetryAfter(t *testing.T) {
 		{key: "k", cost: 3, retry: retry, calls: 4},                           // and is blocked again
 		{advance: retry / 2, key: "other", cost: 3, retry: retry, calls: 5},   // "other" expired first
 	} {
-		clk.advance(s.advance)
+		clk.Advance(s.advance)
 		f := p.Allow
 		if s.peek {
 			f = p.Peek
@@ -489,7 +472,7 @@ func TestPrefilterBlocksUntilRetryAfter(t *testing.T) {
 func TestPrefilterCachesOnlyRejections(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	var answer atomic.Int64
 	errBroken := fmt.Errorf("%w: %w", limiters.ErrFailedClosed, errors.New("connection refused"))
 	inner := &countingLimiter{decide: func(string, int64) (limiters.Result, error) {
@@ -502,7 +485,7 @@ func TestPrefilterCachesOnlyRejections(t *testing.T) {
 			return limiters.Result{Allowed: false}, nil
 		}
 	}}
-	p := limiters.NewPrefilter(inner, 0, clk.now)
+	p := limiters.NewPrefilter(inner, 0, clk)
 	for a := int64(0); a < 3; a++ {
 		answer.Store(a)
 		before := inner.calls.Load()
@@ -521,12 +504,12 @@ func TestPrefilterCachesOnlyRejections(t *testing.T) {
 func TestPrefilterMaxKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	inner := &countingLimiter{decide: func(string, int64) (limiters.Result, error) {
 		return limiters.Result{Allowed: false, RetryAfter: time.Second}, nil
 	}}
 	const maxKeys = 3
-	p := limiters.NewPrefilter(inner, maxKeys, clk.now)
+	p := limiters.NewPrefilter(inner, maxKeys, clk)
 	allowAll := func(n int) {
 		for i := 0; i < n; i++ {
 			p.Allow(ctx, fmt.Sprint("k", i), 1)
@@ -544,7 +527,7 @@ func TestPrefilterMaxKeys(t *testing.T) {
 		t.Fatalf("second round: %d calls in all, want 17", got)
 	}
 	// Once the remembered keys have expired, a new rejection takes a place.
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	p.Allow(ctx, "k5", 1)
 	p.Allow(ctx, "k5", 1)
 	if got := inner.calls.Load(); got != 18 {
@@ -558,7 +541,7 @@ func TestPrefilterMaxKeys(t *testing.T) {
 func TestPrefilterConcurrent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	inner := &countingLimiter{decide: func(key string, cost int64) (limiters.Result, error) {
 		if cost > 1 {
 			return limiters.Result{Allowed: false, RetryAfter: 10 * time.Millisecond}, nil
@@ -566,7 +549,7 @@ func TestPrefilterConcurrent(t *testing.T) {
 		return limiters.Result{Allowed: true}, nil
 	}}
 	const maxKeys = 5
-	p := limiters.NewPrefilter(inner, maxKeys, clk.now)
+	p := limiters.NewPrefilter(inner, maxKeys, clk)
 	var wg sync.WaitGroup
 	var wrong atomic.Int64
 	for g := 0; g < 8; g++ {
@@ -580,7 +563,7 @@ func TestPrefilterConcurrent(t *testing.T) {
 					wrong.Add(1)
 				}
 				if i%50 == 0 {
-					clk.advance(time.Millisecond)
+					clk.Advance(time.Millisecond)
 				}
 			}
 		}()
@@ -604,8 +587,8 @@ func TestPrefilterOverRedis(t *testing.T) {
 	ctx := context.Background()
 	lim := newNamed(t, rdb, redistest.Prefix(t), "pf", limiters.TokenBucket, limiters.PerHour(1))
 	inner := &countingLimiter{next: lim}
-	clk := &fakeClock{t: time.Now()}
-	p := limiters.NewPrefilter(inner, 10, clk.now)
+	clk := clocktest.New(time.Now())
+	p := limiters.NewPrefilter(inner, 10, clk)
 	if res, err := p.Allow(ctx, "k", 1); err != nil || !res.Allowed {
 		t.Fatalf("first: %v, %v; want allowed", res, err)
 	}
@@ -614,7 +597,7 @@ func TestPrefilterOverRedis(t *testing.T) {
 		t.Fatalf("second: %v, %v; want rejected for about an hour", res, err)
 	}
 	for i := 0; i < 5; i++ {
-		clk.advance(time.Minute)
+		clk.Advance(time.Minute)
 		res, err := p.Allow(ctx, "k", 1)
 		if err != nil || res.Allowed {
 			t.Fatalf("while blocked: %v, %v; want rejected", res, err)

@@ -31,6 +31,7 @@ func Global(string) string { return GlobalKey }
 // (shadow layers too), so a rejection never leaves the others charged.
 // A layer in Shadow mode is asked like the others but never rejects. (The layers' keys may live on different
 // cluster slots, so one script cannot cover them; refunds can.)
+// The zero Layered is not usable: NewLayered builds one.
 type Layered struct {
 	layers []Layer
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 )
@@ -136,16 +137,19 @@ type Config struct {
 	// script's latency and its error (nil on success). For metrics. nil
 	// (the zero value) observes nothing.
 	Observe func(alg Algorithm, name string, d time.Duration, err error)
-	// Now, when set, is the clock every decision (and refund) is made at,
-	// instead of the Redis server's TIME. It is for tests and simulations
-	// only: hosts whose clocks disagree would disagree on every decision.
-	// nil (the zero value) uses the Redis clock, as production must.
-	Now func() time.Time
+	// Clock, when it is not clock.Real, is the clock every decision (and
+	// refund) is made at, instead of the Redis server's TIME: a test
+	// advancing a fake clock moves windows and refills without waiting.
+	// It is for tests and simulations only: hosts whose clocks disagree
+	// would disagree on every decision. nil (the zero value) and
+	// clock.Real use the Redis clock, as production must.
+	Clock clock.Clock
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // Redis is a Limiter whose state lives in Redis. Safe for concurrent use.
+// The zero Redis is not usable: New builds one.
 type Redis struct {
 	store  *lua.Store
 	cfg    Config
@@ -217,12 +221,7 @@ func (l *Redis) Allow(ctx context.Context, key string, cost int64) (Result, erro
 }
 
 // now is the explicit time of a decision in µs, or 0 for the Redis clock.
-func (l *Redis) now() int64 {
-	if l.cfg.Now == nil {
-		return 0
-	}
-	return l.cfg.Now().UnixMicro()
-}
+func (l *Redis) now() int64 { return lua.NowArg(l.cfg.Clock) }
 
 // allow is Allow at nowUS (0: the Redis clock).
 func (l *Redis) allow(ctx context.Context, key string, cost int64, nowUS int64) (Result, error) {

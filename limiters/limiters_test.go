@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -339,35 +340,45 @@ func TestRefundEveryAlgorithm(t *testing.T) {
 	}
 }
 
-// Config.Now decides on the given clock instead of Redis TIME: a window
-// filled at t0 stays full at t0, and the next window (a limiter whose clock
-// reads two periods later) starts empty, whatever the wall clock says.
-func TestConfigNowDecidesOnThatClock(t *testing.T) {
+// Config.Clock decides on that clock instead of Redis TIME: on a fake
+// clock, a window filled at t0 stays full however long the test takes, and
+// a rejection's RetryAfter, advanced on the fake clock, is exactly when
+// the next unit fits (the sliding counter's is half-way into the next
+// window, where the estimate has room); hours later every window is empty.
+// No wall-clock wait.
+func TestConfigClockDrivesWindows(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	t0 := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
 	for _, alg := range limiters.Algorithms() {
-		at := func(d time.Duration) *limiters.Redis {
-			lim, err := limiters.New(rdb, limiters.Config{Name: "now_" + string(alg), Algorithm: alg, Limit: limiters.PerHour(2),
-				Prefix: prefix, Now: func() time.Time { return t0.Add(d) }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return lim
+		clk := clocktest.New(start)
+		lim, err := limiters.New(rdb, limiters.Config{Name: "clock_" + string(alg), Algorithm: alg, Limit: limiters.PerHour(2),
+			Prefix: prefix, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
 		}
-		then, later := at(0), at(2*time.Hour) // past the sliding counter's previous window too
 		for i := range 2 {
-			if res, err := then.Allow(ctx, "k", 1); err != nil || !res.Allowed {
+			if res, err := lim.Allow(ctx, "k", 1); err != nil || !res.Allowed {
 				t.Fatalf("%s: step %d: got %v, %v; want allowed", alg, i, res, err)
 			}
 		}
-		if res, err := then.Allow(ctx, "k", 1); err != nil || res.Allowed {
-			t.Errorf("%s: third at t0: got %v, %v; want rejected", alg, res, err)
+		res, err := lim.Allow(ctx, "k", 1)
+		if err != nil || res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > 2*time.Hour {
+			t.Fatalf("%s: third at t0: got %v, %v; want rejected with a RetryAfter in (0, 2h]", alg, res, err)
 		}
-		if res, err := later.Allow(ctx, "k", 2); err != nil || !res.Allowed {
-			t.Errorf("%s: two hours after t0: got %v, %v; want allowed (window over, bucket refilled)", alg, res, err)
+		clk.Advance(res.RetryAfter - time.Millisecond)
+		if p, err := lim.Peek(ctx, "k", 1); err != nil || p.Allowed {
+			t.Errorf("%s: 1ms before RetryAfter %v: got %v, %v; want still rejected", alg, res.RetryAfter, p, err)
+		}
+		clk.Advance(time.Millisecond)
+		if got, err := lim.Allow(ctx, "k", 1); err != nil || !got.Allowed {
+			t.Errorf("%s: at RetryAfter %v on the fake clock: got %v, %v; want allowed", alg, res.RetryAfter, got, err)
+		}
+		clk.AdvanceTo(start.Add(4 * time.Hour))
+		if got, err := lim.Allow(ctx, "k", 2); err != nil || !got.Allowed {
+			t.Errorf("%s: four hours after t0: got %v, %v; want allowed (windows over, bucket refilled)", alg, got, err)
 		}
 	}
 }

@@ -3,8 +3,8 @@ package limiters_test
 import (
 	"context"
 	"testing"
-	"time"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -101,7 +101,7 @@ func TestLayeredAllShadow(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	lim, err := limiters.New(rdb, limiters.Config{Name: "only", Limit: limiters.PerHour(1), Prefix: redistest.Prefix(t),
-		Now: func() time.Time { return t0 }})
+		Clock: clocktest.New(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}

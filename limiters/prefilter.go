@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/shaper-io/shaper/clock"
 )
 
 // Prefilter rejects a key in-process, without a Redis round trip, until the
@@ -13,10 +15,11 @@ import (
 //
 // Its memory is bounded: at most MaxKeys keys are remembered; past that,
 // expired entries are dropped and then new rejections are not cached.
+// The zero Prefilter is not usable: NewPrefilter builds one.
 type Prefilter struct {
 	next    Limiter
 	maxKeys int
-	now     func() time.Time
+	clock   clock.Clock
 
 	mu    sync.Mutex
 	until map[string]blocked
@@ -30,16 +33,13 @@ type blocked struct {
 
 var _ Limiter = (*Prefilter)(nil)
 
-// NewPrefilter wraps next. maxKeys <= 0 means 100,000. now may be nil
-// (time.Now); tests inject a clock.
-func NewPrefilter(next Limiter, maxKeys int, now func() time.Time) *Prefilter {
+// NewPrefilter wraps next. maxKeys <= 0 means 100,000. clk is the clock
+// a block runs out on; nil means clock.Real, and tests pass a fake one.
+func NewPrefilter(next Limiter, maxKeys int, clk clock.Clock) *Prefilter {
 	if maxKeys <= 0 {
 		maxKeys = 100_000
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &Prefilter{next: next, maxKeys: maxKeys, now: now, until: make(map[string]blocked)}
+	return &Prefilter{next: next, maxKeys: maxKeys, clock: clock.Or(clk), until: make(map[string]blocked)}
 }
 
 // Peek is Allow without a charge.
@@ -71,7 +71,7 @@ func (p *Prefilter) Blocked() int {
 }
 
 func (p *Prefilter) do(ctx context.Context, key string, cost int64, f func(context.Context, string, int64) (Result, error)) (Result, error) {
-	now := p.now()
+	now := p.clock.Now()
 	p.mu.Lock()
 	b, ok := p.until[key]
 	if ok && now.Before(b.until) && cost >= b.cost {

@@ -29,6 +29,7 @@ type Backlog struct {
 func (b Backlog) Total() int { return b.Pending + b.Active + b.Scheduled + b.Retry }
 
 // Inspector reads backlogs. Safe for concurrent use.
+// The zero Inspector is not usable: NewInspector builds one.
 type Inspector struct {
 	in    *asynq.Inspector
 	rdb   redis.UniversalClient

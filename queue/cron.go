@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
 )
@@ -33,7 +34,10 @@ type CronJob struct {
 //
 // Ticks are computed from the schedule alone, never from when a process
 // started: an "@every 10s" job ticks on multiples of 10s since the epoch in
-// every process, so all processes name the same ticks.
+// every process, so all processes name the same ticks. Each job waits for
+// its next tick on CronConfig.Clock's timer (not robfig/cron's runner), so
+// a fake clock drives ticks in tests.
+// The zero Cron is not usable: NewCron builds one.
 type Cron struct {
 	rdb   redis.UniversalClient
 	p     *Producer
@@ -41,17 +45,34 @@ type Cron struct {
 	jobs  []CronJob
 	log   *slog.Logger
 	m     *metrics.Metrics // nil records nothing
-	now   func() time.Time
+	clock clock.Clock
 }
 
-// NewCron returns a Cron enqueuing through p (so admission applies), its
-// locks under prefix ("" means "shaper"). log nil means slog.Default(); reg
-// is where it registers shaper_cron_ticks_total (nil records nothing).
-func NewCron(rdb redis.UniversalClient, p *Producer, prefix string, jobs []CronJob, log *slog.Logger, reg prometheus.Registerer) *Cron {
+// CronConfig configures a Cron. The zero value runs no job.
+type CronConfig struct {
+	// Prefix starts the tick locks' keys; "" means "shaper".
+	Prefix string
+	// Jobs are the jobs to run.
+	Jobs []CronJob
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer is where shaper_cron_ticks_total is registered; nil
+	// records nothing.
+	Registerer prometheus.Registerer
+	// Clock tells the time ticks are computed from and arms the waits for
+	// them; nil means clock.Real. Ticks and their task IDs follow it, the
+	// lock's exactly-once guard does not depend on it.
+	Clock clock.Clock
+}
+
+// NewCron returns a Cron enqueuing through p (so admission applies).
+func NewCron(rdb redis.UniversalClient, p *Producer, cfg CronConfig) *Cron {
+	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Cron{rdb: rdb, p: p, space: keys.New(prefix), jobs: jobs, log: log, m: metrics.New(reg), now: time.Now}
+	return &Cron{rdb: rdb, p: p, space: keys.New(cfg.Prefix), jobs: cfg.Jobs, log: log, m: metrics.New(cfg.Registerer),
+		clock: clock.Or(cfg.Clock)}
 }
 
 // NextTick is the first tick of s strictly after t.
@@ -79,16 +100,16 @@ func (c *Cron) Run(ctx context.Context) {
 
 func (c *Cron) runJob(ctx context.Context, j CronJob) {
 	for {
-		tick := NextTick(j.Schedule, c.now())
+		tick := NextTick(j.Schedule, c.clock.Now())
 		if tick.IsZero() {
 			return
 		}
-		t := time.NewTimer(time.Until(tick))
+		t := c.clock.NewTimer(tick.Sub(c.clock.Now()))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		outcome, err := c.Fire(ctx, j, tick)
 		if c.m != nil {
@@ -111,7 +132,7 @@ func lockTTL(s cron.Schedule, tick time.Time) time.Duration {
 // outcome is "enqueued", "deferred", "taken" (another process has it),
 // "rejected" (admission) or "error".
 func (c *Cron) Fire(ctx context.Context, j CronJob, tick time.Time) (string, error) {
-	ok, err := c.rdb.SetNX(ctx, c.space.CronLock(j.Name, tick.Unix()), c.now().UTC().Format(time.RFC3339Nano), lockTTL(j.Schedule, tick)).Result()
+	ok, err := c.rdb.SetNX(ctx, c.space.CronLock(j.Name, tick.Unix()), c.clock.Now().UTC().Format(time.RFC3339Nano), lockTTL(j.Schedule, tick)).Result()
 	if err != nil {
 		return "error", fmt.Errorf("cron %q: lock: %w", j.Name, err)
 	}

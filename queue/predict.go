@@ -93,8 +93,8 @@ func checkDeadline(t Task) error {
 // archives a task that turns out late.
 func (p *Producer) predict(ctx context.Context, t Task, rec *Receipt) error {
 	sh, ok := p.cfg.Shaping[t.Downstream]
-	if !ok || (t.Deadline.IsZero() && !p.cfg.Predict) {
-		return nil
+	if _, fair := p.cfg.Fair[t.Downstream]; fair || !ok || (t.Deadline.IsZero() && !p.cfg.Predict) {
+		return nil // a fair downstream's start comes from its place in fair order (park)
 	}
 	start, err := p.expectedStart(ctx, t, sh)
 	if err != nil {
@@ -159,16 +159,4 @@ func (p *Producer) rateInForce(ds string, configured limiters.Limit) limiters.Li
 		rate = limiters.Limit{Rate: max(int64(st.Adaptive*1000+0.5), 1), Period: 1000 * time.Second, Burst: 1}
 	}
 	return rate
-}
-
-// refund gives back the admission charge of a task that will not be
-// enqueued after all (a deferral charged nothing).
-func (p *Producer) refund(ctx context.Context, rec Receipt) error {
-	if !rec.Admission.Allowed || rec.Deferred {
-		return nil
-	}
-	if err := rec.Admission.Cancel(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("queue: refund admission: %w", err)
-	}
-	return nil
 }

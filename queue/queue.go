@@ -103,13 +103,16 @@ type Receipt struct {
 	// scheduled to run at ProcessAt (its Retry-After) instead.
 	Deferred bool
 	// ProcessAt is when the task becomes runnable; zero unless enqueued.
+	// A fair downstream's task is runnable at its turn, not at ProcessAt:
+	// see ExpectedStart.
 	ProcessAt time.Time
+	// ExpectedStart is an estimate of when the task will be released:
+	// for a fair downstream, from its place in fair order; for another,
+	// from its downstream's bucket and the backlog ahead of it (see
+	// ProducerConfig.Predict). Zero when there is none.
+	ExpectedStart time.Time
 	// Admission is the admission decision (zero when there is no policy).
 	Admission limiters.Result
-	// ExpectedStart is when the task is predicted to start, from its
-	// downstream's bucket and the backlog ahead of it (see
-	// ProducerConfig.Predict); zero when not predicted.
-	ExpectedStart time.Time
 }
 
 // OnReject says what admission does with a rejected task.
@@ -189,6 +192,9 @@ type ProducerConfig struct {
 	// limiters.ErrCostExceedsCapacity. Missing downstreams are bounded
 	// only at release, where the dispatcher archives such a task.
 	MaxCost map[string]int64
+	// Fair names the downstreams whose tasks wait in weighted fair order
+	// of their Key (shaping.Downstream.Fairness) before their queue.
+	Fair map[string]FairShare
 	// Batched names the downstreams whose tasks are aggregated into
 	// batches (shaping.Downstream.Batch), with how many aggregation groups
 	// to spread them over (shaping.BatchGroups): asynq closes at most one
@@ -198,14 +204,16 @@ type ProducerConfig struct {
 }
 
 // Producer enqueues tasks after admission. Safe for concurrent use.
+// The zero Producer is not usable: NewProducer builds one.
 type Producer struct {
 	client  *asynq.Client
+	rdb     redis.UniversalClient
+	fair    *shaping.FairQueue
 	cfg     ProducerConfig
 	m       *metrics.Metrics // nil records nothing
 	space   keys.Space
 	known   map[string]bool
-	seq     atomic.Uint64 // spreads batched tasks over aggregation groups
-	rdb     redis.UniversalClient
+	seq     atomic.Uint64    // spreads batched tasks over aggregation groups
 	buckets *shaping.Buckets // for predictions
 	follow  *follower        // nil: no runtime state to follow
 }
@@ -219,8 +227,8 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
-		rdb: rdb, buckets: shaping.NewBuckets(rdb, cfg.Prefix)}
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
+		buckets: shaping.NewBuckets(rdb, cfg.Prefix)}
 	p.follow = p.newFollower(shaping.NewControl(rdb, cfg.Prefix))
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
@@ -345,14 +353,26 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 		}
 	}
 	if err := p.predict(ctx, t, &rec); err != nil {
-		return rec, errors.Join(err, p.refund(ctx, rec))
+		p.refund(ctx, &rec, &err)
+		return rec, err
 	}
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
-		return rec, errors.Join(err, p.refund(ctx, rec))
+		p.refund(ctx, &rec, &err)
+		return rec, err
 	}
 	rec.ID = info.ID
 	rec.ProcessAt = info.NextProcessAt
+	if fs, ok := p.cfg.Fair[t.Downstream]; ok {
+		due := later(t.ProcessAt, time.Now())
+		rec.ProcessAt = due
+		rec.ExpectedStart, err = p.park(ctx, fs, t, info.ID, due)
+		if err != nil {
+			rec.ID, rec.ProcessAt = "", time.Time{}
+			p.refund(ctx, &rec, &err)
+			return rec, err
+		}
+	}
 	if p.m != nil {
 		p.m.Enqueued.WithLabelValues(t.Downstream).Inc()
 		if rec.Deferred {
@@ -360,6 +380,15 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 		}
 	}
 	return rec, nil
+}
+
+// refund gives back the admission charge of a task that was not enqueued.
+func (p *Producer) refund(ctx context.Context, rec *Receipt, err *error) {
+	if rec.Admission.Allowed && !rec.Deferred {
+		if rerr := rec.Admission.Cancel(context.WithoutCancel(ctx)); rerr != nil {
+			*err = errors.Join(*err, fmt.Errorf("queue: refund admission: %w", rerr))
+		}
+	}
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
@@ -404,7 +433,9 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if id != "" {
 		opts = append(opts, asynq.TaskID(id))
 	}
-	if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
+	if _, fair := p.cfg.Fair[t.Downstream]; fair {
+		opts = append(opts, fairOptions(later(t.ProcessAt, time.Now())))
+	} else if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
 		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
 	}
 	if t.Timeout > 0 {

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/shaper-io/shaper/clock"
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/metrics"
 	ptestutil "github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
@@ -20,10 +22,10 @@ import (
 )
 
 // shadowAdmission is a one-layer token bucket of 5/s (burst 5) in mode,
-// deciding at the time now reads.
-func (b *bundle) shadowAdmission(tb testing.TB, name string, mode limiters.Mode, now func() time.Time) Admission {
+// deciding at clk's time (nil: the Redis clock).
+func (b *bundle) shadowAdmission(tb testing.TB, name string, mode limiters.Mode, clk clock.Clock) Admission {
 	tb.Helper()
-	lim, err := limiters.New(b.rdb, limiters.Config{Name: name, Limit: limiters.PerSecond(5), Prefix: b.prefix, Now: now})
+	lim, err := limiters.New(b.rdb, limiters.Config{Name: name, Limit: limiters.PerSecond(5), Prefix: b.prefix, Clock: clk})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,16 +45,15 @@ func TestShadowTokenBucketCountsWhatEnforcingRejects(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	t0 := time.Now().Truncate(time.Second).Add(time.Second)
-	var at atomic.Int64
-	now := func() time.Time { return time.Unix(0, at.Load()) }
+	clk := clocktest.New(t0)
 	reg := prometheus.NewRegistry()
 	p := b.producer(t, ProducerConfig{Registerer: reg, Admission: map[string]Admission{
-		"shadowed": b.shadowAdmission(t, "tb-shadow", limiters.Shadow, now),
-		"enforced": b.shadowAdmission(t, "tb-enforce", limiters.Enforce, now)}})
+		"shadowed": b.shadowAdmission(t, "tb-shadow", limiters.Shadow, clk),
+		"enforced": b.shadowAdmission(t, "tb-enforce", limiters.Enforce, clk)}})
 	const n = 100 // 5s of arrivals at 20/s
 	enforcedRejects := 0
 	for i := range n {
-		at.Store(t0.Add(time.Duration(i) * 50 * time.Millisecond).UnixNano())
+		clk.AdvanceTo(t0.Add(time.Duration(i) * 50 * time.Millisecond))
 		rec, err := p.Enqueue(context.Background(), Task{Downstream: "shadowed", Key: "tenant", Payload: []byte(fmt.Sprint(i))})
 		if err != nil || rec.Outcome != Accepted {
 			t.Fatalf("shadowed %d: %s, %v; want accepted", i, rec.Outcome, err)

@@ -97,6 +97,7 @@ func (r Reservation) SlotN(j int) time.Time {
 
 // Buckets runs the shaping script for any number of buckets. Safe for
 // concurrent use.
+// The zero Buckets is not usable: NewBuckets builds one.
 type Buckets struct {
 	store   *lua.Store
 	space   keys.Space

@@ -35,6 +35,7 @@ type State struct {
 // Control changes downstreams at runtime, for every process at once: each
 // dispatcher reads the state at least every ControlInterval. Safe for
 // concurrent use; needs no Dispatcher.
+// The zero Control is not usable: NewControl builds one.
 type Control struct {
 	rdb   redis.Scripter
 	store *lua.Store
@@ -132,7 +133,11 @@ func (c *Control) rdbCmd() redis.Cmdable {
 	panic("shaping: Control needs a redis.Cmdable client")
 }
 
-func toInt(s string) int64 {
+func toInt(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return 0
+	}
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
 }

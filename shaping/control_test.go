@@ -8,35 +8,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-io/shaper/clock"
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
-	"github.com/shaper-io/shaper/shaping/internal/clocktest"
 )
 
 // shiftedClock is the real clock read d later: real waits, a chosen hour.
-type shiftedClock time.Duration
-
-func (c shiftedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
-
-func (shiftedClock) NewTimer(d time.Duration) shaping.Timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ t *time.Timer }
-
-func (t realTimer) C() <-chan time.Time { return t.t.C }
-func (t realTimer) Stop() bool          { return t.t.Stop() }
-
-func countBetween(ts []time.Time, from, to time.Time) int {
-	n := 0
-	for _, t := range ts {
-		if !t.Before(from) && t.Before(to) {
-			n++
-		}
-	}
-	return n
+type shiftedClock struct {
+	clock.Real
+	d time.Duration
 }
+
+func (c shiftedClock) Now() time.Time { return time.Now().Add(c.d) }
+
+func countBetween(ts []time.Time, from, to time.Time) int { return testsink.Between(ts, from, to) }
 
 func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 	t.Parallel()
@@ -51,9 +40,8 @@ func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 		b, _ := e.in.Backlog("ds")
 		return b.Active == 10
 	})
-	// Paused for a while: the held tasks stay held, nothing is released.
-	pausedUntil := time.Now().Add(time.Second)
-	waitFor(t, 3*time.Second, "a second of pause", func() bool { return time.Now().After(pausedUntil) })
+	// That the held tasks stay held across control ticks is
+	// TestPauseHoldsAcrossControlTicks, on the fake clock.
 	if n := rec.count(); n != 0 {
 		t.Fatalf("%d releases while paused, want 0", n)
 	}
@@ -80,6 +68,56 @@ func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Paused for a second of the fake clock (four control ticks, each
+// re-reading the state): the ten held tasks stay held and nothing is
+// released; the tick after Resume releases. No wall-clock second.
+func TestPauseHoldsAcrossControlTicks(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clk := clocktest.New(start)
+	const iv = 250 * time.Millisecond
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock: clk, ControlInterval: iv, ShutdownTimeout: 5 * time.Second})
+	defer d.Shutdown(context.Background())
+	rec := newRecorder()
+	// The fake clock runs a second ahead of Redis's during the pause, so
+	// every slot after it looks late to this process: LateTolerance -1
+	// releases them anyway (skipping late slots is TestLateWakeUpSkipsItsSlot).
+	must(t, d.Add(shaping.Downstream{Name: "ds", Rate: limiters.PerSecond(50), Workers: 10, LateTolerance: -1, Handler: rec.handle}))
+	ctx := context.Background()
+	must(t, d.Control().Pause(ctx, "ds"))
+	e := &env{t: t, rdb: rdb, prefix: prefix, p: queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix}),
+		in: queue.NewInspector(rdb, prefix)}
+	e.enqueue("ds", 100, nil)
+	must(t, d.Start())
+	waitFor(t, 5*time.Second, "workers holding tasks while paused", func() bool {
+		b, _ := e.in.Backlog("ds")
+		return b.Active == 10
+	})
+	at := start
+	for k := 1; k <= 4; k++ {
+		at = at.Add(iv)
+		controlTick(t, clk, at, iv, 1)
+		if n := rec.count(); n != 0 {
+			t.Fatalf("%d releases after %v paused (%d control ticks), want 0", n, at.Sub(start), k)
+		}
+		if p, _ := d.Paused("ds"); !p {
+			t.Fatalf("not paused after %d control ticks", k)
+		}
+	}
+	if b, _ := e.in.Backlog("ds"); b.Active != 10 {
+		t.Errorf("%d tasks held after a second of pause, want the 10 still held", b.Active)
+	}
+	must(t, d.Control().Resume(ctx, "ds"))
+	if n := rec.count(); n != 0 {
+		t.Fatalf("%d releases before the control tick after Resume, want 0", n)
+	}
+	controlTick(t, clk, at.Add(iv), iv, 1)
+	waitFor(t, 5*time.Second, "a release after the tick that read Resume", func() bool { return rec.count() >= 1 })
+}
 
 func TestRateOverrideReachesEveryProcess(t *testing.T) {
 	t.Parallel()
@@ -217,7 +255,7 @@ func TestScheduleReleasesSwitchAtBoundary(t *testing.T) {
 	must(t, err)
 	start := time.Now()
 	boundary := start.Add(3 * time.Second)
-	clk := shiftedClock(time.Date(2026, 11, 30, 19, 59, 57, 0, time.UTC).Sub(start))
+	clk := shiftedClock{d: time.Date(2026, 11, 30, 19, 59, 57, 0, time.UTC).Sub(start)}
 	rec := newRecorder()
 	for i := 0; i < 2; i++ {
 		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk})
@@ -242,10 +280,13 @@ func TestScheduleReleasesSwitchAtBoundary(t *testing.T) {
 	}
 }
 
-// AIMD against a sink that answers 429 above 20/s: the rate settles into
-// [15, 21]/s, never exceeds the ceiling, and climbs back once the sink is
-// healthy.
-func TestAdaptiveConvergesAndRecovers(t *testing.T) {
+// AIMD against a sink that answers 429 above 20/s, on the wall clock (the
+// sink's quota and the bucket's slots are real time): the rate settles
+// into [15, 21]/s, never exceeds the ceiling, and rises again once the
+// sink is healthy. How far and how fast it climbs back (to >= 45/s within
+// 30s, never past the ceiling) is stepped on the fake clock in
+// TestAdaptiveStepsOnTheFakeClock, without the wait.
+func TestAdaptiveConverges(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	sink := testsink.New()
@@ -270,9 +311,10 @@ func TestAdaptiveConvergesAndRecovers(t *testing.T) {
 		t.Errorf("%d requests in a 1s window, above the ceiling of 50/s", m)
 	}
 	sink.SetQuota(0)
-	waitFor(t, 30*time.Second, "the rate climbing back to >= 45/s", func() bool {
+	low, _ := e.d.Rate("api")
+	waitFor(t, 10*time.Second, "the rate rising above "+low.RateString()+" once the sink is healthy", func() bool {
 		l, _ := e.d.Rate("api")
-		return l.PerSec() >= 45
+		return l.PerSec() >= low.PerSec()+2.5 // a step (ceiling/20) at least
 	})
 	if l, _ := e.d.Rate("api"); l.PerSec() > 50 {
 		t.Errorf("rate %v above the ceiling", l)

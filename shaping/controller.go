@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -81,6 +82,9 @@ func (r *runner) refresh(ctx context.Context) bool {
 	r.st = st
 	r.smu.Unlock()
 	r.apply()
+	if r.brk != nil && r.brk.refresh(ctx) != nil {
+		return false
+	}
 	return true
 }
 
@@ -176,7 +180,7 @@ func (r *runner) adapt(event string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 	defer cancel()
-	ar, err := r.d.control.adaptiveEvent(ctx, r.ds.Name, a, r.clampAdaptive(base), event, 0)
+	ar, err := r.d.control.adaptiveEvent(ctx, r.ds.Name, a, r.clampAdaptive(base), event, lua.NowArg(r.d.cfg.Clock))
 	if err != nil {
 		r.d.log.Warn("shaping: adaptive rate update failed", "downstream", r.ds.Name, "err", err)
 		return

@@ -69,8 +69,7 @@ func (l *lane) dropExpired() {
 	for e := l.q.Front(); e != nil; {
 		next := e.Next()
 		if w := e.Value.(*waiter); pastDeadline(w.deadline, now) {
-			l.q.Remove(e)
-			w.done <- grant{err: ErrDeadlinePassed}
+			l.remove(e).done <- grant{err: ErrDeadlinePassed}
 		}
 		e = next
 	}
@@ -88,8 +87,7 @@ func (l *lane) tooLate(w *waiter, slot time.Time) bool {
 func (l *lane) frontFor(slot time.Time) *list.Element {
 	e := l.q.Front()
 	for e != nil && l.tooLate(e.Value.(*waiter), slot) {
-		l.q.Remove(e)
-		e.Value.(*waiter).done <- grant{err: ErrDeadlinePassed}
+		l.remove(e).done <- grant{err: ErrDeadlinePassed}
 		e = l.q.Front()
 	}
 	return e

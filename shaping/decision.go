@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -61,6 +65,13 @@ type Decision struct {
 	// Err is the error the task is retried or archived with; nil for
 	// Complete and Throttle.
 	Err error
+	// Outage is true when the result says the downstream is down: a 5xx
+	// (StatusError), a timeout or a connection failure, never a throttle
+	// (429/503 Retry-After), a 4xx or a panic. A downstream's circuit
+	// breaker counts it as an error and, once it opens, holds the task in
+	// place (no attempt consumed) instead of Action; without a breaker it
+	// changes nothing.
+	Outage bool
 }
 
 // Budget is a task's retry state: Retried failed attempts so far, of at
@@ -81,6 +92,8 @@ func (b Budget) exhausted() bool { return b.MaxRetry >= 0 && b.Retried >= b.MaxR
 // and the rate is not adaptive); a handler panic, ErrPermanent or
 // asynq.SkipRetry archive; a timeout on an adaptive downstream retries and
 // slows the rate; an exhausted budget archives; anything else retries.
+// Retries and exhausted archives are marked Outage when err is a 5xx, a
+// timeout or a connection failure.
 func Classify(err error, b Budget, adaptive bool) Decision {
 	var th *ThrottledError
 	switch {
@@ -97,11 +110,30 @@ func Classify(err error, b Budget, adaptive bool) Decision {
 	case errors.Is(err, ErrPermanent), errors.Is(err, asynq.SkipRetry):
 		return Decision{Action: Archive, Outcome: "archived", Err: fmt.Errorf("%w: %w", err, asynq.SkipRetry)}
 	case isTimeout(err) && adaptive && !b.exhausted():
-		return Decision{Action: Retry, Adapt: "dec", Outcome: "retry", Err: err}
+		return Decision{Action: Retry, Adapt: "dec", Outcome: "retry", Err: err, Outage: true}
 	case b.exhausted():
-		return Decision{Action: Archive, Outcome: "archived", Err: fmt.Errorf("%w (after %d retries): %w", err, b.Retried, asynq.SkipRetry)}
+		return Decision{Action: Archive, Outcome: "archived", Err: fmt.Errorf("%w (after %d retries): %w", err, b.Retried, asynq.SkipRetry),
+			Outage: isOutage(err)}
 	}
-	return Decision{Action: Retry, Outcome: "retry", Err: err}
+	return Decision{Action: Retry, Outcome: "retry", Err: err, Outage: isOutage(err)}
+}
+
+// isOutage reports a handler error that says the downstream is down
+// rather than that this task is wrong: a StatusError of 500 or more, a
+// timeout, or a failure to connect or to read the answer. It is the
+// circuit breaker's notion of an error.
+func isOutage(err error) bool {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Code >= 500
+	}
+	if isTimeout(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var op *net.OpError
+	var ue *url.Error
+	return errors.As(err, &op) || errors.As(err, &ue) && errors.Is(ue.Err, io.EOF)
 }
 
 var errPanic = errors.New("handler panic")

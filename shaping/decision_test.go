@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -56,6 +58,51 @@ func TestClassifySteps(t *testing.T) {
 		}
 		if (d.Err == nil) != (d.Action == shaping.Complete || d.Action == shaping.Throttle) {
 			t.Errorf("step %d: %v with err %v: want an error exactly for Retry and Archive", i, d.Action, d.Err)
+		}
+	}
+}
+
+// Outage is the breaker's notion of an error: a 5xx, a timeout or a
+// connection failure, whatever the budget; never a throttle, a 4xx, a
+// permanent error or a panic.
+func TestClassifyOutage(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, refused := http.Get("http://" + addr + "/") // nothing listens there now
+	if refused == nil {
+		t.Fatal("GET of a closed port succeeded")
+	}
+	fresh, spent := shaping.Budget{MaxRetry: 3}, shaping.Budget{Retried: 3, MaxRetry: 3}
+	panicked := shaping.Call(context.Background(), func(context.Context, *shaping.Task) error { panic("boom") }, &shaping.Task{})
+	for i, tt := range []struct {
+		err    error
+		b      shaping.Budget
+		want   shaping.Action
+		outage bool
+	}{
+		{&shaping.StatusError{Code: 500}, fresh, shaping.Retry, true},
+		{fmt.Errorf("call: %w", &shaping.StatusError{Code: 502}), spent, shaping.Archive, true},
+		{timeoutErr{}, fresh, shaping.Retry, true},
+		{context.DeadlineExceeded, spent, shaping.Archive, true},
+		{refused, fresh, shaping.Retry, true},
+		{&shaping.StatusError{Code: 418}, fresh, shaping.Retry, false},
+		{shaping.Permanent(&shaping.StatusError{Code: 500}), fresh, shaping.Archive, false},
+		{shaping.Throttled(0, &shaping.StatusError{Code: 503}), fresh, shaping.Throttle, false},
+		{errors.New("bad payload"), fresh, shaping.Retry, false},
+		{context.Canceled, fresh, shaping.Retry, false},
+		{panicked, fresh, shaping.Archive, false},
+		{nil, fresh, shaping.Complete, false},
+	} {
+		for _, adaptive := range []bool{false, true} {
+			d := shaping.Classify(tt.err, tt.b, adaptive)
+			if d.Action != tt.want || d.Outage != tt.outage {
+				t.Errorf("step %d (adaptive %v): Classify(%v) = %v outage %v; want %v outage %v", i, adaptive, tt.err, d.Action, d.Outage, tt.want, tt.outage)
+			}
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
@@ -105,16 +106,24 @@ type Downstream struct {
 	// Adaptive, when set, lets the downstream's answers move the rate
 	// between a floor and a ceiling (AIMD), shared by all processes.
 	Adaptive *Adaptive
+	// Fairness, when set, shares the rate among the admission keys with
+	// tasks waiting (weighted fair share; see Fairness). Producers must
+	// enqueue through queue.ProducerConfig.Fair for it.
+	Fairness *Fairness
 	// Batch, when set, aggregates the downstream's tasks into batches
 	// before shaping (the producer must enqueue them with Batched: see
 	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks
 	// whose payload DecodeBatch reads.
 	Batch *Batch
+	// Breaker, when set, stops releases while the downstream is down
+	// (a ratio of 5xx, timeouts and connection failures), shared by
+	// every process; see Breaker.
+	Breaker *Breaker
 	// ShapingMode is the mode the downstream's shaping starts in: Enforce
 	// (the zero value) or Shadow, where every task reserves its slot (so
 	// shaper_shaping_shadow_wait_seconds is the wait enforcing would have
 	// given) and is released at once. Control.SetMode changes it at
-	// runtime in every process.
+	// runtime in every process. A Breaker holds in shadow too.
 	ShapingMode limiters.Mode
 }
 
@@ -165,20 +174,25 @@ type Config struct {
 	RecoverAfter time.Duration
 	// Clock is this process's clock: schedules are read at Clock.Now, and
 	// the release path, the control loop and the liveness loop wait on its
-	// timers (slots stay on the Redis clock). Nil means the real clock;
-	// tests pass a fake one (see Clock).
+	// timers (slots stay on the Redis clock). A clock other than
+	// clock.Real also dates the adaptive rate's increases and decreases in
+	// its script (instead of Redis TIME), so a test steps AIMD by
+	// advancing it. Nil (the zero value) means clock.Real; tests pass a
+	// fake one (see Clock).
 	Clock Clock
 	// Quarantine tunes the scan for corrupt queue entries (quarantine.go).
 	Quarantine QuarantineConfig
 }
 
 // Dispatcher releases the tasks of its downstreams at their rates.
+// The zero Dispatcher is not usable: New builds one.
 type Dispatcher struct {
 	rdb     redis.UniversalClient
-	store   *lua.Store // recovery and quarantine scripts
+	store   *lua.Store // recovery, quarantine and breaker scripts
 	cfg     Config
 	space   keys.Space
 	buckets *Buckets
+	fair    *FairQueue
 	log     *slog.Logger
 	m       *metrics.Metrics
 
@@ -212,9 +226,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.ControlInterval <= 0 {
 		cfg.ControlInterval = 250 * time.Millisecond
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.RecoverAfter <= 0 {
 		cfg.RecoverAfter = 10 * time.Second
 	}
@@ -225,6 +237,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	d.m = metrics.New(cfg.Registerer)
 	d.control = NewControl(rdb, cfg.Prefix)
+	d.fair = NewFairQueue(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
 		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))
 	return d
@@ -266,8 +279,21 @@ func (d *Dispatcher) Add(ds Downstream) error {
 			return fmt.Errorf("shaping: downstream %q: adaptive floor %s is above the ceiling %s", ds.Name, a.Floor.RateString(), a.Ceiling.RateString())
 		}
 	}
+	if b := ds.Breaker; b != nil {
+		if err := validateBreaker(b, ds.Rate); err != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+		}
+	}
 	if b := ds.Batch; b != nil && (b.MaxRows < 1 || b.MaxDelay < 0 || b.Grace < 0) {
 		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
+	}
+	if f := ds.Fairness; f != nil {
+		if err := f.validate(); err != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+		}
+		if ds.Batch != nil {
+			return fmt.Errorf("shaping: downstream %q: Fairness and Batch cannot be combined", ds.Name)
+		}
 	}
 	if ds.MaxWait == 0 {
 		ds.MaxWait = time.Second
@@ -294,6 +320,9 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
 		r.leases = newLeaseLane(r)
 	}
+	if ds.Breaker != nil {
+		r.brk = newBreaker(r)
+	}
 	lim := ds.Rate
 	r.rate.Store(&lim)
 	r.base.Store(&lim)
@@ -303,6 +332,9 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		d.m.RateInForce.WithLabelValues(ds.Name).Set(ds.Rate.PerSec())
 		d.m.Paused.WithLabelValues(ds.Name).Set(0)
 		d.m.ConcurrencyLimit.WithLabelValues(ds.Name).Set(float64(ds.Concurrency))
+		if ds.Breaker != nil {
+			d.m.BreakerState.WithLabelValues(ds.Name).Set(0)
+		}
 	}
 	return nil
 }
@@ -384,6 +416,12 @@ func (d *Dispatcher) Start() error {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
 		go r.lane.run()
+		if r.ds.Fairness != nil {
+			go r.feed()
+		}
+		if r.brk != nil {
+			go r.brk.run()
+		}
 		if r.leases != nil {
 			go r.leases.run()
 			go r.leases.renewLoop()
@@ -493,6 +531,16 @@ func (d *Dispatcher) State(downstream string) (State, error) {
 	r.smu.Lock()
 	defer r.smu.Unlock()
 	return r.st, nil
+}
+
+// Breaker is a downstream's circuit breaker as this process last saw it
+// (BreakerClosed for one without a breaker), without a Redis call.
+func (d *Dispatcher) Breaker(downstream string) (BreakerStatus, error) {
+	r, err := d.runner(downstream)
+	if err != nil || r.brk == nil {
+		return BreakerStatus{}, err
+	}
+	return r.brk.status(), nil
 }
 
 // Downstreams lists the downstreams in the order they were added.

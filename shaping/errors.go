@@ -34,6 +34,29 @@ func (e *ThrottledError) Unwrap() error { return e.Err }
 // Throttled wraps err as a ThrottledError asking to retry after d.
 func Throttled(d time.Duration, err error) error { return &ThrottledError{After: d, Err: err} }
 
+// StatusError is a downstream's answer carrying a status code, as an
+// error: the http handler returns one for a 5xx other than 503, and a Go
+// handler may return one for its own protocol's equivalent. A Code of 500
+// or more says the downstream is down: it is retried like any error, and a
+// circuit breaker counts it (see Breaker).
+type StatusError struct {
+	// Code is the HTTP status code, or the equivalent.
+	Code int
+	// Err describes the answer; may be nil.
+	Err error
+}
+
+// Error reads as Err, or "status <Code>" without one.
+func (e *StatusError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *StatusError) Unwrap() error { return e.Err }
+
 // ErrPermanent marks a handler error that retrying cannot fix (a 4xx, a bad
 // payload): the task is archived at once with the error.
 var ErrPermanent = errors.New("permanent failure")

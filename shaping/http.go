@@ -33,7 +33,8 @@ type HTTPConfig struct {
 //     an HTTP date) pushes the bucket back for every worker (a bare 429
 //     pauses 1s, or slows the adaptive rate), and the task is retried
 //     without consuming an attempt;
-//   - other 5xx, timeouts, connection errors: retried with backoff;
+//   - other 5xx (a StatusError), timeouts, connection errors: retried
+//     with backoff (a circuit breaker counts them: see Breaker);
 //   - other 4xx: archived at once, with the status and the start of the
 //     response body in the error.
 //
@@ -89,7 +90,7 @@ func HTTPHandler(cfg HTTPConfig) HandlerFunc {
 			d, _ := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 			return Throttled(d, fmt.Errorf("http: %s", resp.Status))
 		case c >= 500:
-			return fmt.Errorf("http: %s: %s", resp.Status, snippet(body))
+			return &StatusError{Code: c, Err: fmt.Errorf("http: %s: %s", resp.Status, snippet(body))}
 		default:
 			return Permanent(fmt.Errorf("http: %s: %s", resp.Status, snippet(body)))
 		}

@@ -28,7 +28,9 @@ type lane struct {
 	// within its late tolerance or wasted, never replayed.
 	stock     []time.Time // slot starts on the Redis clock, oldest first
 	stockCost int64
-	behind    bool // the last reservation started at once (the bucket had room)
+	stockSeq  uint64     // the breaker's seq when the stock was reserved
+	behind    bool       // the last reservation started at once (the bucket had room)
+	fair      *fairOrder // nil: FIFO; else waiters in fair order of their keys
 }
 
 // maxStock bounds the slots a lane reserves ahead of its waiters.
@@ -37,6 +39,9 @@ const maxStock = 32
 // waiter is one worker waiting for its slot.
 type waiter struct {
 	cost     int64
+	key      string
+	tag      float64    // fair order's start tag
+	queued   bool       // in l.q (l.mu)
 	deadline time.Time  // the task's deadline on the local clock; zero: none
 	done     chan grant // buffered: the lane never blocks on a waiter
 }
@@ -46,6 +51,7 @@ type waiter struct {
 type grant struct {
 	slot time.Time
 	now  time.Time // Redis time of the decision
+	seq  uint64    // the breaker's seq before the reservation (0: no breaker)
 	err  error
 }
 
@@ -53,13 +59,17 @@ type grant struct {
 const maxBatch = 256
 
 func newLane(r *runner) *lane {
-	return &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
+	l := &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
+	if r.ds.Fairness != nil {
+		l.fair = newFairOrder(r.ds.Fairness)
+	}
+	return l
 }
 
-// wait queues a worker for a slot of cost units (at the front when it is
-// retrying a wasted slot) and blocks until the lane grants one.
-func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) {
-	w := &waiter{cost: cost, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
+// wait queues a worker for a slot of cost units for key (at the front
+// when it is retrying a wasted slot) and blocks until the lane grants one.
+func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
+	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
@@ -74,9 +84,12 @@ func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) 
 		return g, g.err
 	}
 	var e *list.Element
-	if front {
+	switch {
+	case l.fair != nil:
+		e = l.fair.insert(l.q, w, front)
+	case front:
 		e = l.q.PushFront(w)
-	} else {
+	default:
 		e = l.q.PushBack(w)
 	}
 	l.mu.Unlock()
@@ -91,7 +104,9 @@ func (l *lane) wait(ctx context.Context, cost int64, front bool) (grant, error) 
 	case <-l.r.d.stopping:
 	}
 	l.mu.Lock()
-	l.q.Remove(e) // a no-op when granted meanwhile: that slot is wasted, never replayed
+	if w.queued { // else granted meanwhile: that slot is wasted, never replayed
+		l.remove(e)
+	}
 	l.mu.Unlock()
 	if ctx.Err() != nil {
 		return grant{}, ctx.Err()
@@ -110,7 +125,7 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 		slot := l.stock[0]
 		l.stock = l.stock[1:]
 		if l.r.d.cfg.Clock.Now().Sub(slot.Add(off)) <= tol {
-			return grant{slot: slot, now: slot}, true
+			return grant{slot: slot, now: slot, seq: l.stockSeq}, true
 		}
 	}
 	return grant{}, false
@@ -137,7 +152,7 @@ func (l *lane) head() (cost int64, n int) {
 // hand gives the waiters of cost at the front their reserved slots, in
 // order; slots left over (waiters gone meanwhile, or reserved ahead) go to
 // the stock.
-func (l *lane) hand(cost int64, res Reservation) {
+func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	j := 0
@@ -146,15 +161,14 @@ func (l *lane) hand(cost int64, res Reservation) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		l.q.Remove(e)
-		e.Value.(*waiter).done <- grant{slot: res.SlotN(j), now: res.Now}
+		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq}
 	}
 	if j == res.Count {
 		return
 	}
 	// slots no waiter took: stock for the next ones
-	if l.stockCost != cost {
-		l.stock, l.stockCost = nil, cost
+	if l.stockCost != cost || l.stockSeq != seq {
+		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
 	}
 	for ; j < res.Count; j++ {
 		l.stock = append(l.stock, res.SlotN(j))
@@ -166,9 +180,29 @@ func (l *lane) refuse(cost int64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.q.Front(); e != nil && e.Value.(*waiter).cost == cost {
-		l.q.Remove(e)
-		e.Value.(*waiter).done <- grant{err: err}
+		l.remove(e).done <- grant{err: err}
 	}
+}
+
+// remove takes e's waiter out of the queue (l.mu held).
+func (l *lane) remove(e *list.Element) *waiter {
+	w := e.Value.(*waiter)
+	l.q.Remove(e)
+	w.queued = false
+	if l.fair != nil {
+		l.fair.removed(w)
+	}
+	return w
+}
+
+// backlogged reports whether another waiter of key is queued here.
+func (l *lane) backlogged(key string) bool {
+	if l.fair == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fair.waiting[key] > 0
 }
 
 // run serves the waiters until the dispatcher stops.
@@ -194,12 +228,25 @@ func (l *lane) run() {
 			}
 			continue
 		}
+		seq, probe := uint64(0), false
+		if b := r.brk; b != nil {
+			g := b.gate()
+			if !g.ok {
+				if !l.sleepOr(g.wait, g.changed) {
+					return
+				}
+				continue
+			}
+			seq, probe = g.seq, g.probe
+		}
 		ask := n
-		if l.behindNow() {
+		if probe {
+			ask = 1 // a half-open probe
+		} else if l.behindNow() {
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.ds.MaxWait)
+		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.lookahead())
 		cancel()
 		switch {
 		case errors.Is(err, limiters.ErrCostExceedsCapacity):
@@ -222,7 +269,7 @@ func (l *lane) run() {
 		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
 			r.observeWaits(res)
-			l.hand(cost, res)
+			l.hand(cost, res, seq)
 			continue
 		}
 		if m := r.d.m; m != nil {
@@ -247,16 +294,19 @@ func (l *lane) setBehind(b bool) {
 }
 
 // roomIn is how long until the bucket has room for the waiters: the first
-// slot opens when the wait falls back to MaxWait, and the lane waits for
-// room for a share of its waiters (at most an eighth of the bucket) so that
-// one call serves several. A random part of one interval keeps the lanes
-// of several processes from calling at the same instant.
+// slot opens when the wait falls back to the look-ahead (MaxWait), and the
+// lane waits for room for a share of its waiters (an eighth of the bucket,
+// or half of a shorter look-ahead) so that one call serves several. A
+// random part of one interval keeps the lanes of several processes from
+// calling at the same instant.
 func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
 	r := l.r
-	iv := r.rate.Load().Interval(cost)
-	share := max(int(r.rate.Load().UnitsIn(r.ds.MaxWait)/max(cost, 1))/8, 1)
+	rate := r.rate.Load()
+	iv := rate.Interval(cost)
+	ahead := r.lookahead()
+	share := min(max(int(rate.UnitsIn(r.ds.MaxWait)/max(cost, 1))/8, 1), max(int(rate.UnitsIn(ahead)/max(cost, 1))/2, 1))
 	k := min(n, share)
-	d := res.Wait - r.ds.MaxWait + time.Duration(k-1)*iv
+	d := res.Wait - ahead + time.Duration(k-1)*iv
 	return max(d, iv) + time.Duration(rand.Int64N(int64(iv)+1))
 }
 

@@ -49,7 +49,7 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		defer r.leases.release(lease)
 	}
 	for {
-		res, err := r.slot(ctx, t.Cost)
+		res, tok, err := r.slot(ctx, t.Cost, t.Key)
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
 			r.outcome("malformed")
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
@@ -69,6 +69,11 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			return r.giveBack(ctx)
 		}
 		d := Classify(herr, budget, r.ds.Adaptive != nil)
+		if r.brk != nil && r.brk.record(ctx, tok, d) {
+			// the breaker opened over this failure: it is the outage's,
+			// not the task's, and the task waits for the breaker
+			d = Decision{Action: Throttle, Adapt: d.Adapt, Outcome: "outage"}
+		}
 		r.outcome(d.Outcome)
 		if d.Adapt != "" {
 			r.adapt(d.Adapt)
@@ -119,6 +124,9 @@ func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr erro
 		// Lateness on the local clock: the wait was timed locally from
 		// the reply, so compare against when the wait ended.
 		m.Lateness.WithLabelValues(r.ds.Name).Observe(max(time.Since(t.Slot), 0).Seconds())
+	}
+	if r.ds.Fairness != nil {
+		r.fstats.release(t.Key, r.lane.backlogged(t.Key), r.d.cfg.Clock.Now())
 	}
 	return Call(ctx, h, t), true
 }

@@ -11,3 +11,6 @@ import (
 func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
 	return s.call(ctx, b, cost, maxWait, opReserve, now.UnixMicro(), 1)
 }
+
+// SetFairNow gives q's scripts an explicit clock (fair.lua's now).
+func SetFairNow(q *FairQueue, now func() time.Time) { q.now = now }

@@ -35,11 +35,14 @@ type runner struct {
 	lastInc atomic.Int64 // unix ns of the last "inc" sent
 	lane    *lane
 	leases  *leaseLane   // nil without a concurrency cap
+	brk     *breaker     // nil without a circuit breaker
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
 	mode    atomic.Int32 // shaping mode last applied (modeUnknown before the first)
 
-	smu sync.Mutex
-	st  State // runtime state as last read from Redis
+	smu    sync.Mutex
+	st     State     // runtime state as last read from Redis
+	fairSt FairState // what the last feed saw (fair downstreams)
+	fstats fairStats // releases per key, last minute (fair downstreams)
 }
 
 func (r *runner) setPaused(p bool) {
@@ -119,17 +122,18 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // acquire waits in the lane for a slot, then until the slot. It fails
 // only when ctx ends, the dispatcher stops, or the cost can never fit
 // (ErrCostExceedsCapacity); Redis errors are retried by the lane (shaping
-// fails closed: nothing is released without a reservation).
-func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
+// fails closed: nothing is released without a reservation). The token
+// says what breaker state the release goes out in.
+func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservation, brkToken, error) {
 	front := false
 	for {
-		g, err := r.lane.wait(ctx, cost, front)
+		g, err := r.lane.wait(ctx, cost, key, front)
 		if err != nil {
-			return Reservation{}, err
+			return Reservation{}, brkToken{}, err
 		}
 		deadline := g.slot.Add(r.offset.get()) // the slot on the local clock
 		if !r.sleep(ctx, deadline.Sub(r.d.cfg.Clock.Now())) {
-			return Reservation{}, errStopping // the slot is wasted, never replayed
+			return Reservation{}, brkToken{}, errStopping // the slot is wasted, never replayed
 		}
 		// A worker that wakes far behind its slot (CPU starvation, a GC or
 		// a slow Redis reply) would release next to the following slots and
@@ -142,7 +146,17 @@ func (r *runner) acquire(ctx context.Context, cost int64) (Reservation, error) {
 			front = true
 			continue
 		}
-		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now)}, nil
+		var tok brkToken
+		if r.brk != nil {
+			var ok bool
+			if tok, ok = r.brk.claim(g.seq); !ok {
+				// the breaker opened (or moved) while the slot came: the
+				// slot is wasted, and the task waits for the breaker
+				front = true
+				continue
+			}
+		}
+		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now)}, tok, nil
 	}
 }
 

@@ -144,44 +144,64 @@ func (r *runner) applyMode(st State) {
 // the bucket full waits in the queue and reserves later; the unbounded
 // reservation is that wait too), the wait is recorded as the one it would
 // have had, and the task is released at once. Redis errors are retried
-// (shaping fails closed, in shadow too).
-func (r *runner) shadowSlot(ctx context.Context, cost int64) (Reservation, error) {
+// (shaping fails closed, in shadow too), and a breaker holds as in
+// enforce mode: it guards the downstream, not its rate.
+func (r *runner) shadowSlot(ctx context.Context, cost int64) (Reservation, brkToken, error) {
 	backoff := 50 * time.Millisecond
 	for {
 		if gate := r.pauseGate(); gate != nil {
 			select {
 			case <-gate:
 			case <-ctx.Done():
-				return Reservation{}, ctx.Err()
+				return Reservation{}, brkToken{}, ctx.Err()
 			case <-r.d.stopping:
-				return Reservation{}, errStopping
+				return Reservation{}, brkToken{}, errStopping
 			}
+		}
+		var seq uint64
+		if b := r.brk; b != nil {
+			g := b.gate()
+			if !g.ok {
+				if !r.lane.sleepOr(g.wait, g.changed) {
+					return Reservation{}, brkToken{}, errStopping
+				}
+				continue
+			}
+			seq = g.seq
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.d.cfg.RedisTimeout)
 		res, err := r.d.buckets.Reserve(rctx, r.bucket(), cost, -1)
 		cancel()
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
-			return Reservation{}, err
+			return Reservation{}, brkToken{}, err
 		}
-		if err == nil {
-			if m := r.d.m; m != nil {
-				m.ShadowWait.WithLabelValues(r.ds.Name).Observe(res.Wait.Seconds())
+		if err != nil {
+			if !r.sleep(ctx, backoff) {
+				return Reservation{}, brkToken{}, errStopping
 			}
-			return Reservation{OK: true, Count: 1, Now: res.Now}, nil
+			backoff = min(backoff*2, 2*time.Second)
+			continue
 		}
-		if !r.sleep(ctx, backoff) {
-			return Reservation{}, errStopping
+		if m := r.d.m; m != nil {
+			m.ShadowWait.WithLabelValues(r.ds.Name).Observe(res.Wait.Seconds())
 		}
-		backoff = min(backoff*2, 2*time.Second)
+		var tok brkToken
+		if r.brk != nil {
+			var ok bool
+			if tok, ok = r.brk.claim(seq); !ok {
+				continue // the breaker moved meanwhile: ask it again
+			}
+		}
+		return Reservation{OK: true, Count: 1, Now: res.Now}, tok, nil
 	}
 }
 
 // slot is the task's slot: acquire's, or shadowSlot's in shadow mode.
-func (r *runner) slot(ctx context.Context, cost int64) (Reservation, error) {
+func (r *runner) slot(ctx context.Context, cost int64, key string) (Reservation, brkToken, error) {
 	if r.inShadow() {
 		return r.shadowSlot(ctx, cost)
 	}
-	return r.acquire(ctx, cost)
+	return r.acquire(ctx, cost, key)
 }
 
 // Versions reads every downstream's change counter, the one command a

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -523,12 +524,12 @@ func TestClusterKeyMemory(t *testing.T) {
 	} {
 		name := fmt.Sprintf("api%d", len(rows))
 		now := time.Now()
-		cfg := limiters.Config{Name: name, Algorithm: c.alg, Limit: c.limit, Prefix: prefix, Now: func() time.Time { return now }}
+		cfg := limiters.Config{Name: name, Algorithm: c.alg, Limit: c.limit, Prefix: prefix, Clock: clocktest.New(now)}
 		l, err := limiters.New(cc, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Now = func() time.Time { return now.Add(-c.limit.Period) }
+		cfg.Clock = clocktest.New(now.Add(-c.limit.Period))
 		prev, err := limiters.New(cc, cfg) // the same keys, a window earlier
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/queue"
 )
 
 // slowSink answers after d and remembers the most calls it had open at once.
@@ -94,6 +96,81 @@ downstreams:
 	for i := range n {
 		if sink.payloads[fmt.Sprintf(`{"n":%d}`, i)] == 0 {
 			t.Errorf("task %d never delivered", i)
+		}
+	}
+}
+
+// Three shaper processes, `key_concurrency: 1` over 10 tenants and calls of
+// 100ms: never two calls of one tenant open at once, several tenants at
+// once, every task delivered once (issue 13).
+func TestKeyConcurrencyThreeProcesses(t *testing.T) {
+	var mu sync.Mutex
+	open, maxOpen, most := map[string]int{}, map[string]int{}, 0
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var tt tenantTask
+		json.Unmarshal(b, &tt)
+		mu.Lock()
+		open[tt.T]++
+		maxOpen[tt.T] = max(maxOpen[tt.T], open[tt.T])
+		n := 0
+		for _, c := range open {
+			n += c
+		}
+		most = max(most, n)
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond) // the call time the cap is about
+		mu.Lock()
+		open[tt.T]--
+		seen[string(b)]++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	prefix := redistest.Prefix(t)
+	cfg := fmt.Sprintf(`
+redis: {url: %q, prefix: %q}
+http: {listen: "127.0.0.1:0"}
+shutdown_timeout: 5s
+downstreams:
+  - name: api
+    rate: 100/s
+    key_concurrency: 1
+    handler: {type: http, url: %q, timeout: 5s}
+`, redistest.URL(t), prefix, srv.URL)
+	p := fairProducer(t, cfg)
+	const keys, per = 10, 15
+	for i := range per {
+		for k := range keys {
+			b, _ := json.Marshal(tenantTask{fmt.Sprintf("k%d", k), i})
+			if _, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: fmt.Sprintf("k%d", k), Payload: b}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
+	waitFor(t, 60*time.Second, "every task delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == keys*per
+	})
+	for _, pr := range procs {
+		pr.stop(t)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("key_concurrency 1 × 3 processes: at most %d calls open at once over %d keys; per key at most %v", most, keys, maxOpen)
+	for k, m := range maxOpen {
+		if m > 1 {
+			t.Errorf("%s had %d calls open at once, want at most 1", k, m)
+		}
+	}
+	if most < 5 {
+		t.Errorf("at most %d calls open at once over %d keys, want several keys served together (≥ 5)", most, keys)
+	}
+	for b, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times, want once", b, n)
 		}
 	}
 }

@@ -73,13 +73,7 @@ func enqueueOn(t *testing.T, rdb redis.UniversalClient, prefix string, n int) {
 	}
 }
 
-func delivered(sink *testsink.Sink) map[string]int {
-	seen := map[string]int{}
-	for _, h := range sink.OK() {
-		seen[h.Payload]++
-	}
-	return seen
-}
+func delivered(sink *testsink.Sink) map[string]int { return sink.Delivered() }
 
 // kill -9 one of three workers mid-run: every task is delivered, the
 // survivors take over, no second carries more than rate+1, and duplicates

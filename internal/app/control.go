@@ -39,7 +39,7 @@ func Status(ctx context.Context, d *shaping.Dispatcher, in *queue.Inspector, pl 
 		}
 		var configured string
 		if pd, ok := pl.Downstream(ds.Name); ok {
-			configured = pd.Config.Rate.String()
+			configured = pd.Written.Rate
 		}
 		s := DownstreamStatus{Name: ds.Name, Configured: configured, InForce: ds.Rate.PerSec(), Paused: st.Paused,
 			Adaptive: st.Adaptive, Workers: ds.Workers, MaxWait: ds.MaxWait.String()}

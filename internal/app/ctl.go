@@ -43,14 +43,14 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	if *path == "" || len(rest) == 0 {
 		return fmt.Errorf("%w: -config and a command are required\n%s", ErrUsage, ctlUsage)
 	}
-	cfg, pl, err := loadPlan(*path)
+	pl, err := loadPlan(*path)
 	if err != nil {
 		return err
 	}
-	if cfg.Redis.Embedded() {
+	if pl.Redis.Embedded() {
 		return fmt.Errorf("%w: ctl needs redis.url, cluster or sentinel in the config (the embedded Redis lives inside one shaper process)", ErrUsage)
 	}
-	rdb, closeRedis, err := OpenRedis(cfg.Redis)
+	rdb, closeRedis, err := OpenRedis(pl.Redis)
 	if err != nil {
 		return err
 	}
@@ -126,16 +126,16 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, pl *plan.Plan, out io.Writer) error {
 	var all []map[string]any
 	for _, pd := range pl.Downstreams {
-		dc := pd.Config
-		st, err := ctl.State(ctx, dc.Name)
+		name := pd.Shaping.Name
+		st, err := ctl.State(ctx, name)
 		if err != nil {
 			return err
 		}
-		b, err := in.Backlog(dc.Name)
+		b, err := in.Backlog(name)
 		if err != nil {
 			return err
 		}
-		row := map[string]any{"name": dc.Name, "configured_rate": dc.Rate.String(), "paused": st.Paused, "backlog": toBacklogJSON(b)}
+		row := map[string]any{"name": name, "configured_rate": pd.Written.Rate, "paused": st.Paused, "backlog": toBacklogJSON(b)}
 		if !st.Override.IsZero() {
 			row["override_rate"] = st.Override.RateString()
 		}

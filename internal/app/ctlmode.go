@@ -71,10 +71,8 @@ func modeKey(limiter string) string {
 // admission limiter by name, the runtime mode over the configured one.
 func modesOf(pd *plan.Downstream, st shaping.State) map[string]string {
 	out := map[string]string{"shaping": st.ModeOf("", pd.Shaping.ShapingMode).String()}
-	if a := pd.Config.Admission; a != nil {
-		for _, l := range a.Limiters {
-			out[l.Name] = st.ModeOf(l.Name, l.Mode.Limiters()).String()
-		}
+	for _, l := range pd.Written.Limiters {
+		out[l.Name] = st.ModeOf(l.Name, l.Mode).String()
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/shaping"
 	"github.com/shaper-io/shaper/shaping/pgsink"
 )
@@ -34,13 +35,13 @@ func newPostgresSinks(rdb redis.UniversalClient, prefix string, log *slog.Logger
 	return &postgresSinks{rdb: rdb, prefix: prefix, log: log}
 }
 
-// handler opens dc's pool and checks its table. A table that does not fit
-// the config (a missing table or column, an ID column without a unique
-// index) is an error naming the field; a database that does not answer
-// yet is only logged: its batches wait (throttled) until it does.
-func (p *postgresSinks) handler(ctx context.Context, dc config.Downstream) (shaping.HandlerFunc, error) {
-	h := dc.Handler
-	dsn, err := h.DSN()
+// handler opens the pool of downstream name's postgres handler h and
+// checks its table. A table that does not fit the config (a missing table
+// or column, an ID column without a unique index) is an error naming the
+// field; a database that does not answer yet is only logged: its batches
+// wait (throttled) until it does.
+func (p *postgresSinks) handler(ctx context.Context, name string, h plan.Postgres) (shaping.HandlerFunc, error) {
+	dsn, err := h.DSN.Read()
 	if e, ok := errors.AsType[*config.Error](err); ok {
 		return nil, fmt.Errorf("%s: %s", e.Path, e.Msg)
 	} else if err != nil {
@@ -49,18 +50,18 @@ func (p *postgresSinks) handler(ctx context.Context, dc config.Downstream) (shap
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts the password in its message.
-		return nil, fmt.Errorf("dsn_env: %s does not hold a valid PostgreSQL DSN: %v", h.DSNEnv, err)
+		return nil, fmt.Errorf("dsn_env: %s does not hold a valid PostgreSQL DSN: %v", h.DSN.Env, err)
 	}
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
-		pcfg.ConnConfig.RuntimeParams["application_name"] = "shaper/" + dc.Name
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "shaper/" + name
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("dsn_env: %v", err)
 	}
 	sink, err := pgsink.New(pool, pgsink.Config{Table: h.Table, Columns: h.Columns, IDColumn: h.IDColumn,
-		OnConflict: h.OnConflict, Timeout: time.Duration(h.Timeout), Isolate: pgsink.Requeue(p.rdb, p.prefix),
-		Logger: p.log.With("downstream", dc.Name)})
+		OnConflict: h.OnConflict, Timeout: h.Timeout, Isolate: pgsink.Requeue(p.rdb, p.prefix),
+		Logger: p.log.With("downstream", name)})
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 		err = sink.Check(cctx)
@@ -72,7 +73,7 @@ func (p *postgresSinks) handler(ctx context.Context, dc config.Downstream) (shap
 	}
 	if err != nil {
 		p.log.Warn("postgres handler: cannot check the table yet; batches wait until the database answers",
-			"downstream", dc.Name, "table", h.Table, "err", err)
+			"downstream", name, "table", h.Table, "err", err)
 	}
 	p.mu.Lock()
 	p.pools = append(p.pools, pool)

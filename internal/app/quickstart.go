@@ -66,8 +66,11 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		fmt.Fprintf(out, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 	}
 	release := shaping.LogHandler(logf)
-	cfg := demoConfig(opts.Rate)
-	d, p, err := startDemo(rdb, cfg, reg, quiet, func(ctx context.Context, t *shaping.Task) error {
+	pl, err := plan.Build(demoConfig(opts.Rate))
+	if err != nil {
+		return err
+	}
+	d, p, err := startDemo(rdb, pl, reg, quiet, func(ctx context.Context, t *shaping.Task) error {
 		released.Add(1)
 		return release(ctx, t)
 	})
@@ -86,7 +89,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		return err
 	}
 	defer srv.Shutdown(context.Background())
-	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Plan: pl})
 	page.Mount(srv)
 	go page.Run(ctx)
 
@@ -135,13 +138,9 @@ func demoConfig(rate limiters.Limit) *config.Config {
 				Rate: config.RateOf(tenantLimit), Burst: tenantLimit.Burst}}}}}}
 }
 
-// startDemo builds the dispatcher and the producer of cfg's plan, as Run
-// does, with h as the demo downstream's handler.
-func startDemo(rdb redis.UniversalClient, cfg *config.Config, reg prometheus.Registerer, quiet *slog.Logger, h shaping.HandlerFunc) (*shaping.Dispatcher, *queue.Producer, error) {
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
+// startDemo builds the dispatcher and the producer of the demo's plan, as
+// Run does, with h as the demo downstream's handler.
+func startDemo(rdb redis.UniversalClient, pl *plan.Plan, reg prometheus.Registerer, quiet *slog.Logger, h shaping.HandlerFunc) (*shaping.Dispatcher, *queue.Producer, error) {
 	dcfg := pl.Dispatcher
 	dcfg.Logger, dcfg.Registerer = quiet, reg
 	d := shaping.New(rdb, dcfg)

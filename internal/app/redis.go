@@ -8,17 +8,16 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/redisconn"
 )
 
-// OpenRedis connects as cfg says (see redisconn.Open) or, when cfg names
-// no Redis, starts an embedded in-process one (for trying shaper out on
-// one machine; its state dies with the process). The returned close func
+// OpenRedis connects as o says (see redisconn.Open) or, when o names no
+// Redis, starts an embedded in-process one (for trying shaper out on one
+// machine; its state dies with the process). The returned close func
 // closes the client and the embedded server.
-func OpenRedis(cfg config.Redis) (redis.UniversalClient, func(), error) {
-	if !cfg.Embedded() {
-		return redisconn.Open(cfg)
+func OpenRedis(o redisconn.Options) (redis.UniversalClient, func(), error) {
+	if !o.Embedded() {
+		return redisconn.Open(o)
 	}
 	addr, stop, err := StartEmbedded()
 	if err != nil {

@@ -23,6 +23,8 @@ import (
 
 	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
+	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/redistest"
 )
 
@@ -45,6 +47,16 @@ func parse(t *testing.T, yaml string) *config.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// redisOf is how the plan of yaml reaches Redis.
+func redisOf(t *testing.T, yaml string) redisconn.Options {
+	t.Helper()
+	pl, err := plan.Build(parse(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.Redis
 }
 
 func ping(rdb redis.UniversalClient) error {
@@ -74,8 +86,8 @@ func TestRedisPasswordAndACLUser(t *testing.T) {
 		{"no password", fmt.Sprintf(`{url: "redis://%s"}`, srv.Addr), false},
 	}
 	for _, c := range cases {
-		cfg := parse(t, "redis: "+c.redis+"\nhttp: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n")
-		rdb, closeFn, err := app.OpenRedis(cfg.Redis)
+		ro := redisOf(t, "redis: "+c.redis+"\nhttp: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n")
+		rdb, closeFn, err := app.OpenRedis(ro)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -87,8 +99,8 @@ func TestRedisPasswordAndACLUser(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), secret) {
 			t.Errorf("%s: the error shows the password: %v", c.name, err)
 		}
-		if s := cfg.Redis.String(); strings.Contains(s, secret) {
-			t.Errorf("%s: config String() shows the password: %s", c.name, s)
+		if s := ro.String(); strings.Contains(s, secret) {
+			t.Errorf("%s: the plan's Redis String() shows the password: %s", c.name, s)
 		}
 	}
 }
@@ -133,8 +145,8 @@ func TestRedisTLSWithCAFile(t *testing.T) {
 	srv := startRedis(t, "--tls-port", fmt.Sprint(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
 	_ = srv
-	cfg := parse(t, fmt.Sprintf("redis: {url: \"rediss://127.0.0.1:%d\", tls_ca_file: %q}\nhttp: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n", port, caFile))
-	rdb, closeFn, err := app.OpenRedis(cfg.Redis)
+	ro := redisOf(t, fmt.Sprintf("redis: {url: \"rediss://127.0.0.1:%d\", tls_ca_file: %q}\nhttp: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n", port, caFile))
+	rdb, closeFn, err := app.OpenRedis(ro)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +155,8 @@ func TestRedisTLSWithCAFile(t *testing.T) {
 		t.Fatalf("ping over TLS with the CA file: %v", err)
 	}
 	// without the CA the server's certificate is not trusted
-	cfg2 := parse(t, fmt.Sprintf("redis: {url: \"rediss://127.0.0.1:%d\"}\nhttp: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n", port))
-	rdb2, close2, err := app.OpenRedis(cfg2.Redis)
+	ro2 := redisOf(t, fmt.Sprintf("redis: {url: \"rediss://127.0.0.1:%d\"}\nhttp: {listen: off}\ndownstreams: [{name: a, rate: 1/s, handler: {type: log}}]\n", port))
+	rdb2, close2, err := app.OpenRedis(ro2)
 	if err != nil {
 		t.Fatal(err)
 	}

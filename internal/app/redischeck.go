@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/redisconn"
 )
 
@@ -21,7 +20,7 @@ import (
 // plain Redis), or a database index the server does not have. Any other
 // failure (Redis down or slow) is returned as warn, to be logged: workers
 // hold off until Redis answers.
-func checkRedisAtStart(rdb redis.UniversalClient, cfg config.Redis, d time.Duration) (warn, err error) {
+func checkRedisAtStart(rdb redis.UniversalClient, o redisconn.Options, d time.Duration) (warn, err error) {
 	perr := Ping(rdb, d)
 	if perr == nil {
 		return nil, nil
@@ -30,14 +29,14 @@ func checkRedisAtStart(rdb redis.UniversalClient, cfg config.Redis, d time.Durat
 	if errors.As(perr, &he) {
 		if probePlainRedis(he.Addr, min(d, time.Second)) {
 			return nil, fmt.Errorf("redis %s: TLS handshake failed: the server at %s speaks plain-text Redis, not TLS (use redis://, not rediss://)",
-				cfg.String(), he.Addr)
+				o.String(), he.Addr)
 		}
 		// A certificate that does not verify or a server that answers
 		// something else is permanent; a handshake that timed out may be
 		// a slow server, so it only warns, like Redis being down.
 		var ne net.Error
 		if !errors.Is(he.Err, context.DeadlineExceeded) && !(errors.As(he.Err, &ne) && ne.Timeout()) {
-			return nil, fmt.Errorf("redis %s: %v", cfg.String(), he)
+			return nil, fmt.Errorf("redis %s: %v", o.String(), he)
 		}
 	}
 	if msg := perr.Error(); strings.Contains(msg, "DB index is out of range") {

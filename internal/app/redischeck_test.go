@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/app"
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/redisconn"
 )
 
@@ -21,7 +20,7 @@ import (
 func TestRedissAgainstPlainTextRedis(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
-	rdb, closeRedis, err := app.OpenRedis(config.Redis{URL: "rediss://" + srv.Addr, Prefix: "x", Timeout: config.Duration(100 * time.Millisecond)})
+	rdb, closeRedis, err := app.OpenRedis(redisconn.Options{URL: "rediss://" + srv.Addr, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

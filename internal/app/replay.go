@@ -37,7 +37,7 @@ func Replay(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	if *path == "" || fs.NArg() != 1 {
 		return fmt.Errorf("%w: -config and one arrivals file are required\n%s", ErrUsage, replayUsage)
 	}
-	_, pl, err := loadPlan(*path)
+	pl, err := loadPlan(*path)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func Replay(ctx context.Context, args []string, stdin io.Reader, out io.Writer) 
 	}
 	def := ""
 	if len(pl.Downstreams) == 1 {
-		def = pl.Downstreams[0].Config.Name
+		def = pl.Downstreams[0].Shaping.Name
 	}
 	arrivals, err := replay.Parse(in, def)
 	if err != nil {

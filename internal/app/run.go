@@ -52,11 +52,16 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	token, err := cfg.HTTP.Token()
+	return runPlan(ctx, pl, opts, log)
+}
+
+// runPlan is Run after the plan is built: nothing below reads the config.
+func runPlan(ctx context.Context, pl *plan.Plan, opts Options, log *slog.Logger) error {
+	token, err := pl.Token.Read()
 	if err != nil {
 		return err
 	}
-	rdb, closeRedis, err := OpenRedis(cfg.Redis)
+	rdb, closeRedis, err := OpenRedis(pl.Redis)
 	if err != nil {
 		return err
 	}
@@ -84,9 +89,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	addr := ""
 	if pl.Listen != "" {
 		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
-		mountAPI(srv, producer, d, inspector, int64(cfg.HTTP.MaxBody), log)
+		mountAPI(srv, producer, d, inspector, pl.MaxBody, log)
 		mountControl(srv, d, inspector, pl)
-		mountStatus(ctx, srv, d, cfg, reg)
+		mountStatus(ctx, srv, d, pl, reg)
 		if addr, err = srv.Start(); err != nil {
 			return err
 		}
@@ -97,19 +102,19 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}()
 	}
 
-	if warn, err := checkRedisAtStart(rdb, cfg.Redis, 5*time.Second); err != nil {
+	if warn, err := checkRedisAtStart(rdb, pl.Redis, 5*time.Second); err != nil {
 		return err
 	} else if warn != nil {
-		log.Warn("redis is not answering yet; workers will hold off until it does", "redis", cfg.Redis.String(), "err", warn)
+		log.Warn("redis is not answering yet; workers will hold off until it does", "redis", pl.Redis.String(), "err", warn)
 	}
 	if err := d.Start(); err != nil {
 		return err
 	}
 	go collectBacklog(ctx, inspector, d, m)
 	if len(pl.Cron) > 0 {
-		go queue.NewCron(rdb, producer, pl.Prefix, pl.Cron, log, reg).Run(ctx)
+		go queue.NewCron(rdb, producer, queue.CronConfig{Prefix: pl.Prefix, Jobs: pl.Cron, Logger: log, Registerer: reg}).Run(ctx)
 	}
-	log.Info("shaper started", "redis", cfg.Redis.String(), "http", addr, "downstreams", len(cfg.Downstreams))
+	log.Info("shaper started", "redis", pl.Redis.String(), "http", addr, "downstreams", len(pl.Downstreams))
 	for _, ds := range d.Downstreams() {
 		log.Info("downstream", "name", ds.Name, "rate", ds.Rate.RateString(), "burst", max(ds.Burst, 1),
 			"max_wait", ds.MaxWait.String(), "workers", ds.Workers)
@@ -118,8 +123,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		opts.OnReady(addr)
 	}
 	<-ctx.Done()
-	log.Info("shutting down: no new tasks; releases in flight may finish", "timeout", time.Duration(cfg.ShutdownTimeout).String())
-	err = shutdownWithin(d, time.Duration(cfg.ShutdownTimeout)+shutdownMargin, log)
+	log.Info("shutting down: no new tasks; releases in flight may finish", "timeout", pl.Dispatcher.ShutdownTimeout.String())
+	err = shutdownWithin(d, pl.Dispatcher.ShutdownTimeout+shutdownMargin, log)
 	log.Info("stopped")
 	return err
 }
@@ -157,7 +162,7 @@ func newDispatcher(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan
 	for i, pd := range pl.Downstreams {
 		ds := pd.Shaping
 		var err error
-		if ds.Handler, err = handlerFor(ctx, pd.Config, gos, log, pg); err != nil {
+		if ds.Handler, err = handlerFor(ctx, pd, gos, log, pg); err != nil {
 			return nil, fmt.Errorf("config: downstreams[%d].handler: %w", i, err)
 		}
 		if err := d.Add(ds); err != nil {
@@ -167,24 +172,22 @@ func newDispatcher(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan
 	return d, nil
 }
 
-func handlerFor(ctx context.Context, dc config.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger, pg *postgresSinks) (shaping.HandlerFunc, error) {
-	switch dc.Handler.Type {
-	case config.HandlerPostgres:
-		return pg.handler(ctx, dc)
-	case config.HandlerHTTP:
-		return shaping.HTTPHandler(shaping.HTTPConfig{URL: dc.Handler.URL, Method: dc.Handler.Method,
-			Headers: dc.Handler.Headers, Timeout: time.Duration(dc.Handler.Timeout)}), nil
-	case config.HandlerLog:
+func handlerFor(ctx context.Context, pd plan.Downstream, gos map[string]shaping.HandlerFunc, log *slog.Logger, pg *postgresSinks) (shaping.HandlerFunc, error) {
+	name := pd.Shaping.Name
+	switch h := pd.Handler; {
+	case h.Postgres != nil:
+		return pg.handler(ctx, name, *h.Postgres)
+	case h.HTTP != nil:
+		return shaping.HTTPHandler(*h.HTTP), nil
+	case h.Log:
 		return shaping.LogHandler(func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) }), nil
-	case config.HandlerGo:
-		if h, ok := gos[dc.Name]; ok {
-			return h, nil
-		}
-		// The shaper binary registers none: type go is for programs that
-		// embed shaper (app.Run with Options.Handlers).
-		return nil, fmt.Errorf(`type "go" needs a Go program that embeds shaper and registers a handler for %q (app.Options.Handlers; a Go handler: examples/batchwrites); the shaper command has none, use type http or log`, dc.Name)
 	}
-	return nil, fmt.Errorf("unknown type %q", dc.Handler.Type)
+	if h, ok := gos[name]; ok {
+		return h, nil
+	}
+	// The shaper binary registers none: type go is for programs that
+	// embed shaper (app.Run with Options.Handlers).
+	return nil, fmt.Errorf(`type "go" needs a Go program that embeds shaper and registers a handler for %q (app.Options.Handlers; a Go handler: examples/batchwrites); the shaper command has none, use type http or log`, name)
 }
 
 // backlogInterval spaces the backlog gauges' samples: five commands per

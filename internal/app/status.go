@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/internal/statuspage"
 	"github.com/shaper-io/shaper/queue"
@@ -20,8 +20,8 @@ import (
 //
 // The page's sampler (one Gather of reg a second, and one read of each
 // downstream's runtime state) runs until ctx ends.
-func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, cfg *config.Config, reg *prometheus.Registry) {
-	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Config: cfg})
+func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, pl *plan.Plan, reg *prometheus.Registry) {
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Plan: pl})
 	page.Mount(srv)
 	go page.Run(ctx)
 }

@@ -25,14 +25,10 @@ func parseSubcommand(fs *flag.FlagSet, args []string, usage string, out io.Write
 }
 
 // loadPlan loads the config at path and builds its plan.
-func loadPlan(path string) (*config.Config, *plan.Plan, error) {
+func loadPlan(path string) (*plan.Plan, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cfg, pl, nil
+	return plan.Build(cfg)
 }

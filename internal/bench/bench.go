@@ -21,8 +21,8 @@
 //     filled to 10, 100 and 1000 entries;
 //  7. release: the release path of real `shaper` processes, in rounds
 //     (see release.go): Redis commands per released task next to raw
-//     asynq, keep-up and bursts, idle cost by downstream count, and a
-//     kill -9.
+//     asynq, keep-up and bursts, idle cost by downstream count, a
+//     kill -9, and a late small tenant's wait with and without fair share.
 //
 // cmd/shaperbench is the command; Run is the whole benchmark.
 package bench
@@ -111,6 +111,11 @@ type Options struct {
 	KillBacklog   int           // default 1000
 	KillAfter     time.Duration // after the first delivery; default 5s
 	KillLimit     time.Duration // most to wait after the kill; default 150s
+	FairRate      int           // default 50
+	FairProcs     int           // default 3
+	FairTasksA    int           // tenant A's backlog; default 1000
+	FairTasksBC   int           // B's and C's, each; default 100
+	FairDelay     time.Duration // from A's first enqueue to B's and C's; default 3s
 
 	// Progress receives one line per step; nil is silent.
 	Progress interface{ Write([]byte) (int, error) }

@@ -92,11 +92,15 @@ func (e *env) shaperYAML(prefix, body string) string {
 }
 
 // httpDownstream is one downstream line: rate/s to the sink; workers 0
-// leaves the default (as max_wait always is).
-func httpDownstream(name string, rate, workers int, sinkURL string) string {
+// leaves the default (as max_wait always is); extra are more fields
+// ("fairness: {key: tenant}").
+func httpDownstream(name string, rate, workers int, sinkURL string, extra ...string) string {
 	w := ""
 	if workers > 0 {
 		w = fmt.Sprintf(", workers: %d", workers)
+	}
+	for _, x := range extra {
+		w += ", " + x
 	}
 	return fmt.Sprintf("  - {name: %s, rate: %d/s%s, handler: {type: http, url: %q, timeout: 5s}}\n", name, rate, w, sinkURL)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -15,10 +16,13 @@ const (
 	RoundKeepup  = "keepup"  // achieved/configured rate and most releases in any 1 s
 	RoundIdle    = "idle"    // idle commands/s, connections, goroutines, RSS, start time by downstreams
 	RoundKill    = "kill"    // held tasks and the extra delay after a kill -9
+	RoundFair    = "fair"    // a late small tenant's wait with and without fair share (issue 13)
 )
 
 // AllRounds lists the release-path rounds in run order.
-func AllRounds() []string { return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill} }
+func AllRounds() []string {
+	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair}
+}
 
 // ReleaseReport holds the rounds of ScenarioRelease that ran.
 type ReleaseReport struct {
@@ -26,6 +30,7 @@ type ReleaseReport struct {
 	Keepup  []KeepupRow  `json:"keepup,omitempty"`
 	Idle    []IdleRow    `json:"idle,omitempty"`
 	Kill    *KillRow     `json:"kill,omitempty"`
+	Fair    []FairRow    `json:"fair,omitempty"`
 }
 
 // releaseDefaults fills the release-path fields of o.
@@ -60,17 +65,12 @@ func (o Options) releaseDefaults() Options {
 	}
 	dur(&o.IdleWarmup, 3*time.Second, 3*time.Second)
 	dur(&o.IdleWindow, 10*time.Second, 5*time.Second)
-	if o.KillRate == 0 {
-		o.KillRate = 50
-	}
-	if o.KillProcs == 0 {
-		o.KillProcs = 3
-	}
-	if o.KillBacklog == 0 {
-		o.KillBacklog = 1000
-	}
+	o.KillRate, o.KillProcs, o.KillBacklog = cmp.Or(o.KillRate, 50), cmp.Or(o.KillProcs, 3), cmp.Or(o.KillBacklog, 1000)
 	dur(&o.KillAfter, 5*time.Second, 5*time.Second)
 	dur(&o.KillLimit, 150*time.Second, 150*time.Second)
+	o.FairRate, o.FairProcs = cmp.Or(o.FairRate, 50), cmp.Or(o.FairProcs, 3)
+	o.FairTasksA, o.FairTasksBC = cmp.Or(o.FairTasksA, 1000), cmp.Or(o.FairTasksBC, 100)
+	dur(&o.FairDelay, 3*time.Second, 3*time.Second)
 	return o
 }
 
@@ -85,7 +85,8 @@ func (o Options) validateRelease() error {
 		xs   []int
 	}{{"economy rate", o.EconomyRates}, {"keepup rate", o.KeepupRates}, {"release process count", o.ReleaseProcs},
 		{"idle downstream count", o.IdleLevels}, {"economy process count", []int{o.EconomyProcs}},
-		{"kill rate", []int{o.KillRate}}} {
+		{"kill rate", []int{o.KillRate}}, {"fair rate", []int{o.FairRate}}, {"fair process count", []int{o.FairProcs}},
+		{"fair round's tasks of A", []int{o.FairTasksA}}, {"fair round's tasks of B and C", []int{o.FairTasksBC}}} {
 		for _, x := range c.xs {
 			if x < 1 {
 				return fmt.Errorf("bench: %s must be >= 1, got %d", c.name, x)
@@ -118,6 +119,9 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 		e.logf("kill: %d active at the kill, %d stranded, %.0f recovered, last of them %.1f s after it; run %.1f s (ideal %.1f); lost %d, duplicates %d%s",
 			k.ActiveAtKill, k.Stranded, k.Recovered, k.LastActiveS, k.RunS, k.IdealS, k.Lost, k.Duplicates, errSuffix(k.Error))
 		r.Kill = &k
+	}
+	if has(RoundFair) {
+		r.Fair = e.fair(ctx)
 	}
 	return r
 }
@@ -195,6 +199,11 @@ func (r *ReleaseReport) markdown(o Options) string {
 		if k.Error != "" {
 			w("Error: %s\n\n", k.Error)
 		}
+	}
+	if len(r.Fair) > 0 {
+		w("#### 7e. Fair share (%d processes at %d/s, default workers; A enqueues %s tasks, %s later B and C %s each; waits by release time after B's enqueue)\n\n",
+			o.FairProcs, o.FairRate, inum(int64(o.FairTasksA)), o.FairDelay, inum(int64(o.FairTasksBC)))
+		w("%s\n", fairTable(r.Fair))
 	}
 	return b.String()
 }

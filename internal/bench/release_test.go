@@ -24,6 +24,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		KeepupRates: []int{20}, KeepupDrain: time.Second,
 		IdleLevels: []int{1, 3}, IdleWarmup: 500 * time.Millisecond, IdleWindow: time.Second,
 		KillRate: 20, KillProcs: 2, KillBacklog: 60, KillAfter: time.Second, KillLimit: 8 * time.Second,
+		FairRate: 50, FairProcs: 2, FairTasksA: 40, FairTasksBC: 5, FairDelay: 300 * time.Millisecond,
 		Progress: logWriter{t, start},
 	}
 	rep, err := Run(ctx, opts)
@@ -67,8 +68,16 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 	if k == nil || k.Error != "" || k.Delivered == 0 || k.KilledAtS < 1 || k.Workers == 0 || k.Recovered < 0 {
 		t.Errorf("kill row: %+v", k)
 	}
+	if len(r.Fair) != 3 {
+		t.Fatalf("fair rows = %d, want 3 (FIFO, fair, fair 2:1:1)", len(r.Fair))
+	}
+	for _, x := range r.Fair {
+		if x.Error != "" || x.Delivered != 50 || x.BLastS <= 0 || x.CmdsPerTask <= 0 || x.Workers == 0 || x.MaxIn1s == 0 {
+			t.Errorf("fair %s: %+v; want 50 delivered, B's last release, commands per task and the worker count", x.Mode, x)
+		}
+	}
 	md := rep.Markdown()
-	for _, want := range []string{"### 7. Release path", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "| 20/s | asynq, no limit |",
+	for _, want := range []string{"### 7. Release path", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
 		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)

@@ -38,16 +38,6 @@ type Batch struct {
 	Grace Duration `yaml:"grace"`
 }
 
-// DSN reads the PostgreSQL DSN of a postgres handler from the environment
-// variable DSNEnv names, now. An unset or empty variable is an error naming
-// the field ("dsn_env: …"). Never log the result: it may hold a password.
-func (h Handler) DSN() (string, error) {
-	if h.DSNEnv == "" {
-		return "", &Error{Path: "dsn_env", Msg: "required for a postgres handler"}
-	}
-	return fromEnv("dsn_env", h.DSNEnv)
-}
-
 // fillBatch sets the defaults of a downstream's batch and postgres
 // handler, and sizes its default worker budget in batches rather than
 // rows.

@@ -96,22 +96,3 @@ func TestBatchErrors(t *testing.T) {
 		}
 	}
 }
-
-// The DSN is read from the environment when asked, never from the file;
-// a missing variable names the field.
-func TestHandlerDSN(t *testing.T) {
-	h := Handler{Type: HandlerPostgres, DSNEnv: "SHAPER_TEST_BATCH_DSN"}
-	t.Setenv("SHAPER_TEST_BATCH_DSN", "postgres://u@db/x")
-	if dsn, err := h.DSN(); err != nil || dsn != "postgres://u@db/x" {
-		t.Errorf("DSN: got %q, %v", dsn, err)
-	}
-	t.Setenv("SHAPER_TEST_BATCH_DSN", "")
-	_, err := h.DSN()
-	var e *Error
-	if !errors.As(err, &e) || e.Path != "dsn_env" || !strings.Contains(e.Msg, "SHAPER_TEST_BATCH_DSN is empty") {
-		t.Errorf("empty variable: got %v, want an error on dsn_env", err)
-	}
-	if _, err := (Handler{Type: HandlerPostgres}).DSN(); !errors.As(err, &e) || e.Path != "dsn_env" {
-		t.Errorf("no dsn_env: got %v, want an error on dsn_env", err)
-	}
-}

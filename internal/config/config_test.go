@@ -280,6 +280,10 @@ func TestBadConfigs(t *testing.T) {
 		{"negative concurrency", ds("rate: 5/s\nconcurrency: -1\n" + logH), "downstreams[0].concurrency", 0, []string{"must be 0 (no cap) to 100000, got -1"}},
 		{"key cap above the cap", ds("rate: 5/s\nconcurrency: 2\nkey_concurrency: 3\n" + logH), "downstreams[0].key_concurrency", 0, []string{"3 is above concurrency 2"}},
 		{"lease without a cap", ds("rate: 5/s\nlease: 5s\n" + logH), "downstreams[0].lease", 0, []string{"without concurrency or key_concurrency"}},
+		{"fairness weight zero", ds("rate: 5/s\nfairness: {weights: {acme: 0}}\n" + logH), `downstreams[0].fairness.weights["acme"]`, 0, []string{"must be in (0, 1e+06], got 0"}},
+		{"fairness key scope", ds("rate: 5/s\nfairness: {key: global}\n" + logH), "downstreams[0].fairness.key", 0, []string{`must be "tenant"`}},
+		{"fairness key_rate above the rate", ds("rate: 5/s\nfairness: {key_rate: 10/s}\n" + logH), "downstreams[0].fairness.key_rate", 0, []string{`"10/s" is above the downstream's rate "5/s"`}},
+		{"fairness with batch", ds("rate: 5/s\nfairness: {}\nbatch: {max_rows: 10}\n" + logH), "downstreams[0].fairness", 0, []string{"cannot be combined with batch"}},
 		{"lease too short", ds("rate: 5/s\nconcurrency: 2\nlease: 100ms\n" + logH), "downstreams[0].lease", 0, []string{"must be 1s to 1h, got 100ms"}},
 		{"bad rate period", ds("rate: 5/fortnight\n" + logH), "downstreams[0].rate", 3, []string{`"5/fortnight"`, `unknown period "fortnight"`}},
 		{"missing rate", ds(logH), "downstreams[0].rate", 0, []string{"required"}},
@@ -485,78 +489,6 @@ func TestValidateInCode(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: error leaks the password: %v", tt.name, err)
 		}
-	}
-}
-
-// Password and Token read the environment when called; t.Setenv forbids
-// t.Parallel here.
-func TestPassword(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "pw")
-	if err := os.WriteFile(file, []byte("  s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(dir, "empty")
-	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SHAPER_TEST_PW", "from-env")
-	t.Setenv("SHAPER_TEST_EMPTY", "")
-	for _, tt := range []struct {
-		name    string
-		r       Redis
-		want    string
-		wantErr []string // substrings; nil: no error
-	}{
-		{"none", Redis{URL: "redis://h"}, "", nil},
-		{"env", Redis{PasswordEnv: "SHAPER_TEST_PW"}, "from-env", nil},
-		{"env unset", Redis{PasswordEnv: "SHAPER_TEST_UNSET_XYZ"}, "", []string{"redis.password_env", "SHAPER_TEST_UNSET_XYZ", "not set"}},
-		{"env empty", Redis{PasswordEnv: "SHAPER_TEST_EMPTY"}, "", []string{"redis.password_env", "SHAPER_TEST_EMPTY", "empty"}},
-		{"file, trimmed", Redis{PasswordFile: file}, "s3cret", nil},
-		{"file empty", Redis{PasswordFile: empty}, "", []string{"redis.password_file", empty, "empty"}},
-		{"file missing", Redis{PasswordFile: filepath.Join(dir, "nope")}, "", []string{"redis.password_file", "nope"}},
-	} {
-		got, err := tt.r.Password()
-		if got != tt.want {
-			t.Errorf("%s: Password() = %q, want %q", tt.name, got, tt.want)
-		}
-		switch {
-		case tt.wantErr == nil && err != nil:
-			t.Errorf("%s: Password() error %v", tt.name, err)
-		case tt.wantErr != nil && err == nil:
-			t.Errorf("%s: Password() no error, want %q", tt.name, tt.wantErr)
-		case err != nil:
-			if !errors.Is(err, ErrInvalid) || strings.ContainsAny(err.Error(), "\n") {
-				t.Errorf("%s: error %q: want one line wrapping ErrInvalid", tt.name, err)
-			}
-			for _, w := range tt.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("%s: error %q does not contain %q", tt.name, err, w)
-				}
-			}
-		}
-	}
-
-	// The password from a parsed config, and a variable unset at call time.
-	c := mustParse(t, "redis: {url: 'redis://127.0.0.1:6379/0', password_env: SHAPER_TEST_PW}\n"+minimal)
-	if pw, err := c.Redis.Password(); pw != "from-env" || err != nil {
-		t.Errorf("Password() = %q, %v; want from-env", pw, err)
-	}
-	os.Unsetenv("SHAPER_TEST_PW") // t.Setenv restores it
-	if _, err := c.Redis.Password(); err == nil || !strings.Contains(err.Error(), `config: redis.password_env: environment variable SHAPER_TEST_PW is not set`) {
-		t.Errorf("Password() with the variable unset = %v", err)
-	}
-
-	// The token.
-	t.Setenv("SHAPER_TEST_TOKEN", "tok")
-	if tok, err := (HTTP{TokenEnv: "SHAPER_TEST_TOKEN"}).Token(); tok != "tok" || err != nil {
-		t.Errorf("Token() = %q, %v", tok, err)
-	}
-	if tok, err := (HTTP{}).Token(); tok != "" || err != nil {
-		t.Errorf("Token() without token_env = %q, %v", tok, err)
-	}
-	if _, err := (HTTP{TokenEnv: "SHAPER_TEST_UNSET_XYZ"}).Token(); err == nil || !strings.Contains(err.Error(), "http.token_env") {
-		t.Errorf("Token() unset = %v", err)
 	}
 }
 

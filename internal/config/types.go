@@ -3,7 +3,6 @@ package config
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -25,7 +24,7 @@ type Config struct {
 
 // Redis says how to reach Redis. At most one of URL, Cluster and Sentinel
 // is set; none of them means an embedded in-process Redis (quick start
-// only). Redis holds no secret: the password is read by Password.
+// only). Redis holds no secret: the password is read when connecting (plan.Secret).
 type Redis struct {
 	// URL is redis://[user@]host[:port][/db] or rediss://…; it must not
 	// contain a password.
@@ -104,6 +103,9 @@ type Downstream struct {
 	// (a crashed process's places are free within it). Default 10s; only
 	// with Concurrency or KeyConcurrency.
 	Lease Duration `yaml:"lease,omitempty"`
+	// Fairness, when set, shares the rate among the task keys with tasks
+	// waiting (weighted fair share) instead of first come, first served.
+	Fairness *Fairness `yaml:"fairness,omitempty"`
 	// Workers is the worker budget. Default ceil(rate × MaxWait) + 1,
 	// between 2 and 1000; an explicit value may be 1-10000.
 	Workers int `yaml:"workers"`
@@ -125,6 +127,9 @@ type Downstream struct {
 	// Batch aggregates the downstream's tasks into batches; the rate then
 	// counts rows (see batch.go).
 	Batch *Batch `yaml:"batch,omitempty"`
+	// Breaker stops releases while the downstream is down (see
+	// breaker.go).
+	Breaker *Breaker `yaml:"breaker,omitempty"`
 	// ShapingMode is ModeEnforce (default) or ModeShadow: in shadow every
 	// task still reserves its slot (so the bucket's waits are the ones
 	// enforcing would give) but is released at once (see rollout.go).
@@ -132,6 +137,22 @@ type Downstream struct {
 	// OnLate is what becomes of a task with a deadline it cannot meet:
 	// LateArchive (default) or LateReject (see rollout.go).
 	OnLate OnLate `yaml:"on_late,omitempty"`
+}
+
+// Fairness shares a downstream's rate among the keys (the task's key:
+// tenant, user, API key) that have tasks waiting.
+type Fairness struct {
+	// Key says what a share belongs to; only "tenant" (the task's key,
+	// the default) for now.
+	Key KeyScope `yaml:"key,omitempty"`
+	// Weights by key; keys not listed have DefaultWeight. Each in
+	// (0, 1000000].
+	Weights map[string]float64 `yaml:"weights,omitempty"`
+	// DefaultWeight is the weight of unlisted keys. Default 1.
+	DefaultWeight float64 `yaml:"default_weight,omitempty"`
+	// KeyRate, when set, caps each key's rate, e.g. "10/s"; at most the
+	// downstream's rate.
+	KeyRate Rate `yaml:"key_rate,omitempty"`
 }
 
 // HandlerType says how a released task is delivered.
@@ -290,28 +311,6 @@ func (r Redis) Embedded() bool {
 	return r.URL == "" && len(r.Cluster) == 0 && r.Sentinel == nil
 }
 
-// Password reads the Redis password from the environment variable or file
-// the configuration names, now; "" when it names neither. A variable that
-// is unset or empty, or a file that is unreadable or empty, is an error.
-// Do not keep the result longer than needed, and never log it.
-func (r Redis) Password() (string, error) {
-	switch {
-	case r.PasswordEnv != "":
-		return fromEnv("redis.password_env", r.PasswordEnv)
-	case r.PasswordFile != "":
-		b, err := os.ReadFile(r.PasswordFile)
-		if err != nil {
-			return "", &Error{Path: "redis.password_file", Msg: err.Error(), Err: err}
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "" {
-			return "", &Error{Path: "redis.password_file", Msg: fmt.Sprintf("file %s is empty", q(r.PasswordFile))}
-		}
-		return s, nil
-	}
-	return "", nil
-}
-
 // String describes r without any secret, e.g.
 // "redis://10.0.0.5:6379/0 user=app password=env:SHAPER_REDIS_PASSWORD prefix=shaper timeout=2s".
 func (r Redis) String() string {
@@ -344,24 +343,3 @@ func (r Redis) String() string {
 
 // Enabled reports whether the HTTP server should run.
 func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != ListenOff }
-
-// Token reads the bearer token from the environment variable TokenEnv
-// names, now; "" when TokenEnv is empty (no token required). An unset or
-// empty variable is an error. Never log the result.
-func (h HTTP) Token() (string, error) {
-	if h.TokenEnv == "" {
-		return "", nil
-	}
-	return fromEnv("http.token_env", h.TokenEnv)
-}
-
-func fromEnv(path, name string) (string, error) {
-	v, ok := os.LookupEnv(name)
-	switch {
-	case !ok:
-		return "", &Error{Path: path, Msg: fmt.Sprintf("environment variable %s is not set", name)}
-	case v == "":
-		return "", &Error{Path: path, Msg: fmt.Sprintf("environment variable %s is empty", name)}
-	}
-	return v, nil
-}

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -272,6 +274,9 @@ func (d *Downstream) validate(p string) *Error {
 	if e := d.validateConcurrency(p); e != nil {
 		return e
 	}
+	if e := d.validateFairness(p); e != nil {
+		return e
+	}
 	if d.Workers < 1 || d.Workers > maxWorkers {
 		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)
 	}
@@ -279,6 +284,9 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".max_retry", "must be 0-%d, got %d", maxRetryLimit, d.MaxRetry)
 	}
 	if e := d.validateBatch(p); e != nil {
+		return e
+	}
+	if e := d.validateBreaker(p); e != nil {
 		return e
 	}
 	if e := d.validateRollout(p); e != nil {
@@ -432,6 +440,33 @@ func (d *Downstream) validateConcurrency(p string) *Error {
 		return errf(p+".lease", "%s set without concurrency or key_concurrency (a lease only exists under a cap)", d.Lease)
 	case d.Lease != 0 && (time.Duration(d.Lease) < time.Second || time.Duration(d.Lease) > time.Hour):
 		return errf(p+".lease", "must be 1s to 1h, got %s", d.Lease)
+	}
+	return nil
+}
+
+// maxFairWeight bounds a fair-share weight (shaping.MaxFairWeight).
+const maxFairWeight = 1e6
+
+func (d *Downstream) validateFairness(p string) *Error {
+	f := d.Fairness
+	if f == nil {
+		return nil
+	}
+	p += ".fairness"
+	switch {
+	case f.Key != "" && f.Key != KeyTenant:
+		return errf(p+".key", "must be %q (the task's key), got %q", KeyTenant, f.Key)
+	case f.DefaultWeight < 0 || f.DefaultWeight > maxFairWeight || math.IsNaN(f.DefaultWeight):
+		return errf(p+".default_weight", "must be in (0, %g], got %g", float64(maxFairWeight), f.DefaultWeight)
+	case d.Batch != nil:
+		return errf(p, "cannot be combined with batch (a batch mixes keys)")
+	case !f.KeyRate.IsZero() && f.KeyRate.Limit().PerSec() > d.Limit().PerSec():
+		return errf(p+".key_rate", "%s is above the downstream's rate %s: it would never bind", q(f.KeyRate.String()), q(d.Rate.String()))
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Weights)) {
+		if w := f.Weights[k]; !(w > 0 && w <= maxFairWeight) {
+			return errf(fmt.Sprintf("%s.weights[%q]", p, k), "must be in (0, %g], got %g", float64(maxFairWeight), w)
+		}
 	}
 	return nil
 }

@@ -19,16 +19,26 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // MetricNames lists every series name shaper exports, histograms with
 // their _bucket, _sum and _count series.
 func MetricNames() []string {
-	m := metrics.New(prometheus.NewRegistry())
-	ch := make(chan *prometheus.Desc, 8)
+	names := collectorNames(reflect.ValueOf(metrics.New(prometheus.NewRegistry())).Elem())
+	sort.Strings(names)
+	return names
+}
+
+// collectorNames lists the metric names of v's collector fields, and of
+// the structs its pointer fields lead to (metrics.FairMetrics).
+func collectorNames(v reflect.Value) []string {
 	var names []string
-	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {
-		c, ok := v.Field(i).Interface().(prometheus.Collector)
+		f := v.Field(i)
+		c, ok := f.Interface().(prometheus.Collector)
 		if !ok {
+			if f.Kind() == reflect.Pointer && !f.IsNil() && f.Elem().Kind() == reflect.Struct {
+				names = append(names, collectorNames(f.Elem())...)
+			}
 			continue
 		}
 		_, hist := c.(*prometheus.HistogramVec)
+		ch := make(chan *prometheus.Desc, 8)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {
 			if s := fqName.FindStringSubmatch(d.String()); s != nil {
@@ -38,9 +48,7 @@ func MetricNames() []string {
 				}
 			}
 		}
-		ch = make(chan *prometheus.Desc, 8)
 	}
-	sort.Strings(names)
 	return names
 }
 

@@ -79,8 +79,7 @@ type Summary struct {
 	// when it was enqueued.
 	ID        string     `json:"id,omitempty"`
 	ProcessAt *time.Time `json:"process_at,omitempty"`
-	// ExpectedStart is, for that one task, when it is predicted to start
-	// (from its downstream's bucket and backlog; with --json only).
+	// ExpectedStart estimates when the one task will be released.
 	ExpectedStart  *time.Time `json:"expected_start,omitempty"`
 	ElapsedSeconds float64    `json:"elapsed_seconds"`
 	ExitCode       int        `json:"exit_code"`
@@ -92,6 +91,7 @@ type runner struct {
 	std      IO
 	con      *console
 	cfg      *config.Config
+	redis    redisconn.Options // how rdb was reached
 	rdb      redis.UniversalClient
 	closeRDB func()
 	p        *queue.Producer
@@ -133,24 +133,25 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 		r.close()
 		return nil, e
 	}
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		return fail(bad("%s", err))
+	}
+	r.redis = pl.Redis
 	if o.dryRun {
 		// Nothing below talks to Redis: limiters and the producer only
 		// connect on first use.
 		c := redis.NewClient(&redis.Options{Addr: "dry-run.invalid:0"})
 		r.rdb, r.closeRDB = c, func() { c.Close() }
 	} else {
-		if cfg.Redis.Embedded() {
+		if pl.Redis.Embedded() {
 			return fail(bad("the config names no Redis (redis.url, redis.cluster or redis.sentinel); shaper's embedded Redis lives inside one shaper process, so enqueue cannot reach it: set one, or pass --redis"))
 		}
-		rdb, closeRDB, err := redisconn.Open(cfg.Redis)
+		rdb, closeRDB, err := redisconn.Open(pl.Redis)
 		if err != nil {
 			return fail(bad("%s", err))
 		}
 		r.rdb, r.closeRDB = rdb, closeRDB
-	}
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		return fail(bad("%s", err))
 	}
 	pl.Producer.Predict = o.single() && o.json // the summary's expected_start
 	p, err := pl.NewProducer(r.rdb, nil)
@@ -158,7 +159,7 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 		return fail(bad("%s", err))
 	}
 	r.p = p
-	maxPayload := int(cfg.HTTP.MaxBody)
+	maxPayload := int(pl.MaxBody)
 	if maxPayload <= 0 {
 		maxPayload = int(config.DefaultMaxBody)
 	}
@@ -175,7 +176,7 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 	}
 	if !o.dryRun {
 		if err := r.ping(); err != nil {
-			return fail(&setupError{ExitRedis, oneLine(fmt.Sprintf("redis unreachable (%s): %s", cfg.Redis.String(), err))})
+			return fail(&setupError{ExitRedis, oneLine(fmt.Sprintf("redis unreachable (%s): %s", pl.Redis.String(), err))})
 		}
 	}
 	if o.rejects != "" && !o.dryRun {
@@ -206,7 +207,7 @@ func (r *runner) close() {
 // ping checks Redis. It allows at least 3s: the client retries a refused
 // connection a few times, and the last error says more than a deadline.
 func (r *runner) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(r.cfg.Redis.Timeout), 3*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), max(r.redis.Timeout, 3*time.Second))
 	defer cancel()
 	return r.rdb.Ping(ctx).Err()
 }

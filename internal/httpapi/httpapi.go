@@ -118,12 +118,12 @@ type Accepted struct {
 	ProcessAt time.Time `json:"process_at"`
 	// RetryAfter is, for a deferred task, the admission's Retry-After in
 	// seconds (the task runs no earlier than that).
-	RetryAfter float64    `json:"retry_after,omitempty"`
-	Location   string     `json:"location"`
-	Admission  *Admission `json:"admission,omitempty"`
-	// ExpectedStart is when the task is predicted to start, from its
-	// downstream's bucket and backlog (queue.Receipt.ExpectedStart).
+	RetryAfter float64 `json:"retry_after,omitempty"`
+	// ExpectedStart estimates when the task will be released (queue
+	// Receipt.ExpectedStart); absent when there is no estimate.
 	ExpectedStart *time.Time `json:"expected_start,omitempty"`
+	Location      string     `json:"location"`
+	Admission     *Admission `json:"admission,omitempty"`
 }
 
 // Late is the body of a 422: the task's predicted start is past its
@@ -298,7 +298,10 @@ func (a *API) accepted(w http.ResponseWriter, rec queue.Receipt, failedOpen bool
 	if rec.Deferred {
 		body.RetryAfter = rec.Admission.RetryAfter.Seconds()
 	}
-	body.ExpectedStart = timePtr(rec.ExpectedStart)
+	if !rec.ExpectedStart.IsZero() {
+		es := rec.ExpectedStart
+		body.ExpectedStart = &es
+	}
 	if res := rec.Admission; res.Name != "" {
 		body.Admission = &Admission{Limiter: res.Name, Algorithm: string(res.Algorithm), Limit: res.Limit.String(),
 			Remaining: max(res.Remaining, 0), FailedOpen: failedOpen}

@@ -97,6 +97,13 @@ func (s Space) LeaseCounts(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":lease_counts"
 }
 
+// Breaker is the HASH of downstream ds's circuit breaker: its state, the
+// cool-down, the half-open probe pace and the sliding window's call and
+// error counts per bucket. Same slot as its bucket.
+func (s Space) Breaker(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":breaker"
+}
+
 // ControlVersions is a HASH of downstream name → a counter bumped on
 // every change of that downstream's runtime state, so each process reads
 // one key per control tick and the state hashes only when they changed.
@@ -184,4 +191,38 @@ func (a AsynqQueue) Completed() string { return a.base() + "completed" }
 // cluster.
 func (s Space) Quarantine(ds string) string {
 	return s.prefix() + ":quarantine:{" + s.Queue(ds) + "}"
+}
+
+// FairKeys are the keys of downstream ds's fair-share queue: tasks parked
+// in weighted fair order before asynq's pending list. Their hash tag is the
+// queue name, as in asynq's own keys, so one script moves a task from
+// parked to pending atomically on a cluster.
+type FairKeys struct {
+	// Parked is a ZSET of task IDs scored by virtual start tag.
+	Parked string
+	// Tags is a HASH of admission key → virtual finish tag of its last
+	// parked task.
+	Tags string
+	// State is a HASH of the queue's virtual time and scan cursors.
+	State string
+	// Later is a ZSET of task IDs not yet due (a future ProcessAt or a
+	// per-key ceiling), scored by due time in ms.
+	Later string
+	// Counts is a HASH of admission key → tasks parked or later.
+	Counts string
+	// NotBefore is a HASH of admission key → when its next task may be
+	// promoted (ms), for a per-key ceiling.
+	NotBefore string
+}
+
+// Fair returns downstream ds's fair-share keys.
+func (s Space) Fair(ds string) FairKeys {
+	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
+	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
+		Counts: b + "counts", NotBefore: b + "nb"}
+}
+
+// List returns the keys in the order fair.lua takes them (KEYS[1..6]).
+func (f FairKeys) List() []string {
+	return []string{f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore}
 }

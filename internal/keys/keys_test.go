@@ -124,7 +124,7 @@ func downstreamSets(s keys.Space, ds string) []scriptSet {
 		p + "groups", p + "aggregation_sets", s.Quarantine(ds),
 	}
 	return []scriptSet{
-		{what: "downstream (bucket, runtime state, leases)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds)}},
+		{what: "downstream (bucket, runtime state, leases, breaker)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds), s.Breaker(ds)}},
 		{what: "asynq queue " + q, keys: asynqKeys},
 	}
 }
@@ -232,6 +232,7 @@ func TestKeysAreDistinct(t *testing.T) {
 		add(s.DownstreamState(ds), "state "+ds)
 		add(s.Leases(ds), "leases "+ds)
 		add(s.LeaseCounts(ds), "lease counts "+ds)
+		add(s.Breaker(ds), "breaker "+ds)
 	}
 }
 

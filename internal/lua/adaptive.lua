@@ -17,20 +17,13 @@
 -- ARGV[9] -> now in microseconds, or 0 to read Redis TIME (explicit now is for tests)
 --
 -- Output: the adaptive rate after the event (milli-units/s).
-if redis.replicate_commands then redis.replicate_commands() end
+--
+-- lua.go prepends prelude_clock.lua (now_us).
 
-local key = KEYS[1]
-local event = ARGV[1]
-local floor = tonumber(ARGV[3])
-local ceil = tonumber(ARGV[4])
-local factor = tonumber(ARGV[5])
-local step = tonumber(ARGV[6])
-local interval = tonumber(ARGV[7])
-local now = tonumber(ARGV[9])
-if now == nil or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local key, event = KEYS[1], ARGV[1]
+local floor, ceil = tonumber(ARGV[3]), tonumber(ARGV[4])
+local factor, step, interval = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = now_us(ARGV[9])
 
 local st = redis.call('HMGET', key, 'ar', 'ad', 'ai')
 local ar = tonumber(st[1]) or tonumber(ARGV[2])

@@ -26,20 +26,24 @@ const (
 	LeakyBucket
 )
 
+// admissionScripts describes each Admission: its name, its script and how
+// many fields its reply has.
+var admissionScripts = [...]struct {
+	name   string
+	sc     *redis.Script
+	fields int
+}{
+	FixedWindow:       {"fixed_window", fixedWindow, 6}, // plus the counter's PTTL
+	SlidingLog:        {"sliding_log", slidingLog, 5},
+	SlidingCounter:    {"sliding_counter", slidingCounter, 5},
+	SlidingSubwindows: {"sliding_subwindows", slidingSubwindows, 5},
+	TokenBucket:       {"token_bucket", tokenBucket, 5},
+	LeakyBucket:       {"leaky_bucket", leakyBucket, 5},
+}
+
 func (a Admission) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingLog:
-		return "sliding_log"
-	case SlidingCounter:
-		return "sliding_counter"
-	case SlidingSubwindows:
-		return "sliding_subwindows"
-	case TokenBucket:
-		return "token_bucket"
-	case LeakyBucket:
-		return "leaky_bucket"
+	if a >= 0 && int(a) < len(admissionScripts) {
+		return admissionScripts[a].name
 	}
 	return fmt.Sprintf("Admission(%d)", int(a))
 }
@@ -54,21 +58,10 @@ func (a Admission) Hash() string {
 }
 
 func (a Admission) script() (sc *redis.Script, fields int) {
-	switch a {
-	case FixedWindow:
-		return fixedWindow, 6 // plus the counter's PTTL
-	case SlidingLog:
-		return slidingLog, 5
-	case SlidingCounter:
-		return slidingCounter, 5
-	case SlidingSubwindows:
-		return slidingSubwindows, 5
-	case TokenBucket:
-		return tokenBucket, 5
-	case LeakyBucket:
-		return leakyBucket, 5
+	if a < 0 || int(a) >= len(admissionScripts) {
+		return nil, 0
 	}
-	return nil, 0
+	return admissionScripts[a].sc, admissionScripts[a].fields
 }
 
 // AdmissionArgs are an admission script's arguments, in its own units.

@@ -16,30 +16,15 @@
 --   reset_after_us: until the bucket is empty.
 -- Allowed when level + cost <= capacity (not level < capacity, which would
 -- overfill by cost-1 and refuse a request that exactly fits).
-if redis.replicate_commands then redis.replicate_commands() end
-
-local MARGIN_MS = 1000
+--
+-- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
+-- now, MARGIN_MS, int() and the helpers used below come from there.
 local key = KEYS[1]
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if now == nil or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
-local st = redis.call('HMGET', key, 'l', 'ts')
-local level = tonumber(st[1])
-local ts = tonumber(st[2])
-if level == nil or ts == nil then
-  level = 0
-  ts = now
-end
-local elapsed = now - ts
-if elapsed < 0 then elapsed = 0 end
-if ts > now then now = ts end
+local level, elapsed
+level, elapsed, now = bucket_state(key, 'l', 0) -- missing = empty
 local drain = math.ceil(level / rate)
 if elapsed >= drain then level = 0 else level = level - elapsed * rate end
 if level < 0 then level = 0 end

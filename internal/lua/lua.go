@@ -1,9 +1,10 @@
 // Package lua is shaper's one Redis store: every Lua script, embedded from
-// the .lua file beside this one, behind one typed method of Store with
-// named arguments and a checked reply. Nothing outside this package knows
-// an ARGV position, a mode number or a reply's layout. Each .lua file's
-// header states its KEYS, ARGV and reply; the method's comment names the
-// same contract in Go terms.
+// the .lua file beside this one (after the preludes it names, see
+// script), behind one typed method of Store with named arguments and a
+// checked reply. Nothing outside this package knows an ARGV position, a
+// mode number or a reply's layout. Each .lua file's header states its
+// KEYS, ARGV and reply; the method's comment names the same contract in
+// Go terms.
 //
 // Every script reads Redis TIME unless handed an explicit now (tests only;
 // 0 means Redis TIME), sets a TTL on every key it writes, and touches only
@@ -13,52 +14,54 @@ package lua
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/clock"
 )
 
-var (
-	//go:embed fixed_window.lua
-	fixedWindowSrc string
-	//go:embed sliding_log.lua
-	slidingLogSrc string
-	//go:embed sliding_counter.lua
-	slidingCounterSrc string
-	//go:embed sliding_subwindows.lua
-	slidingSubwindowsSrc string
-	//go:embed token_bucket.lua
-	tokenBucketSrc string
-	//go:embed leaky_bucket.lua
-	leakyBucketSrc string
-	//go:embed shaping.lua
-	shapingSrc string
-	//go:embed control.lua
-	controlSrc string
-	//go:embed adaptive.lua
-	adaptiveSrc string
-	//go:embed recover.lua
-	recoverSrc string
-	//go:embed quarantine.lua
-	quarantineSrc string
-	//go:embed concurrency.lua
-	concurrencySrc string
-)
+// sources holds every script and the preludes some of them start with.
+//
+//go:embed *.lua
+var sources embed.FS
+
+// script is the concatenation of the named files, preludes first: Redis
+// runs one source per script, and a prelude lets a rule (reading the
+// clock, the shared admission arguments) live once.
+func script(files ...string) *redis.Script {
+	var b strings.Builder
+	for _, f := range files {
+		src, err := sources.ReadFile(f)
+		if err != nil {
+			panic("lua: " + err.Error()) // a file embedded above: cannot happen
+		}
+		b.Write(src)
+	}
+	return redis.NewScript(b.String())
+}
+
+// admissionScript is an admission script after its two preludes.
+func admissionScript(file string) *redis.Script {
+	return script("prelude_clock.lua", "prelude_admission.lua", file)
+}
 
 var (
-	fixedWindow       = redis.NewScript(fixedWindowSrc)
-	slidingLog        = redis.NewScript(slidingLogSrc)
-	slidingCounter    = redis.NewScript(slidingCounterSrc)
-	slidingSubwindows = redis.NewScript(slidingSubwindowsSrc)
-	tokenBucket       = redis.NewScript(tokenBucketSrc)
-	leakyBucket       = redis.NewScript(leakyBucketSrc)
-	shaping           = redis.NewScript(shapingSrc)
-	control           = redis.NewScript(controlSrc)
-	adaptive          = redis.NewScript(adaptiveSrc)
-	recoverScript     = redis.NewScript(recoverSrc)
-	quarantine        = redis.NewScript(quarantineSrc)
-	concurrency       = redis.NewScript(concurrencySrc)
+	fixedWindow       = admissionScript("fixed_window.lua")
+	slidingLog        = admissionScript("sliding_log.lua")
+	slidingCounter    = admissionScript("sliding_counter.lua")
+	slidingSubwindows = admissionScript("sliding_subwindows.lua")
+	tokenBucket       = admissionScript("token_bucket.lua")
+	leakyBucket       = admissionScript("leaky_bucket.lua")
+	adaptive          = script("prelude_clock.lua", "adaptive.lua")
+	shaping           = script("shaping.lua")
+	control           = script("control.lua")
+	recoverScript     = script("recover.lua")
+	quarantine        = script("quarantine.lua")
+	concurrency       = script("concurrency.lua")
+	breaker           = script("prelude_clock.lua", "breaker.lua")
 )
 
 // The ARGV[4] mode of the admission and shaping scripts.
@@ -85,4 +88,15 @@ func (s *Store) ints(ctx context.Context, sc *redis.Script, keys []string, want 
 		err = fmt.Errorf("reply has %d fields, want %d", len(v), want)
 	}
 	return v, err
+}
+
+// NowArg is the explicit now (µs since the epoch) a script is handed under
+// clk: 0, so the script reads Redis TIME, for nil and clock.Real (every
+// production process); a test's fake clock's Now otherwise. It is the one
+// place that rule lives (DESIGN invariant 6).
+func NowArg(clk clock.Clock) int64 {
+	if clock.IsReal(clk) {
+		return 0
+	}
+	return clk.Now().UnixMicro()
 }

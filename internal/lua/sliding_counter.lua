@@ -17,27 +17,14 @@
 --   prev*(window-elapsed) + (cur+cost)*window <= limit*window
 -- The decision is made before incrementing: a rejected request writes
 -- nothing. Window N's counter lives 2 windows (it is "previous" in N+1).
-if redis.replicate_commands then redis.replicate_commands() end
-
-local MARGIN_MS = 1000
--- Lua 5.1 turns a number into a string with "%.14g", which rounds away the
--- digits past the 14th (the window numbers of windows under ~20µs have 15),
--- so two windows would share a counter. Key names format integers exactly.
-local function int(x) return string.format('%.0f', x) end
+--
+-- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
+-- now, MARGIN_MS, int() and the helpers used below come from there.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if now == nil or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 if mode == 2 then
-  local k = KEYS[1] .. ':' .. ARGV[6]
-  local c = tonumber(redis.call('GET', k) or '0')
-  if c > 0 then redis.call('DECRBY', k, math.min(c, cost)) end
+  refund_counter(KEYS[1] .. ':' .. ARGV[6])
   return {1, 0, 0, 0, tonumber(ARGV[6])}
 end
 

@@ -16,23 +16,12 @@
 -- An entry scored s counts while now < s + window. Members are unique
 -- ("<time>-<seq>", added with NX) so equal timestamps never collapse into
 -- one member and under-count. Entries are added only when allowed.
-if redis.replicate_commands then redis.replicate_commands() end
-
-local MARGIN_MS = 1000
--- Lua 5.1 turns a number into a string with "%.14g", which rounds a 16-digit
--- µs time to 100µs: a '(' score bound built by concatenation would count
--- entries up to 50µs past the window's edge. Format integers exactly.
-local function int(x) return string.format('%.0f', x) end
+--
+-- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
+-- now, MARGIN_MS, int() and the helpers used below come from there.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if now == nil or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 if mode == 2 then
   -- Entries with one score are interchangeable for every decision, so a

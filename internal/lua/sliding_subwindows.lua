@@ -26,13 +26,11 @@
 -- slid out, so the HASH holds at most N+1 live fields, and sets the TTL to
 -- the end of the newest field's last use (window + one sub-window) plus a
 -- margin.
-if redis.replicate_commands then redis.replicate_commands() end
-
-local MARGIN_MS = 1000
--- Key and field names format integers exactly (Lua's "%.14g" would not).
-local function int(x) return string.format('%.0f', x) end
 -- floor(a/b) exactly for integers below 2^53, b > 0 (a double quotient can
 -- round up to the next integer).
+--
+-- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
+-- now, MARGIN_MS, int() and the helpers used below come from there.
 local function fdiv(a, b)
   local q = math.floor(a / b)
   local r = a - q * b
@@ -43,14 +41,7 @@ local function cdiv(a, b) return -fdiv(-a, b) end
 
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
 local N = tonumber(ARGV[7]) or 1
-if now == nil or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 if mode == 2 then
   local c = tonumber(redis.call('HGET', KEYS[1], ARGV[6]) or '0')

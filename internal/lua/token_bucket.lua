@@ -17,30 +17,15 @@
 --   reset_after_us: until the bucket is full again.
 -- Rejected requests write nothing. The TTL is the time to refill to full
 -- plus a margin: a full bucket carries no state.
-if redis.replicate_commands then redis.replicate_commands() end
-
-local MARGIN_MS = 1000
+--
+-- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
+-- now, MARGIN_MS, int() and the helpers used below come from there.
 local key = KEYS[1]
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if now == nil or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
-local st = redis.call('HMGET', key, 't', 'ts')
-local tokens = tonumber(st[1])
-local ts = tonumber(st[2])
-if tokens == nil or ts == nil then
-  tokens = cap
-  ts = now
-end
-local elapsed = now - ts
-if elapsed < 0 then elapsed = 0 end -- a clock step back refills nothing
-if ts > now then now = ts end
+local tokens, elapsed
+tokens, elapsed, now = bucket_state(key, 't', cap) -- missing = full
 -- cap elapsed first so elapsed*rate stays far below 2^53
 local fill = math.ceil((cap - tokens) / rate)
 if elapsed >= fill then tokens = cap else tokens = tokens + elapsed * rate end

@@ -13,36 +13,28 @@ import (
 // Metrics holds shaper's collectors. A nil *Metrics is valid and records
 // nothing, so library users need not register anything.
 type Metrics struct {
-	Releases          *prometheus.CounterVec   // downstream
-	SlotWait          *prometheus.HistogramVec // downstream
-	Lateness          *prometheus.HistogramVec // downstream
-	BucketFull        *prometheus.CounterVec   // downstream
-	LateSkips         *prometheus.CounterVec   // downstream
-	Recovered         *prometheus.CounterVec   // downstream
-	Pushbacks         *prometheus.CounterVec   // downstream
-	AdaptiveDecreases *prometheus.CounterVec   // downstream
-	Outcomes          *prometheus.CounterVec   // downstream, outcome
-	Backlog           *prometheus.GaugeVec     // downstream, state
-	RateInForce       *prometheus.GaugeVec     // downstream
-	Paused            *prometheus.GaugeVec     // downstream
-	Held              *prometheus.GaugeVec     // downstream
-	LeasesInUse       *prometheus.GaugeVec     // downstream
-	ConcurrencyLimit  *prometheus.GaugeVec     // downstream
-	ScriptDuration    *prometheus.HistogramVec // script
-	ScriptErrors      *prometheus.CounterVec   // script
-	Decisions         *prometheus.CounterVec   // downstream, limiter, outcome
-	Deferrals         *prometheus.CounterVec   // downstream
-	FailOpen          *prometheus.CounterVec   // downstream, limiter
-	Enqueued          *prometheus.CounterVec   // downstream
-	CronTicks         *prometheus.CounterVec   // job, outcome
-	Quarantined       *prometheus.CounterVec   // downstream, reason
-	QuarantineLen     *prometheus.GaugeVec     // downstream
-	ShadowDecisions   *prometheus.CounterVec   // downstream, limiter, outcome
-	ShadowLimiter     *prometheus.GaugeVec     // downstream, limiter
-	ShadowWait        *prometheus.HistogramVec // downstream
-	ShadowMode        *prometheus.GaugeVec     // downstream
-	DeadlinePassed    *prometheus.CounterVec   // downstream
-	LateRejected      *prometheus.CounterVec   // downstream
+	Releases, BucketFull, LateSkips, Recovered, Pushbacks, AdaptiveDecreases, Deferrals, Enqueued *prometheus.CounterVec   // downstream
+	RateInForce, Paused, Held, LeasesInUse, ConcurrencyLimit, QuarantineLen                       *prometheus.GaugeVec     // downstream
+	SlotWait, Lateness                                                                            *prometheus.HistogramVec // downstream
+
+	Outcomes       *prometheus.CounterVec   // downstream, outcome
+	BreakerState   *prometheus.GaugeVec     // downstream
+	BreakerMoves   *prometheus.CounterVec   // downstream, to
+	Backlog        *prometheus.GaugeVec     // downstream, state
+	Quarantined    *prometheus.CounterVec   // downstream, reason
+	Decisions      *prometheus.CounterVec   // downstream, limiter, outcome
+	FailOpen       *prometheus.CounterVec   // downstream, limiter
+	CronTicks      *prometheus.CounterVec   // job, outcome
+	ScriptDuration *prometheus.HistogramVec // script
+	ScriptErrors   *prometheus.CounterVec   // script
+	Fair           *FairMetrics             // fair-share downstreams
+
+	ShadowDecisions *prometheus.CounterVec   // downstream, limiter, outcome
+	ShadowLimiter   *prometheus.GaugeVec     // downstream, limiter
+	ShadowWait      *prometheus.HistogramVec // downstream
+	ShadowMode      *prometheus.GaugeVec     // downstream
+	DeadlinePassed  *prometheus.CounterVec   // downstream
+	LateRejected    *prometheus.CounterVec   // downstream
 }
 
 // New registers shaper's metrics on reg, or, for those already registered
@@ -57,67 +49,42 @@ func New(reg prometheus.Registerer) *Metrics {
 	f := factory{reg}
 	waits := []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30}
 	return &Metrics{
-		Releases: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "releases_total",
-			Help: "Tasks released to their downstream handler."}, []string{"downstream"}),
-		SlotWait: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "slot_wait_seconds",
-			Help: "Wait from reservation to the reserved slot.", Buckets: waits}, []string{"downstream"}),
-		Lateness: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "lateness_seconds",
-			Help: "Release time minus the reserved slot's time.", Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}}, []string{"downstream"}),
-		BucketFull: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "bucket_full_total",
-			Help: "Lane reservation calls that found the bucket full (the lane then sleeps until room opens; waiting workers never call Redis)."}, []string{"downstream"}),
-		Recovered: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "recovered_tasks_total",
-			Help: "Tasks a dead process held, returned to the front of their queue by another process (no attempt consumed)."}, []string{"downstream"}),
-		LateSkips: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "late_skips_total",
-			Help: "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases)."}, []string{"downstream"}),
-		Pushbacks: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "pushbacks_total",
-			Help: "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward."}, []string{"downstream"}),
-		AdaptiveDecreases: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "adaptive_decreases_total",
-			Help: "429/503/timeout answers reported to the adaptive (AIMD) rate."}, []string{"downstream"}),
-		Outcomes: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "handler_outcomes_total",
-			Help: "Handler results: success, retry, archived, throttled, panic, malformed."}, []string{"downstream", "outcome"}),
-		Backlog: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "queue", Name: "tasks",
-			Help: "Tasks per downstream queue and state (pending, active, scheduled, retry, archived)."}, []string{"downstream", "state"}),
-		RateInForce: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "rate_per_second",
-			Help: "Release rate in force for the downstream."}, []string{"downstream"}),
-		Paused: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "paused",
-			Help: "1 while the downstream is paused."}, []string{"downstream"}),
-		Held: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "held_tasks",
-			Help: "Tasks this process holds while they wait for their slot."}, []string{"downstream"}),
-		LeasesInUse: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "leases_in_use",
-			Help: "Calls in flight this process holds a concurrency lease for (sum over processes for the downstream's total)."}, []string{"downstream"}),
-		ConcurrencyLimit: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "concurrency_limit",
-			Help: "The downstream's cap on calls in flight across every process (0: none)."}, []string{"downstream"}),
-		ScriptDuration: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "redis", Name: "script_duration_seconds",
-			Help: "Latency of shaper's Lua script calls.", Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .05, .1, .5, 1}}, []string{"script"}),
-		ScriptErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "redis", Name: "script_errors_total",
-			Help: "Lua script calls that failed or timed out."}, []string{"script"}),
-		Decisions: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "decisions_total",
-			Help: "Admission decisions by limiter and outcome (allowed, rejected, deferred, error)."}, []string{"downstream", "limiter", "outcome"}),
-		Deferrals: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "deferrals_total",
-			Help: "Tasks enqueued to run at their Retry-After instead of being rejected."}, []string{"downstream"}),
-		FailOpen: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "fail_open_total",
-			Help: "Requests allowed without a decision because Redis failed and the policy is fail-open."}, []string{"downstream", "limiter"}),
-		CronTicks: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "cron", Name: "ticks_total",
-			Help: "Cron ticks by outcome: enqueued, deferred, taken (by another process), rejected, error."}, []string{"job", "outcome"}),
-		Enqueued: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "enqueued_total",
-			Help: "Tasks enqueued."}, []string{"downstream"}),
-		Quarantined: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "quarantined_total",
-			Help: "Corrupt queue entries (no task hash, empty or undecodable msg, id mismatch) this process moved to the quarantine."}, []string{"downstream", "reason"}),
-		QuarantineLen: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "queue", Name: "quarantine_entries",
-			Help: "Entries in the downstream's quarantine list (shared by every process; bounded, expires)."}, []string{"downstream"}),
-		ShadowDecisions: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "admission", Name: "shadow_decisions_total",
-			Help: "Decisions of admission limiters in shadow mode, none applied: allowed, rejected (would have), deferred (would have, under on_reject: defer), error."}, []string{"downstream", "limiter", "outcome"}),
-		ShadowLimiter: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "admission", Name: "shadow_mode",
-			Help: "1 while the admission limiter runs in shadow mode in this process, 0 while it is enforced."}, []string{"downstream", "limiter"}),
-		ShadowWait: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: "shaping", Name: "shadow_wait_seconds",
-			Help:    "In shadow shaping, the wait each released task would have had (queue and slot) had the rate been enforced.",
-			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600}}, []string{"downstream"}),
-		ShadowMode: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: "shaping", Name: "shadow_mode",
-			Help: "1 while the downstream's shaping runs in shadow mode in this process (tasks are released at once), 0 while it is enforced."}, []string{"downstream"}),
-		DeadlinePassed: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "shaping", Name: "deadline_passed_total",
-			Help: "Tasks archived unsent, with reason \"deadline passed\", because their deadline came before their slot."}, []string{"downstream"}),
-		LateRejected: f.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: "queue", Name: "late_rejections_total",
-			Help: "Tasks refused at enqueue (on_late: reject) because their predicted start was past their deadline."}, []string{"downstream"}),
+		Fair:     newFair(f),
+		Releases: f.counter("shaping", "releases_total", "Tasks released to their downstream handler.", "downstream"),
+		SlotWait: f.histogram("shaping", "slot_wait_seconds", "Wait from reservation to the reserved slot.", waits, "downstream"),
+		Lateness: f.histogram("shaping", "lateness_seconds", "Release time minus the reserved slot's time.",
+			[]float64{.0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}, "downstream"),
+		BucketFull:        f.counter("shaping", "bucket_full_total", "Lane reservation calls that found the bucket full (the lane then sleeps until room opens; waiting workers never call Redis).", "downstream"),
+		Recovered:         f.counter("shaping", "recovered_tasks_total", "Tasks a dead process held, returned to the front of their queue by another process (no attempt consumed).", "downstream"),
+		LateSkips:         f.counter("shaping", "late_skips_total", "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases).", "downstream"),
+		Pushbacks:         f.counter("shaping", "pushbacks_total", "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward.", "downstream"),
+		AdaptiveDecreases: f.counter("shaping", "adaptive_decreases_total", "429/503/timeout answers reported to the adaptive (AIMD) rate.", "downstream"),
+		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed.", "downstream", "outcome"),
+		Backlog:           f.gauge("queue", "tasks", "Tasks per downstream queue and state (pending, active, scheduled, retry, archived).", "downstream", "state"),
+		RateInForce:       f.gauge("shaping", "rate_per_second", "Release rate in force for the downstream.", "downstream"),
+		Paused:            f.gauge("shaping", "paused", "1 while the downstream is paused.", "downstream"),
+		Held:              f.gauge("shaping", "held_tasks", "Tasks this process holds while they wait for their slot.", "downstream"),
+		LeasesInUse:       f.gauge("shaping", "leases_in_use", "Calls in flight this process holds a concurrency lease for (sum over processes for the downstream's total).", "downstream"),
+		ConcurrencyLimit:  f.gauge("shaping", "concurrency_limit", "The downstream's cap on calls in flight across every process (0: none).", "downstream"),
+		BreakerState:      f.gauge("shaping", "breaker_state", "The downstream's circuit breaker as this process last saw it: 0 closed, 1 open, 2 half-open.", "downstream"),
+		BreakerMoves:      f.counter("shaping", "breaker_transitions_total", "Circuit breaker transitions this process made (to: open, half_open, closed); each is made by one process, so sum over processes.", "downstream", "to"),
+		ScriptDuration: f.histogram("redis", "script_duration_seconds", "Latency of shaper's Lua script calls.",
+			[]float64{.0002, .0005, .001, .002, .005, .01, .05, .1, .5, 1}, "script"),
+		ScriptErrors:    f.counter("redis", "script_errors_total", "Lua script calls that failed or timed out.", "script"),
+		Decisions:       f.counter("admission", "decisions_total", "Admission decisions by limiter and outcome (allowed, rejected, deferred, error).", "downstream", "limiter", "outcome"),
+		Deferrals:       f.counter("admission", "deferrals_total", "Tasks enqueued to run at their Retry-After instead of being rejected.", "downstream"),
+		FailOpen:        f.counter("admission", "fail_open_total", "Requests allowed without a decision because Redis failed and the policy is fail-open.", "downstream", "limiter"),
+		CronTicks:       f.counter("cron", "ticks_total", "Cron ticks by outcome: enqueued, deferred, taken (by another process), rejected, error.", "job", "outcome"),
+		Enqueued:        f.counter("queue", "enqueued_total", "Tasks enqueued.", "downstream"),
+		Quarantined:     f.counter("queue", "quarantined_total", "Corrupt queue entries (no task hash, empty or undecodable msg, id mismatch) this process moved to the quarantine.", "downstream", "reason"),
+		QuarantineLen:   f.gauge("queue", "quarantine_entries", "Entries in the downstream's quarantine list (shared by every process; bounded, expires).", "downstream"),
+		ShadowDecisions: f.counter("admission", "shadow_decisions_total", "Decisions of admission limiters in shadow mode, none applied: allowed, rejected (would have), deferred (would have, under on_reject: defer), error.", "downstream", "limiter", "outcome"),
+		ShadowLimiter:   f.gauge("admission", "shadow_mode", "1 while the admission limiter runs in shadow mode in this process, 0 while it is enforced.", "downstream", "limiter"),
+		ShadowWait: f.histogram("shaping", "shadow_wait_seconds", "In shadow shaping, the wait each released task would have had (queue and slot) had the rate been enforced.",
+			[]float64{.001, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600}, "downstream"),
+		ShadowMode:     f.gauge("shaping", "shadow_mode", "1 while the downstream's shaping runs in shadow mode in this process (tasks are released at once), 0 while it is enforced.", "downstream"),
+		DeadlinePassed: f.counter("shaping", "deadline_passed_total", "Tasks archived unsent, with reason \"deadline passed\", because their deadline came before their slot.", "downstream"),
+		LateRejected:   f.counter("queue", "late_rejections_total", "Tasks refused at enqueue (on_late: reject) because their predicted start was past their deadline.", "downstream"),
 	}
 }
 
@@ -136,16 +103,20 @@ func (m *Metrics) ObserveScript(script string, d time.Duration, err error) {
 // except that a collector already registered there is reused.
 type factory struct{ reg prometheus.Registerer }
 
-func (f factory) NewCounterVec(o prometheus.CounterOpts, labels []string) *prometheus.CounterVec {
-	return register(f.reg, prometheus.NewCounterVec(o, labels))
+// counter is shaper_<sub>_<name>, a counter by labels.
+func (f factory) counter(sub, name, help string, labels ...string) *prometheus.CounterVec {
+	return register(f.reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "shaper", Subsystem: sub, Name: name, Help: help}, labels))
 }
 
-func (f factory) NewGaugeVec(o prometheus.GaugeOpts, labels []string) *prometheus.GaugeVec {
-	return register(f.reg, prometheus.NewGaugeVec(o, labels))
+// gauge is shaper_<sub>_<name>, a gauge by labels.
+func (f factory) gauge(sub, name, help string, labels ...string) *prometheus.GaugeVec {
+	return register(f.reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "shaper", Subsystem: sub, Name: name, Help: help}, labels))
 }
 
-func (f factory) NewHistogramVec(o prometheus.HistogramOpts, labels []string) *prometheus.HistogramVec {
-	return register(f.reg, prometheus.NewHistogramVec(o, labels))
+// histogram is shaper_<sub>_<name>, a histogram by labels.
+func (f factory) histogram(sub, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return register(f.reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "shaper", Subsystem: sub, Name: name, Help: help,
+		Buckets: buckets}, labels))
 }
 
 // register registers c on reg, or returns the identical collector already

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
@@ -58,15 +59,15 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 	return p.NewAdmissionAt(rdb, reg, nil)
 }
 
-// NewAdmissionAt is NewAdmission with every decision made at now()
-// instead of the Redis clock (limiters.Config.Now; nil: the Redis clock):
-// for replaying recorded arrivals (shaper replay) and the tests that
-// compare a replay with a live run.
-func (p *Plan) NewAdmissionAt(rdb redis.UniversalClient, reg prometheus.Registerer, now func() time.Time) (map[string]queue.Admission, error) {
+// NewAdmissionAt is NewAdmission with every decision made at clk's time
+// instead of the Redis clock (limiters.Config.Clock; nil: the Redis
+// clock): for replaying recorded arrivals (shaper replay) and the tests
+// that compare a replay with a live run.
+func (p *Plan) NewAdmissionAt(rdb redis.UniversalClient, reg prometheus.Registerer, clk clock.Clock) (map[string]queue.Admission, error) {
 	m := metrics.New(reg)
 	out := map[string]queue.Admission{}
 	for _, d := range p.Downstreams {
-		a, ok := p.Admission[d.Config.Name]
+		a, ok := p.Admission[d.Shaping.Name]
 		if !ok {
 			continue
 		}
@@ -74,7 +75,7 @@ func (p *Plan) NewAdmissionAt(rdb redis.UniversalClient, reg prometheus.Register
 		var modes []queue.LimiterMode
 		for _, l := range a.Layers {
 			lc := l.Limiter
-			lc.Now = now
+			lc.Clock = clk
 			lc.Observe = func(alg limiters.Algorithm, name string, d time.Duration, err error) {
 				m.ObserveScript(string(alg), d, err)
 			}
@@ -97,7 +98,7 @@ func (p *Plan) NewAdmissionAt(rdb redis.UniversalClient, reg prometheus.Register
 		if a.Prefilter {
 			lim = limiters.NewPrefilter(layered, 0, nil)
 		}
-		out[d.Config.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject, Modes: modes}
+		out[d.Shaping.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject, Modes: modes}
 	}
 	return out, nil
 }

@@ -1,10 +1,12 @@
-// Package plan turns a loaded config into what shaper runs: the
-// downstreams the dispatcher adds, with every derived value (limit, max
-// wait, max cost, workers, schedule, adaptive rate, batch, late
-// tolerance); the producer's settings and admission policies; and the cron
-// producers. It is the one place that derives values from a
-// config.Config, so the daemon, the quick start, ctl and the status page
-// read the same numbers, and config itself knows nothing of the
+// Package plan turns a loaded config into what shaper runs: how to reach
+// Redis and serve HTTP (with the secrets' sources, read only when
+// needed); the downstreams the dispatcher adds, with every derived value
+// (limit, max wait, max cost, workers, schedule, adaptive rate, batch,
+// late tolerance) and what their handlers are built from; the producer's
+// settings and admission policies; and the cron producers. It is the one
+// place that derives values from a config.Config: after config.Load,
+// the daemon, the quick start, ctl, the enqueue CLI and the status page
+// read only the plan, and config itself knows nothing of the
 // dispatcher's types.
 package plan
 
@@ -16,7 +18,9 @@ import (
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/cronspec"
+	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/sizing"
+	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -25,10 +29,18 @@ import (
 type Plan struct {
 	// Prefix starts every Redis key (redis.prefix).
 	Prefix string
+	// Redis is how to reach Redis (redis.*); the password is read when
+	// redisconn.Open connects.
+	Redis redisconn.Options
 	// Listen is the HTTP server's address; "" when it is off.
 	Listen string
+	// Token is the bearer token the enqueue and control endpoints require
+	// (http.token_env); zero when none is.
+	Token Secret
+	// MaxBody is the largest HTTP request body accepted (http.max_body).
+	MaxBody int64
 	// Dispatcher configures the dispatcher; Logger and Registerer are the
-	// caller's to set.
+	// caller's to set. Its ShutdownTimeout is shutdown_timeout.
 	Dispatcher shaping.Config
 	// Downstreams are the config's downstreams, in the file's order.
 	Downstreams []Downstream
@@ -47,11 +59,70 @@ type Plan struct {
 // Downstream is one downstream of the plan.
 type Downstream struct {
 	// Shaping is what Dispatcher.Add takes, every derived field set but
-	// Handler: the caller builds that from Config.Handler.
+	// Handler: the caller builds that from Handler.
 	Shaping shaping.Downstream
-	// Config is the downstream as the file writes it: its handler, and its
-	// rates as written (for status pages).
-	Config config.Downstream
+	// Handler is what the downstream's handler is built from.
+	Handler Handler
+	// Written is the downstream as the file writes it, for status output.
+	Written Written
+}
+
+// Handler is a downstream's handler as the config describes it
+// (downstreams[].handler): exactly one of HTTP, Postgres, Log and Go is
+// set.
+type Handler struct {
+	// HTTP is the config of a shaping.HTTPHandler (type http).
+	HTTP *shaping.HTTPConfig
+	// Postgres is a batch writer into a table (type postgres).
+	Postgres *Postgres
+	// Log is a handler that logs each task (type log).
+	Log bool
+	// Go is a handler the embedding program registers by the
+	// downstream's name (type go).
+	Go bool
+}
+
+// Postgres is a postgres handler: the table its batches go to and where
+// its DSN is kept.
+type Postgres struct {
+	// DSN is the PostgreSQL connection string (dsn_env); it may hold a
+	// password. Its Field is relative to the handler: "dsn_env".
+	DSN Secret
+	// Table, Columns, IDColumn and OnConflict are pgsink.Config's, as
+	// the handler's fields of those names write them.
+	Table, IDColumn, OnConflict string
+	Columns                     map[string]string // payload field → column
+	// Timeout bounds one write (handler.timeout).
+	Timeout time.Duration
+}
+
+// Written is a downstream's rates and limiters in the file's own words.
+type Written struct {
+	// Rate is the rate as written, e.g. "3000/m".
+	Rate string
+	// Schedule is how many rate changes its schedule has.
+	Schedule int
+	// Adaptive is its adaptive rate's bounds; nil when off.
+	Adaptive *WrittenAdaptive
+	// Limiters are its admission limiters, in order.
+	Limiters []WrittenLimiter
+}
+
+// WrittenAdaptive is an adaptive rate's bounds as written; Ceiling is ""
+// when the file leaves it to the downstream's rate.
+type WrittenAdaptive struct {
+	Floor, Ceiling string // e.g. "5/s"
+}
+
+// WrittenLimiter is an admission limiter as written.
+type WrittenLimiter struct {
+	// Name, Algorithm, Key and Rate are the limiter's fields of those
+	// names, defaults filled.
+	Name, Algorithm, Key, Rate string
+	// Burst is 0 when the file leaves it out.
+	Burst int64
+	// Mode is the mode the file gives it (shaper ctl mode may override).
+	Mode limiters.Mode
 }
 
 // batchLateToleranceCap bounds the late tolerance of a batching
@@ -60,24 +131,31 @@ type Downstream struct {
 const batchLateToleranceCap = time.Second
 
 // Build derives the plan from cfg, as Parse or Load return it (defaults
-// filled, validated). Its errors name the field, like config's.
+// filled, validated). Its errors name the field, like config's. It reads
+// no secret.
 func Build(cfg *config.Config) (*Plan, error) {
-	p := &Plan{Prefix: cfg.Redis.Prefix, Admission: map[string]Admission{}, byName: map[string]int{},
+	p := &Plan{Prefix: cfg.Redis.Prefix, Redis: redisOptions(cfg.Redis), MaxBody: int64(cfg.HTTP.MaxBody),
+		Token:     Secret{Field: "http.token_env", Env: cfg.HTTP.TokenEnv},
+		Admission: map[string]Admission{}, byName: map[string]int{},
 		Dispatcher: shaping.Config{Prefix: cfg.Redis.Prefix, ShutdownTimeout: time.Duration(cfg.ShutdownTimeout),
 			RedisTimeout: time.Duration(cfg.Redis.Timeout)},
 		Producer: queue.ProducerConfig{Prefix: cfg.Redis.Prefix, MaxPayload: int(cfg.HTTP.MaxBody),
-			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{}, Shaping: map[string]queue.Shaping{}}}
+			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{},
+			Fair: map[string]queue.FairShare{}, Shaping: map[string]queue.Shaping{}}}
 	for i, dc := range cfg.Downstreams {
 		sd, err := shapingDownstream(dc)
 		if err != nil {
 			return nil, fmt.Errorf("config: downstreams[%d].schedule: %w", i, err)
 		}
 		p.byName[dc.Name] = len(p.Downstreams)
-		p.Downstreams = append(p.Downstreams, Downstream{Shaping: sd, Config: dc})
+		p.Downstreams = append(p.Downstreams, Downstream{Shaping: sd, Handler: handler(dc), Written: written(dc)})
 		p.Producer.Downstreams = append(p.Producer.Downstreams, dc.Name)
 		p.Producer.MaxRetry[dc.Name] = dc.MaxRetry
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
 		p.Producer.Shaping[dc.Name] = producerShaping(dc, sd)
+		if sd.Fairness != nil {
+			p.Producer.Fair[dc.Name] = queue.FairShare{Fairness: sd.Fairness, Rate: sd.Rate}
+		}
 		if g := batchGroups(dc); g > 0 {
 			p.Producer.Batched[dc.Name] = g
 		}
@@ -94,6 +172,54 @@ func Build(cfg *config.Config) (*Plan, error) {
 	}
 	p.Cron = jobs
 	return p, nil
+}
+
+// redisOptions is how to reach the Redis r names; String describes it
+// as config.Redis does, without a secret.
+func redisOptions(r config.Redis) redisconn.Options {
+	o := redisconn.Options{URL: r.URL, Cluster: r.Cluster, Username: r.Username, TLSCAFile: r.TLSCAFile,
+		Timeout: time.Duration(r.Timeout), Desc: r.String()}
+	if r.Sentinel != nil {
+		o.SentinelMaster, o.SentinelAddrs = r.Sentinel.Master, r.Sentinel.Addrs
+	}
+	field := "redis.password_env"
+	if r.PasswordEnv == "" {
+		field = "redis.password_file"
+	}
+	if pw := (Secret{Field: field, Env: r.PasswordEnv, File: r.PasswordFile}); !pw.IsZero() {
+		o.Password = pw.Read
+	}
+	return o
+}
+
+// handler is what dc's handler is built from.
+func handler(dc config.Downstream) Handler {
+	h := dc.Handler
+	switch h.Type {
+	case config.HandlerHTTP:
+		return Handler{HTTP: &shaping.HTTPConfig{URL: h.URL, Method: h.Method, Headers: h.Headers, Timeout: time.Duration(h.Timeout)}}
+	case config.HandlerPostgres:
+		return Handler{Postgres: &Postgres{DSN: Secret{Field: "dsn_env", Env: h.DSNEnv}, Table: h.Table, Columns: h.Columns,
+			IDColumn: h.IDColumn, OnConflict: h.OnConflict, Timeout: time.Duration(h.Timeout)}}
+	case config.HandlerLog:
+		return Handler{Log: true}
+	}
+	return Handler{Go: true}
+}
+
+// written is dc's rates and limiters as the file writes them.
+func written(dc config.Downstream) Written {
+	w := Written{Rate: dc.Rate.String(), Schedule: len(dc.Schedule)}
+	if a := dc.Adaptive; a != nil {
+		w.Adaptive = &WrittenAdaptive{Floor: a.Floor.String(), Ceiling: a.Ceiling.String()}
+	}
+	if dc.Admission != nil {
+		for _, lc := range dc.Admission.Limiters {
+			w.Limiters = append(w.Limiters, WrittenLimiter{Name: lc.Name, Algorithm: string(lc.Algorithm), Key: string(lc.Key),
+				Rate: lc.Rate.String(), Burst: lc.Burst, Mode: lc.Mode.Limiters()})
+		}
+	}
+	return w
 }
 
 // Downstream returns the downstream called name.
@@ -115,14 +241,23 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 	}
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
 		MaxCost: cmp.Or(dc.MaxCost, shaping.DefaultMaxCost(lim, wait, dc.Burst)), Workers: dc.Workers,
-		Schedule: sched, Adaptive: adaptive(dc),
+		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
-		ShapingMode: dc.ShapingMode.Limiters()}
+		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
 	if b := dc.Batch; b != nil {
 		sd.Batch = &shaping.Batch{MaxRows: b.MaxRows, MaxDelay: time.Duration(b.MaxDelay), Grace: time.Duration(b.Grace)}
 		sd.LateTolerance = batchLateTolerance(dc)
 	}
 	return sd, nil
+}
+
+// fairness is dc's fair share (nil when off).
+func fairness(dc config.Downstream) *shaping.Fairness {
+	f := dc.Fairness
+	if f == nil {
+		return nil
+	}
+	return &shaping.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit()}
 }
 
 // rateSchedule is dc's schedule, each change read in dc's time zone.
@@ -156,6 +291,16 @@ func adaptive(dc config.Downstream) *shaping.Adaptive {
 	}
 	return &shaping.Adaptive{Floor: a.Floor.Limit(), Ceiling: ceiling, Decrease: a.Decrease, Step: a.Step.Limit(),
 		Interval: time.Duration(a.Interval)}
+}
+
+// breaker is dc's circuit breaker (nil when off), defaults filled.
+func breaker(dc config.Downstream) *shaping.Breaker {
+	b := dc.Breaker
+	if b == nil {
+		return nil
+	}
+	s := b.Spec()
+	return &s
 }
 
 // batchLateTolerance is the late tolerance of a batching downstream: the

@@ -79,7 +79,7 @@ func TestBuildExample(t *testing.T) {
 	if _, ok := p.Admission["legacy-db"]; ok {
 		t.Errorf("legacy-db has no admission in the file, got one in the plan")
 	}
-	if d, ok := p.Downstream("legacy-db"); !ok || d.Config.Name != "legacy-db" || d.Config.Rate.String() != "3000/m" {
+	if d, ok := p.Downstream("legacy-db"); !ok || d.Shaping.Name != "legacy-db" || d.Written.Rate != "3000/m" {
 		t.Errorf("Downstream(legacy-db) = %+v, %v", d, ok)
 	}
 	if _, ok := p.Downstream("nope"); ok {
@@ -196,5 +196,26 @@ cron:
 	}
 	if next := j.Schedule.Next(time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)); !next.Equal(time.Date(2026, 3, 3, 2, 0, 0, 0, berlin)) {
 		t.Errorf("next tick after Monday noon UTC: %s, want 02:00 Berlin", next)
+	}
+}
+
+// A breaker reaches the dispatcher with the file's values and the
+// defaults of the fields left out; the dispatcher accepts it.
+func TestBuildBreaker(t *testing.T) {
+	t.Parallel()
+	p := build(t, "downstreams:\n  - {name: api, rate: 20/s, handler: {type: log}, breaker: {window: 2s, min_calls: 10, probe_rate: 2/s}}\n  - {name: b, rate: 1/s, handler: {type: log}}\n")
+	want := &shaping.Breaker{ErrorRatio: 0.5, Window: 2 * time.Second, MinCalls: 10, Cooldown: 5 * time.Second, MaxCooldown: 2 * time.Minute,
+		ProbeRate: limiters.PerSecond(2), Probes: 3}
+	if got := p.Downstreams[0].Shaping.Breaker; !reflect.DeepEqual(got, want) {
+		t.Errorf("breaker: got %+v, want %+v", got, want)
+	}
+	if got := p.Downstreams[1].Shaping.Breaker; got != nil {
+		t.Errorf("a downstream without a breaker: got %+v, want nil", got)
+	}
+	d := shaping.New(nil, shaping.Config{})
+	ds := p.Downstreams[0].Shaping
+	ds.Handler = shaping.LogHandler(t.Logf)
+	if err := d.Add(ds); err != nil {
+		t.Errorf("Add of the planned downstream: %v", err)
 	}
 }

@@ -2,6 +2,7 @@
 // rediss://), a Cluster or a Sentinel group. It is what the producer side
 // (the enqueue CLI) and the daemon share; the daemon's embedded Redis and
 // its start-up checks stay in internal/app, so a producer links neither.
+// internal/plan derives its Options from the config's redis section.
 package redisconn
 
 import (
@@ -17,26 +18,61 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/shaper-io/shaper/internal/config"
 )
 
-// ErrEmbedded is returned by Open for a config that names no Redis (no
+// ErrEmbedded is returned by Open for options that name no Redis (no
 // URL, Cluster or Sentinel): only the daemon can start the embedded one.
 var ErrEmbedded = errors.New("redisconn: the config names no Redis (redis.url, redis.cluster or redis.sentinel)")
 
-// Open connects as cfg says. The returned close func closes the client.
-// A config that names no Redis returns ErrEmbedded.
-func Open(cfg config.Redis) (redis.UniversalClient, func(), error) {
-	if cfg.Embedded() {
+// Options says how to reach Redis. The zero value names none (Embedded).
+type Options struct {
+	// URL is redis://[user@]host[:port][/db] or rediss://…, without a
+	// password.
+	URL string
+	// Cluster lists Redis Cluster seed addresses (host:port).
+	Cluster []string
+	// SentinelMaster and SentinelAddrs select a master through Redis
+	// Sentinel, when SentinelAddrs is set.
+	SentinelMaster string
+	SentinelAddrs  []string
+	// Username is the ACL user, if any.
+	Username string
+	// Password reads the password when Open connects; nil means none.
+	Password func() (string, error)
+	// TLSCAFile is a PEM CA bundle for a rediss:// URL.
+	TLSCAFile string
+	// Timeout bounds dialing and each read and write; zero means
+	// go-redis's defaults.
+	Timeout time.Duration
+	// Desc describes these options in logs and errors, without any
+	// secret (String).
+	Desc string
+}
+
+// Embedded reports whether o names no Redis: the daemon then starts its
+// embedded one.
+func (o Options) Embedded() bool {
+	return o.URL == "" && len(o.Cluster) == 0 && len(o.SentinelAddrs) == 0
+}
+
+// String is Desc.
+func (o Options) String() string { return o.Desc }
+
+// Open connects as o says. The returned close func closes the client.
+// Options that name no Redis return ErrEmbedded.
+func Open(o Options) (redis.UniversalClient, func(), error) {
+	if o.Embedded() {
 		return nil, nil, ErrEmbedded
 	}
-	password, err := cfg.Password()
-	if err != nil {
-		return nil, nil, err
+	password := ""
+	if o.Password != nil {
+		var err error
+		if password, err = o.Password(); err != nil {
+			return nil, nil, err
+		}
 	}
-	timeout := time.Duration(cfg.Timeout)
-	tlsCfg, err := caConfig(cfg.TLSCAFile)
+	timeout := o.Timeout
+	tlsCfg, err := caConfig(o.TLSCAFile)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -45,18 +81,18 @@ func Open(cfg config.Redis) (redis.UniversalClient, func(), error) {
 		dialer = tlsDialer(tlsCfg, timeout)
 	}
 	switch {
-	case len(cfg.Cluster) > 0:
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, Username: cfg.Username, Password: password,
+	case len(o.Cluster) > 0:
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.Cluster, Username: o.Username, Password: password,
 			TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true})
 		c.AddHook(reloadOnNetError{c})
 		return c, func() { c.Close() }, nil
-	case cfg.Sentinel != nil:
-		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.Sentinel.Master, SentinelAddrs: cfg.Sentinel.Addrs,
-			Username: cfg.Username, Password: password, TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+	case len(o.SentinelAddrs) > 0:
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
+			Username: o.Username, Password: password, TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 			ContextTimeoutEnabled: true, MaxRetries: 1})
 		return c, func() { c.Close() }, nil
 	}
-	return openURL(cfg, password, tlsCfg, timeout)
+	return openURL(o, password, tlsCfg, timeout)
 }
 
 // caConfig reads the CA file, if one is named, into a TLS config.
@@ -75,7 +111,7 @@ func caConfig(file string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
-func openURL(cfg config.Redis, password string, tlsCfg *tls.Config, timeout time.Duration) (redis.UniversalClient, func(), error) {
+func openURL(cfg Options, password string, tlsCfg *tls.Config, timeout time.Duration) (redis.UniversalClient, func(), error) {
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: redis.url: %v", redactErr(err, cfg.URL))

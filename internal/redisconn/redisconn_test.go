@@ -7,12 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/redisconn"
 )
 
 // Open never starts an embedded Redis (that is the daemon's) and says what
-// is wrong with a config it cannot open, without the URL's password.
+// is wrong with options it cannot open, without the URL's password.
 func TestOpenRefusals(t *testing.T) {
 	t.Parallel()
 	notPEM := filepath.Join(t.TempDir(), "ca.pem")
@@ -20,14 +19,16 @@ func TestOpenRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		cfg  config.Redis
+		cfg  redisconn.Options
 		is   error  // nil: any error
 		want string // part of the message
 	}{
-		{config.Redis{}, redisconn.ErrEmbedded, "names no Redis"},
-		{config.Redis{URL: "redis://:s3cret@host:notaport"}, nil, "config: redis.url"},
-		{config.Redis{URL: "redis://127.0.0.1:1", TLSCAFile: notPEM}, nil, "config: redis.tls_ca_file: no PEM certificate in " + notPEM},
-		{config.Redis{URL: "redis://127.0.0.1:1", TLSCAFile: "/nonexistent/ca.pem"}, nil, "config: redis.tls_ca_file: open /nonexistent/ca.pem"},
+		{redisconn.Options{}, redisconn.ErrEmbedded, "names no Redis"},
+		{redisconn.Options{URL: "redis://:s3cret@host:notaport"}, nil, "config: redis.url"},
+		{redisconn.Options{URL: "redis://127.0.0.1:1", TLSCAFile: notPEM}, nil, "config: redis.tls_ca_file: no PEM certificate in " + notPEM},
+		{redisconn.Options{URL: "redis://127.0.0.1:1", TLSCAFile: "/nonexistent/ca.pem"}, nil, "config: redis.tls_ca_file: open /nonexistent/ca.pem"},
+		{redisconn.Options{URL: "redis://127.0.0.1:1", Password: func() (string, error) { return "", errors.New("config: redis.password_env: unset") }},
+			nil, "config: redis.password_env: unset"},
 	}
 	for i, c := range cases {
 		rdb, closeFn, err := redisconn.Open(c.cfg)

@@ -40,6 +40,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/internal/taskspec"
@@ -161,8 +162,8 @@ func parseLine(line []byte, def string) (Arrival, error) {
 // order.
 func Run(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan, arrivals []Arrival) ([]Decision, error) {
 	sort.SliceStable(arrivals, func(i, j int) bool { return arrivals[i].TS.Before(arrivals[j].TS) })
-	var now time.Time
-	adm, err := pl.NewAdmissionAt(rdb, nil, func() time.Time { return now })
+	now := &arrivalClock{}
+	adm, err := pl.NewAdmissionAt(rdb, nil, now)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +173,7 @@ func Run(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan, arrivals
 		if !ok {
 			return nil, fmt.Errorf("replay: line %d: unknown downstream %q", a.Line, a.Downstream)
 		}
-		now = a.TS
+		now.t = a.TS
 		out[i] = admit(ctx, a, adm[a.Downstream], pd)
 	}
 	if err := shape(ctx, rdb, pl, out); err != nil {
@@ -181,6 +182,14 @@ func Run(ctx context.Context, rdb redis.UniversalClient, pl *plan.Plan, arrivals
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out, nil
 }
+
+// arrivalClock is the time of the arrival being decided: the limiters'
+// explicit now. Replay sets no timers; NewTimer is the real clock's.
+type arrivalClock struct{ t time.Time }
+
+func (c *arrivalClock) Now() time.Time { return c.t }
+
+func (c *arrivalClock) NewTimer(d time.Duration) clock.Timer { return clock.Real{}.NewTimer(d) }
 
 // admit decides one arrival at its time, as queue.Producer does.
 func admit(ctx context.Context, a Arrival, adm queue.Admission, pd *plan.Downstream) Decision {
@@ -327,7 +336,7 @@ func Summarize(pl *plan.Plan, ds []Decision) []Summary {
 	}
 	var out []Summary
 	for _, pd := range pl.Downstreams {
-		if s := by[pd.Config.Name]; s != nil {
+		if s := by[pd.Shaping.Name]; s != nil {
 			s.Wait = stats(waits[s.Downstream])
 			out = append(out, *s)
 		}
@@ -352,7 +361,7 @@ func stats(v []float64) Stats {
 func Write(w io.Writer, pl *plan.Plan, sums []Summary) {
 	for _, s := range sums {
 		pd, _ := pl.Downstream(s.Downstream)
-		fmt.Fprintf(w, "downstream %s (rate %s): %d arrivals from %s to %s\n", s.Downstream, pd.Config.Rate.String(), s.Arrivals,
+		fmt.Fprintf(w, "downstream %s (rate %s): %d arrivals from %s to %s\n", s.Downstream, pd.Written.Rate, s.Arrivals,
 			s.First.UTC().Format(time.RFC3339Nano), s.Last.UTC().Format(time.RFC3339Nano))
 		fmt.Fprintf(w, "  admitted %d · deferred %d · rejected %d", s.Admitted, s.Deferred, s.Rejected)
 		if s.Invalid > 0 {

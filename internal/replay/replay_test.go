@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/plan"
@@ -116,8 +116,8 @@ func TestReplayMatchesALiveRun(t *testing.T) {
 	// The live run.
 	rdb := redistest.Client(t)
 	pl := buildPlan(t, redistest.Prefix(t))
-	var at atomic.Int64
-	adm, err := pl.NewAdmissionAt(rdb, nil, func() time.Time { return time.Unix(0, at.Load()) })
+	clk := clocktest.New(t0)
+	adm, err := pl.NewAdmissionAt(rdb, nil, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestReplayMatchesALiveRun(t *testing.T) {
 	defer p.Close()
 	live := map[int][2]string{}
 	for _, a := range arrivals {
-		at.Store(a.TS.UnixNano())
+		clk.AdvanceTo(a.TS)
 		rec, err := p.Enqueue(context.Background(), queue.Task{Downstream: a.Downstream, Key: a.Key, Cost: a.Cost})
 		if rec.Outcome != queue.Accepted && rec.Outcome != queue.Deferred && rec.Outcome != queue.Rejected {
 			t.Fatalf("line %d: live %s, %v", a.Line, rec.Outcome, err)

@@ -1,6 +1,7 @@
 package statuspage
 
 import (
+	"sort"
 	"time"
 
 	"github.com/shaper-io/shaper/limiters"
@@ -65,9 +66,11 @@ type DownstreamSnapshot struct {
 	Held float64 `json:"held"`
 	// LeasesInUse is the calls in flight this process holds a concurrency
 	// lease for; ConcurrencyLimit the downstream's cap (0: none).
-	LeasesInUse      float64          `json:"leases_in_use"`
-	ConcurrencyLimit float64          `json:"concurrency_limit"`
-	Lateness         LatenessSnapshot `json:"lateness"`
+	LeasesInUse      float64 `json:"leases_in_use"`
+	ConcurrencyLimit float64 `json:"concurrency_limit"`
+	// Fair is the fair share's state; nil without fairness.
+	Fair     *FairInfo        `json:"fair,omitempty"`
+	Lateness LatenessSnapshot `json:"lateness"`
 	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
 	PushbacksTotal float64 `json:"pushbacks_total"`
 	// BucketFullTotal counts reservation attempts that found the bucket
@@ -82,7 +85,7 @@ type DownstreamSnapshot struct {
 	QuarantinedTotal  float64 `json:"quarantined_total"`
 	QuarantineEntries float64 `json:"quarantine_entries"`
 	// Outcomes are handler results by outcome (success, retry, throttled,
-	// archived, panic, malformed, deadline_passed).
+	// outage, archived, panic, malformed, deadline_passed).
 	Outcomes map[string]float64 `json:"outcomes"`
 	// ShapingMode is "enforce" or "shadow" (shaper ctl mode); in shadow
 	// tasks are released at once and ShadowWait is the wait each would
@@ -94,6 +97,25 @@ type DownstreamSnapshot struct {
 	// enqueue as late (on_late: reject).
 	DeadlinePassedTotal float64 `json:"deadline_passed_total"`
 	LateRejectedTotal   float64 `json:"late_rejected_total"`
+	// Breaker is the circuit breaker; nil when the downstream has none.
+	Breaker *BreakerInfo `json:"breaker,omitempty"`
+}
+
+// BreakerInfo is a downstream's circuit breaker as this process last saw
+// it (its state is shared by every process; its transitions are each made
+// by one of them).
+type BreakerInfo struct {
+	// State is closed, open or half_open.
+	State string `json:"state"`
+	// Since is when the state began (nil: closed since the breaker's key
+	// expired, or never opened).
+	Since *time.Time `json:"since,omitempty"`
+	// OpenUntil is when an open breaker's cool-down ends.
+	OpenUntil *time.Time `json:"open_until,omitempty"`
+	// Transitions this process made, by the state moved to.
+	Transitions map[string]float64 `json:"transitions"`
+	// Settings are its thresholds, defaults filled in.
+	Settings string `json:"settings"`
 }
 
 // AdaptiveInfo is a downstream's AIMD rate.
@@ -103,6 +125,36 @@ type AdaptiveInfo struct {
 	// RatePerSecond is the shared adaptive rate; 0 until the first answer
 	// moved it.
 	RatePerSecond float64 `json:"rate_per_second"`
+}
+
+// FairInfo is a fair downstream's share among its keys.
+type FairInfo struct {
+	// ActiveKeys have tasks waiting in fair order; WaitingTasks is how many
+	// tasks (shared by every process).
+	ActiveKeys   float64 `json:"active_keys"`
+	WaitingTasks float64 `json:"waiting_tasks"`
+	// JainIndex of this process's releases over the last minute, per unit
+	// of weight, among keys with a backlog (1: equal shares).
+	JainIndex float64 `json:"jain_index"`
+	// TopKeys are the keys with the most releases by this process in the
+	// last minute (at most metrics.FairTopKeys), most first.
+	TopKeys []KeyReleases `json:"top_keys"`
+}
+
+// KeyReleases is one key's releases in the last minute.
+type KeyReleases struct {
+	Key      string  `json:"key"`
+	Releases float64 `json:"releases"`
+}
+
+// fairInfo reads ds's fair-share metrics.
+func fairInfo(f families, l map[string]string) *FairInfo {
+	fi := &FairInfo{ActiveKeys: f.counter(mFairKeys, l), WaitingTasks: f.counter(mFairWaiting, l), JainIndex: f.counter(mFairJain, l)}
+	for _, k := range f.labelValues(mFairKeyRel, "key", l) {
+		fi.TopKeys = append(fi.TopKeys, KeyReleases{k, f.counter(mFairKeyRel, map[string]string{"downstream": l["downstream"], "key": k})})
+	}
+	sort.Slice(fi.TopKeys, func(i, j int) bool { return fi.TopKeys[i].Releases > fi.TopKeys[j].Releases })
+	return fi
 }
 
 // LatenessSnapshot is release time minus slot time over the window,
@@ -234,8 +286,11 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 	if !cs.Override.IsZero() {
 		d.OverrideRate = cs.Override.RateString()
 	}
+	if ds.Fairness != nil {
+		d.Fair = fairInfo(f, l)
+	}
 	if a := st.adaptive; a != nil {
-		d.Adaptive = &AdaptiveInfo{Floor: a.Floor.String(), Ceiling: cmpOr(a.Ceiling.String(), st.rate), RatePerSecond: cs.Adaptive}
+		d.Adaptive = &AdaptiveInfo{Floor: a.Floor, Ceiling: cmpOr(a.Ceiling, st.rate), RatePerSecond: cs.Adaptive}
 	}
 	if w.span > 0 {
 		d.AchievedPerSecond = (d.ReleasesTotal - w.base.ds[ds.Name].releases) / w.span
@@ -250,6 +305,7 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 		d.Outcomes[o] = f.counter(mOutcomes, map[string]string{"downstream": ds.Name, "outcome": o})
 	}
 	d.Lateness = lateness(w.cur.ds[ds.Name].lateness.minus(w.base.ds[ds.Name].lateness))
+	d.Breaker = p.breaker(ds, f)
 	d.ShadowWait = lateness(w.cur.ds[ds.Name].shadowWait.minus(w.base.ds[ds.Name].shadowWait))
 	d.ShapingMode = "enforce"
 	if m, err := p.opts.Dispatcher.Mode(ds.Name); err == nil {
@@ -257,6 +313,30 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 	}
 	d.DeadlinePassedTotal, d.LateRejectedTotal = f.counter(mDeadline, l), f.counter(mLateRej, l)
 	return d, true
+}
+
+// breaker is a downstream's breaker part of the snapshot (nil: none).
+func (p *Page) breaker(ds shaping.Downstream, f families) *BreakerInfo {
+	if ds.Breaker == nil {
+		return nil
+	}
+	st, err := p.opts.Dispatcher.Breaker(ds.Name)
+	if err != nil {
+		return nil
+	}
+	b := &BreakerInfo{State: st.Mode.String(), Transitions: map[string]float64{}, Settings: ds.Breaker.String()}
+	if !st.Since.IsZero() {
+		at := st.Since.UTC()
+		b.Since = &at
+	}
+	if !st.Until.IsZero() {
+		at := st.Until.UTC()
+		b.OpenUntil = &at
+	}
+	for _, to := range f.labelValues(mBrkMoves, "to", map[string]string{"downstream": ds.Name}) {
+		b.Transitions[to] = f.counter(mBrkMoves, map[string]string{"downstream": ds.Name, "to": to})
+	}
+	return b
 }
 
 // perSecond is a downstream's releases per second in each sampling
@@ -311,9 +391,8 @@ func (p *Page) limiters(f families, control map[string]shaping.State) []LimiterS
 	seen := map[[2]string]bool{}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		for _, lc := range p.static[ds.Name].limiters {
-			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: string(lc.Algorithm),
-				Key: string(lc.Key), Rate: lc.Rate.String(), Burst: lc.Burst,
-				Mode: control[ds.Name].ModeOf(lc.Name, lc.Mode.Limiters()).String()})
+			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: lc.Algorithm,
+				Key: lc.Key, Rate: lc.Rate, Burst: lc.Burst, Mode: control[ds.Name].ModeOf(lc.Name, lc.Mode).String()})
 			seen[[2]string{ds.Name, lc.Name}] = true
 		}
 	}

@@ -4,11 +4,12 @@
 // rate in force, the achieved release rate over the last minute (with a
 // sparkline of releases per second), the backlog by state, lateness,
 // pushbacks, waits for a slot (reservations that found the bucket full),
-// late skips, quarantined entries, tasks archived past their deadline or
-// refused as late, the paused/adaptive state and the shaping mode (with,
-// in shadow, the waits enforcing would have given); and per admission
-// limiter its mode and the allowed/rejected/deferred counts, real and, for
-// a limiter in shadow, what it would have done.
+// late skips, quarantined entries, the circuit breaker's state and
+// transitions, tasks archived past their deadline or refused as late, the
+// paused/adaptive state and the shaping mode (with, in shadow, the waits
+// enforcing would have given); and per admission limiter its mode and the
+// allowed/rejected/deferred counts, real and, for a limiter in shadow,
+// what it would have done.
 //
 // Everything on it is this process's view: counters come from the process's
 // Prometheus registry, so a fleet of shaper processes has one page each,
@@ -35,36 +36,41 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/shaping"
 )
 
 // Metric names the page reads (defined in internal/metrics).
 const (
-	mReleases   = "shaper_shaping_releases_total"
-	mLateness   = "shaper_shaping_lateness_seconds"
-	mBucketFull = "shaper_shaping_bucket_full_total"
-	mLateSkips  = "shaper_shaping_late_skips_total"
-	mPushbacks  = "shaper_shaping_pushbacks_total"
-	mOutcomes   = "shaper_shaping_handler_outcomes_total"
-	mBacklog    = "shaper_queue_tasks"
-	mRate       = "shaper_shaping_rate_per_second"
-	mHeld       = "shaper_shaping_held_tasks"
-	mLeases     = "shaper_shaping_leases_in_use"
-	mConcLimit  = "shaper_shaping_concurrency_limit"
-	mScript     = "shaper_redis_script_duration_seconds"
-	mScriptErr  = "shaper_redis_script_errors_total"
-	mDecisions  = "shaper_admission_decisions_total"
-	mDeferrals  = "shaper_admission_deferrals_total"
-	mFailOpen   = "shaper_admission_fail_open_total"
-	mEnqueued   = "shaper_queue_enqueued_total"
-	mQuarantine = "shaper_queue_quarantined_total"
-	mQuarList   = "shaper_queue_quarantine_entries"
-	mShadowDec  = "shaper_admission_shadow_decisions_total"
-	mShadowWait = "shaper_shaping_shadow_wait_seconds"
-	mDeadline   = "shaper_shaping_deadline_passed_total"
-	mLateRej    = "shaper_queue_late_rejections_total"
+	mReleases    = "shaper_shaping_releases_total"
+	mLateness    = "shaper_shaping_lateness_seconds"
+	mBucketFull  = "shaper_shaping_bucket_full_total"
+	mLateSkips   = "shaper_shaping_late_skips_total"
+	mPushbacks   = "shaper_shaping_pushbacks_total"
+	mOutcomes    = "shaper_shaping_handler_outcomes_total"
+	mBacklog     = "shaper_queue_tasks"
+	mRate        = "shaper_shaping_rate_per_second"
+	mHeld        = "shaper_shaping_held_tasks"
+	mLeases      = "shaper_shaping_leases_in_use"
+	mConcLimit   = "shaper_shaping_concurrency_limit"
+	mFairKeys    = "shaper_fair_active_keys"
+	mFairWaiting = "shaper_fair_waiting_tasks"
+	mFairJain    = "shaper_fair_jain_index"
+	mFairKeyRel  = "shaper_fair_key_releases"
+	mScript      = "shaper_redis_script_duration_seconds"
+	mScriptErr   = "shaper_redis_script_errors_total"
+	mDecisions   = "shaper_admission_decisions_total"
+	mDeferrals   = "shaper_admission_deferrals_total"
+	mFailOpen    = "shaper_admission_fail_open_total"
+	mEnqueued    = "shaper_queue_enqueued_total"
+	mQuarantine  = "shaper_queue_quarantined_total"
+	mQuarList    = "shaper_queue_quarantine_entries"
+	mBrkMoves    = "shaper_shaping_breaker_transitions_total"
+	mShadowDec   = "shaper_admission_shadow_decisions_total"
+	mShadowWait  = "shaper_shaping_shadow_wait_seconds"
+	mDeadline    = "shaper_shaping_deadline_passed_total"
+	mLateRej     = "shaper_queue_late_rejections_total"
 )
 
 // BacklogStates are the queue states the page shows, in order.
@@ -81,10 +87,11 @@ type Options struct {
 	// Dispatcher supplies the downstreams, their rate in force and their
 	// paused state, and the runtime control read by the sampler. Required.
 	Dispatcher *shaping.Dispatcher
-	// Config, when set, supplies the configured rates, adaptive bounds,
-	// schedules and admission limiters; nil shows the dispatcher's rates
-	// as configured and no limiter that has not decided anything yet.
-	Config *config.Config
+	// Plan, when set, supplies the configured rates, adaptive bounds,
+	// schedules and admission limiters as the config file writes them;
+	// nil shows the dispatcher's rates as configured and no limiter that
+	// has not decided anything yet.
+	Plan *plan.Plan
 	// Interval between samples; zero means 1s. The page polls at the same
 	// interval.
 	Interval time.Duration
@@ -113,9 +120,9 @@ type Page struct {
 
 type configured struct {
 	rate     string
-	adaptive *config.Adaptive
+	adaptive *plan.WrittenAdaptive
 	schedule int
-	limiters []config.Limiter
+	limiters []plan.WrittenLimiter
 }
 
 // sample is the cumulative state of the counters the page turns into rates.
@@ -159,13 +166,10 @@ func New(opts Options) *Page {
 	for _, ds := range opts.Dispatcher.Downstreams() {
 		p.static[ds.Name] = configured{rate: ds.Rate.RateString()}
 	}
-	if c := opts.Config; c != nil {
-		for _, dc := range c.Downstreams {
-			s := configured{rate: dc.Rate.String(), adaptive: dc.Adaptive, schedule: len(dc.Schedule)}
-			if dc.Admission != nil {
-				s.limiters = dc.Admission.Limiters
-			}
-			p.static[dc.Name] = s
+	if pl := opts.Plan; pl != nil {
+		for _, pd := range pl.Downstreams {
+			w := pd.Written
+			p.static[pd.Shaping.Name] = configured{rate: w.Rate, adaptive: w.Adaptive, schedule: w.Schedule, limiters: w.Limiters}
 		}
 	}
 	p.started = opts.Now()

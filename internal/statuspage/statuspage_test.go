@@ -39,6 +39,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // bundle is a dispatcher, producer and page over one config and registry.
 type bundle struct {
 	cfg  *config.Config
+	pl   *plan.Plan
 	reg  *prometheus.Registry
 	m    *metrics.Metrics
 	d    *shaping.Dispatcher
@@ -73,6 +74,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.pl = pl
 	for _, pd := range pl.Downstreams {
 		h := o.handler
 		if h == nil {
@@ -80,7 +82,8 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		}
 		sd := pd.Shaping
 		if err := b.d.Add(shaping.Downstream{Name: sd.Name, Rate: sd.Rate, MaxWait: sd.MaxWait,
-			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency, ShapingMode: sd.ShapingMode}); err != nil {
+			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency, Fairness: sd.Fairness,
+			Breaker: sd.Breaker, ShapingMode: sd.ShapingMode}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,7 +91,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.p.Close() })
-	b.page = statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Config: cfg, Now: o.now,
+	b.page = statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Plan: pl, Now: o.now,
 		Interval: 100 * time.Millisecond, Logger: quiet})
 	mux := http.NewServeMux()
 	b.page.Mount(mux)
@@ -431,7 +434,7 @@ func TestSamplerWindow(t *testing.T) {
 	b := setup(t, setupOpts{yaml: "downstreams:\n  - {name: api, rate: 10/s, handler: {type: log}}\n",
 		now: func() time.Time { return now }})
 	// A page with a 1s interval and a 10s window, sampled by hand.
-	page := statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Config: b.cfg,
+	page := statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Plan: b.pl,
 		Now: func() time.Time { return now }, Interval: time.Second, Window: 10 * time.Second, Logger: quiet})
 	rel := b.m.Releases.WithLabelValues("api")
 	late := b.m.Lateness.WithLabelValues("api")
@@ -611,4 +614,30 @@ func TestStatusShowsRedisUnreachable(t *testing.T) {
 		s = b.snapshot(t)
 		return s.Redis.Reachable && s.View.Cells[statuspage.DownstreamKey("api", "state")] == "running"
 	})
+}
+
+// A fair downstream's page shows its keys waiting, the Jain index of the
+// last minute and the top keys by releases.
+func TestFairSharePanel(t *testing.T) {
+	b := setup(t, setupOpts{yaml: "downstreams:\n  - {name: api, rate: 20/s, fairness: {key: tenant}, handler: {type: log}}\n"})
+	b.start(t)
+	for i := range 40 {
+		key := []string{"acme", "globex"}[i%2]
+		if _, err := b.p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: key, Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fi *statuspage.FairInfo
+	waitFor(t, 20*time.Second, "both keys among the top keys", func() bool {
+		s := b.snapshot(t)
+		fi = s.Downstreams[0].Fair
+		return fi != nil && len(fi.TopKeys) == 2 && fi.TopKeys[0].Releases+fi.TopKeys[1].Releases >= 30
+	})
+	if fi.JainIndex < 0.9 || fi.JainIndex > 1 {
+		t.Errorf("Jain index %v for two keys served alternately, want 0.9-1", fi.JainIndex)
+	}
+	cell := b.snapshot(t).View.Cells[statuspage.DownstreamKey("api", "fair")]
+	if !strings.Contains(cell, "Jain") || !strings.Contains(cell, "acme") {
+		t.Errorf("fair share cell %q, want the Jain index and the top keys", cell)
+	}
 }

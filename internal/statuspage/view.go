@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Keys of the page's elements.
@@ -53,7 +54,7 @@ func view(s Snapshot) View {
 		v.Cells["live"] = "Redis unreachable · figures stale since " + since
 	}
 	for _, d := range s.Downstreams {
-		downstreamCells(v.Cells, d, s.Redis.Reachable)
+		downstreamCells(v.Cells, d, s.Redis.Reachable, s.GeneratedAt)
 		v.Sparks[d.Name] = spark(d.PerSecond, d.RatePerSecond, int(math.Round(s.WindowSeconds/max(s.IntervalSeconds, 1e-9))))
 	}
 	for _, l := range s.Limiters {
@@ -73,7 +74,7 @@ func view(s Snapshot) View {
 }
 
 // downstreamCells formats one downstream's row into cells.
-func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachable bool) {
+func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachable bool, now time.Time) {
 	k := func(f string) string { return DownstreamKey(d.Name, f) }
 	cells[k("state")] = downstreamState(d, redisReachable)
 	cells[k("configured")] = d.ConfiguredRate
@@ -105,6 +106,15 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 	if d.ConcurrencyLimit > 0 {
 		cells[k("leases")] = count(d.LeasesInUse) + " / " + count(d.ConcurrencyLimit)
 	}
+	cells[k("fair")] = "off (first come, first served)"
+	if fi := d.Fair; fi != nil {
+		var top []string
+		for _, kr := range fi.TopKeys {
+			top = append(top, kr.Key+" "+count(kr.Releases))
+		}
+		cells[k("fair")] = fmt.Sprintf("%s keys waiting (%s tasks) · Jain %.2f · top: %s", count(fi.ActiveKeys), count(fi.WaitingTasks),
+			fi.JainIndex, cmpOr(strings.Join(top, ", "), "none yet"))
+	}
 	cells[k("workers")] = strconv.Itoa(d.Workers)
 	cells[k("max_wait")] = d.MaxWait
 	cells[k("late_p50")] = dur(d.Lateness.P50Seconds)
@@ -120,6 +130,7 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 		outs = append(outs, o+" "+count(d.Outcomes[o]))
 	}
 	cells[k("outcomes")] = cmpOr(strings.Join(outs, " · "), "none yet")
+	breakerCells(cells, k, d.Breaker, now)
 	cells[k("shaping_mode")] = d.ShapingMode
 	cells[k("shadow_wait")] = "—"
 	if d.ShadowWait.Count > 0 {
@@ -146,6 +157,31 @@ func shadowCell(l LimiterSnapshot) string {
 	return out
 }
 
+// breakerCells formats the breaker's state and transitions.
+func breakerCells(cells map[string]string, k func(string) string, b *BreakerInfo, now time.Time) {
+	if b == nil {
+		cells[k("breaker")], cells[k("breaker_moves")] = "off", "—"
+		return
+	}
+	s := strings.ReplaceAll(b.State, "_", "-")
+	switch {
+	case b.OpenUntil != nil && b.OpenUntil.After(now):
+		s += fmt.Sprintf(" (%s left)", dur(ptr(b.OpenUntil.Sub(now).Seconds())))
+	case b.OpenUntil != nil:
+		s += " (cool-down over: next probe half-opens it)"
+	case b.State == "half_open":
+		s += " (probing)"
+	}
+	cells[k("breaker")] = s
+	var moves []string
+	for _, to := range sortedKeys(b.Transitions) {
+		moves = append(moves, "to "+strings.ReplaceAll(to, "_", "-")+" "+count(b.Transitions[to]))
+	}
+	cells[k("breaker_moves")] = cmpOr(strings.Join(moves, " · "), "none yet")
+}
+
+func ptr(v float64) *float64 { return &v }
+
 // downstreamState is the state cell: what holds the downstream, if anything.
 func downstreamState(d DownstreamSnapshot, redisReachable bool) string {
 	switch {
@@ -153,6 +189,8 @@ func downstreamState(d DownstreamSnapshot, redisReachable bool) string {
 		return "Redis unreachable"
 	case d.Paused:
 		return "paused"
+	case d.Breaker != nil && d.Breaker.State != "closed":
+		return "breaker " + strings.ReplaceAll(d.Breaker.State, "_", "-")
 	case d.ShapingMode == "shadow":
 		return "shadow"
 	case d.Adaptive != nil:

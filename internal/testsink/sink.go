@@ -1,7 +1,7 @@
 // Package testsink is a recording HTTP downstream for tests and benchmarks:
 // it notes when each request arrived and which task it carried, and can be
-// told to answer 429 with a Retry-After for a while, or to answer 429 above
-// a rate (an API with a hard quota).
+// told to answer 429 with a Retry-After for a while, to answer 429 above
+// a rate (an API with a hard quota), or to be down (500) for a while.
 package testsink
 
 import (
@@ -34,6 +34,8 @@ type Sink struct {
 	throttle  time.Time     // answer 429 until then
 	retry     time.Duration // Retry-After to send while throttling
 	quota     float64       // >0: answer 429 when the last second saw more than this many 2xx
+	downFor   time.Duration // answer 500 for this long from downFrom
+	downFrom  time.Time     // the first request after DownFor
 	recentOK  []time.Time
 	onRequest func(Hit) (status int, retryAfter time.Duration)
 }
@@ -67,6 +69,25 @@ func (s *Sink) SetQuota(perSec float64) {
 	s.quota = perSec
 }
 
+// DownFor makes the sink answer 500 for d from its next request on (an
+// outage), then as before.
+func (s *Sink) DownFor(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.downFor, s.downFrom = d, time.Time{}
+}
+
+// Down is when the outage DownFor set began (its first request) and ends;
+// zero before that request.
+func (s *Sink) Down() (from, to time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.downFrom.IsZero() {
+		return time.Time{}, time.Time{}
+	}
+	return s.downFrom, s.downFrom.Add(s.downFor)
+}
+
 // OnRequest lets a test pick the answer per request (status 0: default).
 func (s *Sink) OnRequest(f func(Hit) (int, time.Duration)) {
 	s.mu.Lock()
@@ -87,7 +108,12 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	var retry time.Duration
+	if s.downFor > 0 && s.downFrom.IsZero() {
+		s.downFrom = now
+	}
 	switch {
+	case s.downFor > 0 && now.Sub(s.downFrom) < s.downFor:
+		h.Status = http.StatusInternalServerError
 	case now.Before(s.throttle):
 		h.Status, retry = http.StatusTooManyRequests, s.retry
 	case s.quota > 0:
@@ -134,6 +160,15 @@ func (s *Sink) OK() []Hit {
 	return out
 }
 
+// Delivered counts the successful hits per payload.
+func (s *Sink) Delivered() map[string]int {
+	seen := map[string]int{}
+	for _, h := range s.OK() {
+		seen[h.Payload]++
+	}
+	return seen
+}
+
 // Count is the number of successful hits.
 func (s *Sink) Count() int { return len(s.OK()) }
 
@@ -144,6 +179,17 @@ func Times(hs []Hit) []time.Time {
 		out[i] = h.At
 	}
 	return out
+}
+
+// Between counts the events in [from, to).
+func Between(ts []time.Time, from, to time.Time) int {
+	n := 0
+	for _, t := range ts {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // MaxInWindow is the most events inside any window of length w.

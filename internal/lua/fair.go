@@ -1,0 +1,80 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed fair.lua
+var fairSrc string
+
+var fair = redis.NewScript(fairSrc)
+
+// FairArgs are fair.lua's arguments common to park and feed. Its KEYS are
+// the six fair-share keys (keys.FairKeys.List) and then asynq's
+// scheduled, pending and active keys of the queue.
+type FairArgs struct {
+	// TaskPrefix is ARGV[2]: asynq's task key prefix of the queue.
+	TaskPrefix string
+	// Target is ARGV[3]: promote while pending is shorter than this.
+	Target int64
+	// Max is ARGV[4]: at most this many promotions (and due moves).
+	Max int64
+	// TTLms is ARGV[5]: the TTL of the fair-share keys in ms.
+	TTLms int64
+	// NowMs is ARGV[6]: ms since the epoch; 0 reads Redis TIME.
+	NowMs int64
+}
+
+// FairTask is what park adds: ARGV[7..12].
+type FairTask struct {
+	ID     string
+	Key    string
+	Cost   int64
+	Weight float64
+	// DueMs is when the task may start (ms since the epoch; 0: now).
+	DueMs int64
+	// PerMs is the per-key ceiling in ms per unit of cost (0: none).
+	PerMs float64
+}
+
+// FairReply is fair.lua's reply.
+type FairReply struct {
+	// Promoted tasks moved to pending by the call.
+	Promoted int64
+	// Parked and Later are the tasks waiting in fair order and not yet
+	// due after the call.
+	Parked, Later int64
+	// Pending and Active are asynq's list lengths.
+	Pending, Active int64
+	// Keys is how many admission keys have tasks waiting.
+	Keys int64
+	// Ahead (park) is how many tasks go before this one (promoted ahead
+	// of it, parked with an earlier turn; 0 at the front of pending); -1
+	// when it is not yet due.
+	Ahead int64
+}
+
+// FairPark parks task t (already scheduled in asynq beyond the horizon)
+// and promotes what fits.
+func (s *Store) FairPark(ctx context.Context, keys []string, a FairArgs, t FairTask) (FairReply, error) {
+	return s.fair(ctx, keys, a, "park", t.ID, t.Key, t.Cost, strconv.FormatFloat(t.Weight, 'g', -1, 64),
+		t.DueMs, strconv.FormatFloat(t.PerMs, 'g', -1, 64))
+}
+
+// FairFeed moves due tasks into fair order and promotes what fits.
+func (s *Store) FairFeed(ctx context.Context, keys []string, a FairArgs) (FairReply, error) {
+	return s.fair(ctx, keys, a, "feed")
+}
+
+func (s *Store) fair(ctx context.Context, keys []string, a FairArgs, op string, more ...any) (FairReply, error) {
+	args := append([]any{op, a.TaskPrefix, a.Target, a.Max, a.TTLms, a.NowMs}, more...)
+	v, err := s.ints(ctx, fair, keys, 7, args...)
+	if err != nil {
+		return FairReply{}, err
+	}
+	return FairReply{Promoted: v[0], Parked: v[1], Later: v[2], Pending: v[3], Active: v[4], Keys: v[5], Ahead: v[6]}, nil
+}

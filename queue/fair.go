@@ -1,0 +1,64 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// FairShare is a fair downstream as its producers see it: its tasks wait
+// in weighted fair order of their Key (shaping.Fairness) before its queue.
+// The dispatcher's downstream must carry the same Fairness.
+type FairShare struct {
+	// Fairness holds the weights and per-key ceiling; required.
+	Fairness *shaping.Fairness
+	// Rate is the downstream's configured rate: it sizes the promoted
+	// part of the queue and the expected start of a task.
+	Rate limiters.Limit
+}
+
+// fairOptions returns the asynq options that keep a fair task away from
+// asynq's forwarder while it waits in fair order: scheduled FairHorizon
+// beyond when it is due.
+func fairOptions(due time.Time) asynq.Option {
+	return asynq.ProcessAt(due.Add(shaping.FairHorizon))
+}
+
+// park puts an enqueued fair task in fair order and says when it is
+// expected to start. If it cannot, it removes the task again (the enqueue
+// failed: not enqueued); should that fail too, the task stays scheduled
+// and runs after the horizon at worst, so it is reported enqueued.
+func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, due time.Time) (time.Time, error) {
+	now := time.Now()
+	var at time.Time // zero: due now, on the Redis clock
+	if due.After(now) {
+		at = due
+	}
+	st, err := p.fair.Park(ctx, t.Downstream, fs.Rate, fs.Fairness, id, t.Key, t.Cost, at)
+	if err != nil {
+		derr := asynq.NewInspectorFromRedisClient(p.rdb).DeleteTask(p.space.Queue(t.Downstream), id)
+		if derr == nil {
+			return time.Time{}, fmt.Errorf("%w: fair share: %w", ErrEnqueue, err)
+		}
+		p.cfg.Logger.Warn("queue: fair share: task enqueued but not in fair order; it runs after the horizon at worst",
+			"downstream", t.Downstream, "id", id, "err", err, "delete_err", derr)
+		return due.Add(shaping.FairHorizon), nil
+	}
+	if st.Ahead < 0 {
+		return due, nil // waits for its due time
+	}
+	return st.ExpectedStart(now, fs.Rate, t.Cost), nil
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

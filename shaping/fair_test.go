@@ -1,0 +1,167 @@
+package shaping_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// fairRig parks tasks straight into a FairQueue (their asynq task hashes
+// and scheduled entries written as asynq's enqueue writes them) and plays
+// a worker that takes from pending, so the script's order can be read.
+type fairRig struct {
+	t      *testing.T
+	rdb    redis.UniversalClient
+	q      *shaping.FairQueue
+	f      *shaping.Fairness
+	aq     keys.AsynqQueue
+	rate   limiters.Limit
+	n      int
+	prefix string
+	now    time.Time // the scripts' clock, when set
+}
+
+func newFairRig(t *testing.T, f *shaping.Fairness) *fairRig {
+	prefix := redistest.Prefix(t)
+	rdb := redistest.Client(t)
+	r := &fairRig{t: t, rdb: rdb, q: shaping.NewFairQueue(rdb, prefix), f: f, aq: keys.New(prefix).Asynq("api"),
+		rate: limiters.PerSecond(10), prefix: prefix}
+	return r
+}
+
+// at sets the scripts' clock to now and keeps it there.
+func (r *fairRig) at(now time.Time) {
+	r.now = now
+	shaping.SetFairNow(r.q, func() time.Time { return r.now })
+}
+
+func (r *fairRig) park(key string, n int) {
+	ctx := context.Background()
+	for range n {
+		id := fmt.Sprintf("%s-%d", key, r.n)
+		r.n++
+		r.rdb.HSet(ctx, r.aq.Task(id), "msg", "x", "state", "scheduled")
+		r.rdb.ZAdd(ctx, r.aq.Scheduled(), redis.Z{Score: float64(time.Now().Add(shaping.FairHorizon).Unix()), Member: id})
+		if _, err := r.q.Park(ctx, "api", r.rate, r.f, id, key, 1, time.Time{}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// take plays a worker: it takes up to n tasks from pending (oldest first),
+// feeding after each, and returns their keys in order.
+func (r *fairRig) take(n int) []string {
+	ctx := context.Background()
+	var out []string
+	for range n {
+		id, err := r.rdb.RPop(ctx, r.aq.Pending()).Result()
+		if err == redis.Nil {
+			break
+		}
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if st := r.rdb.HGet(ctx, r.aq.Task(id), "state").Val(); st != "pending" {
+			r.t.Errorf("task %s in pending has state %q", id, st)
+		}
+		out = append(out, id[:strings.IndexByte(id, '-')])
+		if _, err := r.q.Feed(ctx, "api", r.rate); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func counts(ks []string) map[string]int {
+	m := map[string]int{}
+	for _, k := range ks {
+		m[k]++
+	}
+	return m
+}
+
+// A key that arrives behind another's backlog is promoted within a round,
+// and then the keys alternate by weight; each key's own tasks keep their
+// order; a key alone takes everything.
+func TestFairOrderSharesByWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		weights map[string]float64
+		want    map[string]int // of 40 promotions while all three wait
+	}{
+		{"equal", nil, map[string]int{"A": 14, "B": 13, "C": 13}},
+		{"2:1:1", map[string]float64{"A": 2}, map[string]int{"A": 20, "B": 10, "C": 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFairRig(t, &shaping.Fairness{Weights: tc.weights})
+			r.park("A", 200)
+			if got := counts(r.take(20)); got["A"] != 20 {
+				t.Fatalf("A alone: %v, want all 20 for A", got)
+			}
+			r.park("B", 50)
+			r.park("C", 50)
+			// the promoted target (2 at 10/s) was A's before B and C came
+			head := r.take(2 + 3)
+			if c := counts(head); c["B"] == 0 || c["C"] == 0 {
+				t.Errorf("first 5 taken after B and C arrived: %v, want B and C among them", head)
+			}
+			got := counts(r.take(40))
+			for k, w := range tc.want {
+				if d := got[k] - w; d < -2 || d > 2 {
+					t.Errorf("%s: %d of 40, want %d ± 2 (%v)", k, got[k], w, got)
+				}
+			}
+		})
+	}
+}
+
+// Parked tasks whose asynq entry is gone (deleted, run by hand, forwarded
+// by asynq after the horizon) are dropped, not promoted twice; when all
+// drain, the fair-share keys are gone or expire within a minute.
+func TestFairFeedSkipsGoneTasksAndCleansUp(t *testing.T) {
+	r := newFairRig(t, &shaping.Fairness{})
+	ctx := context.Background()
+	r.park("A", 10)
+	r.rdb.ZRem(ctx, r.aq.Scheduled(), "A-5") // gone from asynq's scheduled set
+	got := r.take(20)
+	if len(got) != 9 {
+		t.Errorf("took %d tasks, want 9 (one was gone)", len(got))
+	}
+	fk := keys.New(r.prefix).Fair("api")
+	for _, k := range fk.List() {
+		if ttl := r.rdb.PTTL(ctx, k).Val(); ttl != -2*time.Nanosecond && (ttl < 0 || ttl > time.Minute) {
+			t.Errorf("%s has TTL %v after the queue drained, want gone or at most 1m", k, ttl)
+		}
+	}
+}
+
+// A per-key ceiling spaces one key's promotions even when it is alone.
+func TestFairKeyRateSpacesPromotions(t *testing.T) {
+	r := newFairRig(t, &shaping.Fairness{KeyRate: limiters.PerSecond(5)})
+	t0 := time.UnixMilli(time.Now().UnixMilli())
+	r.at(t0)
+	r.park("A", 5)
+	r.park("B", 1)
+	if got := counts(r.take(10)); got["A"] != 1 || got["B"] != 1 {
+		t.Fatalf("took %v at once, want one A (the rest wait for the ceiling) and B", got)
+	}
+	for i, step := range []time.Duration{199 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 600 * time.Millisecond, 800 * time.Millisecond} {
+		r.at(t0.Add(step))
+		if _, err := r.q.Feed(context.Background(), "api", r.rate); err != nil {
+			t.Fatal(err)
+		}
+		want := []int{0, 1, 1, 1, 1}[i]
+		if got := len(r.take(10)); got != want {
+			t.Errorf("at +%v: %d promoted, want %d (A at 5/s)", step, got, want)
+		}
+	}
+}
