@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
 
@@ -163,5 +166,77 @@ func TestFairKeyRateSpacesPromotions(t *testing.T) {
 		if got := len(r.take(10)); got != want {
 			t.Errorf("at +%v: %d promoted, want %d (A at 5/s)", step, got, want)
 		}
+	}
+}
+
+// Two dispatchers on a fair downstream: a backlog, then two more keys;
+// every task is delivered exactly once (a lone task promoted into an empty
+// pending list once vanished: LINSERT on a missing list inserts nothing).
+func TestFairDispatchersDeliverEveryTaskOnce(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	f := &shaping.Fairness{}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var ds []*shaping.Dispatcher
+	for range 2 {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix})
+		d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), Fairness: f, Handler: func(ctx context.Context, tk *shaping.Task) error {
+			mu.Lock()
+			seen[string(tk.Payload)]++
+			mu.Unlock()
+			return nil
+		}})
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+		t.Cleanup(func() { d.Shutdown(context.Background()) })
+	}
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Fair: map[string]queue.FairShare{"api": {Fairness: f, Rate: limiters.PerSecond(50)}}})
+	n := 0
+	enq := func(key string, k int) {
+		for range k {
+			if _, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: key, Payload: []byte(fmt.Sprint(n))}); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	enq("A", 40)
+	testutil.WaitFor(t, 10*time.Second, "A flowing", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 10 })
+	enq("B", 5)
+	enq("C", 5)
+	ok := testutil.Eventually(20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n })
+	mu.Lock()
+	got := len(seen)
+	mu.Unlock()
+	if !ok {
+		fk := prefix + ":fair:{" + prefix + ":api}:"
+		t.Logf("parked %v later %v counts %v state %v", rdb.ZRangeWithScores(context.Background(), fk+"parked", 0, -1).Val(), rdb.ZCard(context.Background(), fk+"later").Val(), rdb.HGetAll(context.Background(), fk+"counts").Val(), rdb.HGetAll(context.Background(), fk+"state").Val())
+		aq := "asynq:{" + prefix + ":api}:"
+		t.Logf("pending %v active %v scheduled %v", rdb.LRange(context.Background(), aq+"pending", 0, -1).Val(), rdb.LRange(context.Background(), aq+"active", 0, -1).Val(), rdb.ZRangeWithScores(context.Background(), aq+"scheduled", 0, -1).Val())
+		t.Fatalf("%d of %d delivered", got, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for p, c := range seen {
+		if c != 1 {
+			t.Errorf("task %s delivered %d times, want once", p, c)
+		}
+	}
+}
+
+// A lone task goes to the front of pending even when pending is empty and
+// the previous lone task has been taken.
+func TestFairLoneTaskIntoEmptyPending(t *testing.T) {
+	r := newFairRig(t, &shaping.Fairness{})
+	r.park("A", 1)
+	if got := r.take(5); len(got) != 1 {
+		t.Fatalf("took %v, want A's task", got)
+	}
+	r.park("B", 1)
+	if got := r.take(5); len(got) != 1 || got[0] != "B" {
+		t.Fatalf("took %v after B's lone task, want [B]", got)
 	}
 }

@@ -104,9 +104,10 @@ local function promote(id, key, s, front)
   if redis.call('ZREM', KEYS[7], id) == 0 then return false end
   if not front then
     redis.call('LPUSH', KEYS[8], id)
-  elseif not lj or redis.call('LINSERT', KEYS[8], 'BEFORE', lj, id) < 0 then
+  elseif not lj or redis.call('LINSERT', KEYS[8], 'BEFORE', lj, id) <= 0 then
     -- behind the last lone task still waiting there (lone tasks keep
-    -- their order), else at the very front
+    -- their order), else at the very front (LINSERT gives -1 when that
+    -- task is gone, 0 when pending is empty: inserted nowhere)
     redis.call('RPUSH', KEYS[8], id)
   end
   if front then lj = id end
