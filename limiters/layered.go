@@ -13,6 +13,11 @@ type Layer struct {
 	// Key maps the request's key to this layer's key; nil uses the request
 	// key as it is. Global returns a Key for a layer shared by all keys.
 	Key func(requestKey string) string
+	// Mode, when it reads Shadow, makes the layer decide and charge as if
+	// enforced without applying its decision: a rejection (or an error) is
+	// recorded in Result.Shadow and the other layers are asked as if it
+	// had allowed. nil means Enforce. It may change between calls.
+	Mode *ModeVar
 }
 
 // GlobalKey is the key a Global layer charges.
@@ -21,9 +26,10 @@ const GlobalKey = "_global"
 // Global is a Layer.Key that maps every request to one shared key.
 func Global(string) string { return GlobalKey }
 
-// Layered passes a request only if every layer allows it, in order. When a
-// layer rejects, the layers already charged are refunded, so a rejection
-// never leaves the others charged. (The layers' keys may live on different
+// Layered passes a request only if every enforced layer allows it, in
+// order. When a layer rejects, the layers already charged are refunded
+// (shadow layers too), so a rejection never leaves the others charged.
+// A layer in Shadow mode is asked like the others but never rejects. (The layers' keys may live on different
 // cluster slots, so one script cannot cover them; refunds can.)
 // The zero Layered is not usable: NewLayered builds one.
 type Layered struct {
@@ -54,17 +60,28 @@ func (l *Layered) key(i int, key string) string {
 }
 
 // Allow asks each layer in turn. The Result is the rejecting layer's, or,
-// when all allow, the one with the least Remaining; its Cancel refunds
-// every layer charged. FailedOpen is set when any layer failed open.
+// when all allow, the enforced one with the least Remaining (a Result with
+// no Name when every layer is in shadow); its Cancel refunds every layer
+// charged. FailedOpen is set when any enforced layer failed open. The
+// shadow layers' decisions are in Result.Shadow.
 func (l *Layered) Allow(ctx context.Context, key string, cost int64) (Result, error) {
 	var charged []Result
-	var best Result
+	var shadow []ShadowDecision
+	best, enforced := Result{Allowed: true}, 0
 	var failedOpen []error // fail-open layers are reported, not fatal
 	for i := range l.layers {
 		res, err := l.layers[i].Limiter.Allow(ctx, l.key(i, key), cost)
+		if l.layers[i].Mode.Load() == Shadow {
+			shadow = append(shadow, ShadowDecision{Result: res, Err: err})
+			if err == nil && res.Allowed {
+				charged = append(charged, res)
+			}
+			continue
+		}
 		if res.FailedOpen {
 			failedOpen = append(failedOpen, res.Cause)
 		}
+		res.Shadow = shadow
 		if err != nil {
 			rerr := cancelAll(ctx, charged)
 			return res, errors.Join(fmt.Errorf("layer %d: %w", i, err), rerr)
@@ -76,10 +93,12 @@ func (l *Layered) Allow(ctx context.Context, key string, cost int64) (Result, er
 			return withFailedOpen(res, failedOpen), nil
 		}
 		charged = append(charged, res)
-		if i == 0 || res.Remaining < best.Remaining {
+		if enforced == 0 || res.Remaining < best.Remaining {
 			best = res
 		}
+		enforced++
 	}
+	best.Shadow = shadow
 	best = withFailedOpen(best, failedOpen)
 	return best.WithCancel(func(ctx context.Context) error { return cancelAll(ctx, charged) }), nil
 }
@@ -94,22 +113,31 @@ func withFailedOpen(res Result, causes []error) Result {
 	return res
 }
 
-// Peek asks every layer without charging; the first rejection decides.
+// Peek asks every layer without charging; the first rejection by an
+// enforced layer decides. Shadow layers' answers are in Result.Shadow.
 func (l *Layered) Peek(ctx context.Context, key string, cost int64) (Result, error) {
-	var best Result
+	best, enforced := Result{Allowed: true}, 0
+	var shadow []ShadowDecision
 	var failedOpen []error
 	for i := range l.layers {
 		res, err := l.layers[i].Limiter.Peek(ctx, l.key(i, key), cost)
+		if l.layers[i].Mode.Load() == Shadow {
+			shadow = append(shadow, ShadowDecision{Result: res, Err: err})
+			continue
+		}
 		if res.FailedOpen {
 			failedOpen = append(failedOpen, res.Cause)
 		}
 		if err != nil || !res.Allowed {
+			res.Shadow = shadow
 			return withFailedOpen(res, failedOpen), err
 		}
-		if i == 0 || res.Remaining < best.Remaining {
+		if enforced == 0 || res.Remaining < best.Remaining {
 			best = res
 		}
+		enforced++
 	}
+	best.Shadow = shadow
 	return withFailedOpen(best, failedOpen), nil
 }
 

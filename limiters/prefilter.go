@@ -79,6 +79,7 @@ func (p *Prefilter) do(ctx context.Context, key string, cost int64, f func(conte
 		res := b.res
 		res.RetryAfter = b.until.Sub(now)
 		res.Remaining = 0
+		res.Shadow = nil // no layer was asked this time
 		return res, nil
 	}
 	if ok && !now.Before(b.until) {

@@ -46,6 +46,11 @@ type Result struct {
 	Algorithm Algorithm
 	// Name is that limiter's Config.Name; "" as for Algorithm.
 	Name string
+	// Shadow holds, in a Layered result, the decisions of the layers in
+	// Shadow mode, in layer order; none of them was applied. nil when no
+	// layer is in shadow (or none was asked: an enforced layer before
+	// them rejected).
+	Shadow []ShadowDecision
 
 	// undo gives back the charge; nil when there is nothing to give back.
 	undo *undo

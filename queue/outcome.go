@@ -35,13 +35,17 @@ const (
 	// Duplicate: a task with the same UniqueKey exists (ErrDuplicate); this
 	// one was not enqueued.
 	Duplicate
+	// Late: the task's predicted start (Receipt.ExpectedStart) is past its
+	// deadline and its downstream refuses late tasks; the error is a
+	// *LateError (ErrLate). Nothing was enqueued.
+	Late
 )
 
 // Enqueued reports whether the task is in the queue: Accepted or Deferred.
 func (o Outcome) Enqueued() bool { return o == Accepted || o == Deferred }
 
-// String returns "not enqueued", "accepted", "deferred", "rejected" or
-// "duplicate".
+// String returns "not enqueued", "accepted", "deferred", "rejected",
+// "duplicate" or "late".
 func (o Outcome) String() string {
 	switch o {
 	case NotEnqueued:
@@ -54,6 +58,8 @@ func (o Outcome) String() string {
 		return "rejected"
 	case Duplicate:
 		return "duplicate"
+	case Late:
+		return "late"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }

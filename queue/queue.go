@@ -78,6 +78,13 @@ type Task struct {
 	// Timeout bounds one delivery attempt, the wait for its slot included;
 	// zero means asynq's default (30 min).
 	Timeout time.Duration
+	// Deadline, when set, is the latest time the task may start: a task
+	// still waiting then is archived unsent ("deadline passed"), and under
+	// Shaping.OnLate LateReject one predicted to start later is refused at
+	// enqueue. Exclusive with TTL.
+	Deadline time.Time
+	// TTL, when positive, sets Deadline to the time of Enqueue plus TTL.
+	TTL time.Duration
 }
 
 // Receipt describes what Enqueue did with a task. Its zero value is the
@@ -100,7 +107,9 @@ type Receipt struct {
 	// see ExpectedStart.
 	ProcessAt time.Time
 	// ExpectedStart is an estimate of when the task will be released:
-	// zero when there is none.
+	// for a fair downstream, from its place in fair order; for another,
+	// from its downstream's bucket and the backlog ahead of it (see
+	// ProducerConfig.Predict). Zero when there is none.
 	ExpectedStart time.Time
 	// Admission is the admission decision (zero when there is no policy).
 	Admission limiters.Result
@@ -122,6 +131,10 @@ type Admission struct {
 	Limiter limiters.Limiter
 	// OnReject: Reject (the zero value) or Defer.
 	OnReject OnReject
+	// Modes are Limiter's layers' modes, which the Producer keeps
+	// current with the runtime modes in Redis (`shaper ctl mode`); nil
+	// when the modes never change at runtime.
+	Modes []LimiterMode
 }
 
 // RejectedError is returned when admission rejects a task. Result carries
@@ -159,6 +172,18 @@ type ProducerConfig struct {
 	Logger *slog.Logger
 	// MaxPayload bounds a payload's size in bytes; 0 means 1 MiB.
 	MaxPayload int
+	// Shaping is each downstream's shaping as the producer needs it for
+	// Receipt.ExpectedStart and deadlines (Shaping.OnLate); a downstream
+	// absent gets no prediction.
+	Shaping map[string]Shaping
+	// Predict predicts ExpectedStart for every task of a downstream in
+	// Shaping (two Redis commands each), not only for tasks with a
+	// deadline.
+	Predict bool
+	// ControlInterval is how stale the producer's copy of the runtime
+	// state (modes, rate overrides) may get while it enqueues; zero means
+	// DefaultControlInterval.
+	ControlInterval time.Duration
 	// MaxRetry is the default retry budget per downstream for tasks that
 	// set none; missing downstreams use DefaultMaxRetry.
 	MaxRetry map[string]int
@@ -181,14 +206,16 @@ type ProducerConfig struct {
 // Producer enqueues tasks after admission. Safe for concurrent use.
 // The zero Producer is not usable: NewProducer builds one.
 type Producer struct {
-	client *asynq.Client
-	rdb    redis.UniversalClient
-	fair   *shaping.FairQueue
-	cfg    ProducerConfig
-	m      *metrics.Metrics // nil records nothing
-	space  keys.Space
-	known  map[string]bool
-	seq    atomic.Uint64 // spreads batched tasks over aggregation groups
+	client  *asynq.Client
+	rdb     redis.UniversalClient
+	fair    *shaping.FairQueue
+	cfg     ProducerConfig
+	m       *metrics.Metrics // nil records nothing
+	space   keys.Space
+	known   map[string]bool
+	seq     atomic.Uint64    // spreads batched tasks over aggregation groups
+	buckets *shaping.Buckets // for predictions
+	follow  *follower        // nil: no runtime state to follow
 }
 
 // NewProducer returns a Producer over rdb. Close it when done (rdb itself
@@ -200,7 +227,9 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix)}
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
+		buckets: shaping.NewBuckets(rdb, cfg.Prefix)}
+	p.follow = p.newFollower(shaping.NewControl(rdb, cfg.Prefix))
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -241,6 +270,9 @@ func (p *Producer) Validate(t Task) error {
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
+	if err := checkDeadline(t); err != nil {
+		return err
+	}
 	return checkText(t)
 }
 
@@ -269,6 +301,8 @@ func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 		rec.Outcome = Rejected
 	case errors.Is(err, ErrDuplicate):
 		rec.Outcome = Duplicate
+	case errors.Is(err, ErrLate):
+		rec.Outcome = Late
 	}
 	return rec, err
 }
@@ -283,11 +317,14 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	if t.Type == "" {
 		t.Type = DefaultType
 	}
+	t.Deadline, t.TTL = t.deadline(time.Now()), 0
+	p.follow.maybeRefresh(ctx)
 	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
 	adm, hasAdm := p.cfg.Admission[t.Downstream]
 	if hasAdm && adm.Limiter != nil {
 		res, err := adm.Limiter.Allow(ctx, t.Key, t.Cost)
 		rec.Admission = res
+		p.shadowDecisions(t.Downstream, adm, res)
 		if err != nil && !errors.Is(err, limiters.ErrFailedClosed) {
 			p.decision(t.Downstream, res, "error")
 			return rec, err
@@ -314,6 +351,10 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 		} else {
 			p.decision(t.Downstream, res, "allowed")
 		}
+	}
+	if err := p.predict(ctx, t, &rec); err != nil {
+		p.refund(ctx, &rec, &err)
+		return rec, err
 	}
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
@@ -351,7 +392,8 @@ func (p *Producer) refund(ctx context.Context, rec *Receipt, err *error) {
 }
 
 func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
-	if p.m != nil {
+	// with every layer in shadow no limiter decided: only shadow counts
+	if p.m != nil && (res.Name != "" || res.Shadow == nil) {
 		p.m.Decisions.WithLabelValues(ds, res.Name, outcome).Inc()
 	}
 }
@@ -373,7 +415,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if t.MaxRetry != nil {
 		maxRetry = *t.MaxRetry
 	}
-	meta := envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry}
+	meta := envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry, Deadline: t.Deadline}
 	opts := []asynq.Option{
 		asynq.Queue(p.space.Queue(t.Downstream)),
 		asynq.MaxRetry(maxRetry + envelope.CrashAllowance),

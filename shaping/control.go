@@ -26,6 +26,10 @@ type State struct {
 	Override limiters.Limit
 	// Adaptive is the AIMD rate in units per second; 0 when not in use.
 	Adaptive float64
+	// Modes are the runtime modes set by SetMode: the shaping's under
+	// "", each admission limiter's under its name. A name absent keeps
+	// the mode its configuration gives; nil when none is set.
+	Modes map[string]limiters.Mode
 }
 
 // Control changes downstreams at runtime, for every process at once: each
@@ -108,16 +112,17 @@ func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) erro
 
 // State reads ds's runtime state.
 func (c *Control) State(ctx context.Context, ds string) (State, error) {
-	v, err := c.rdbCmd().HMGet(ctx, c.space.DownstreamState(ds), "paused", "override_rate", "override_period_us", "ar").Result()
+	h, err := c.rdbCmd().HGetAll(ctx, c.space.DownstreamState(ds)).Result()
 	if err != nil {
 		return State{}, fmt.Errorf("shaping: state of %q: %w", ds, err)
 	}
 	var st State
-	st.Paused = v[0] == "1"
-	if r, p := toInt(v[1]), toInt(v[2]); r > 0 && p > 0 {
+	st.Paused = h["paused"] == "1"
+	if r, p := toInt(h["override_rate"]), toInt(h["override_period_us"]); r > 0 && p > 0 {
 		st.Override = limiters.Limit{Rate: r, Period: time.Duration(p) * time.Microsecond, Burst: r}
 	}
-	st.Adaptive = float64(toInt(v[3])) / 1000
+	st.Adaptive = float64(toInt(h["ar"])) / 1000
+	st.Modes = parseModes(h)
 	return st, nil
 }
 

@@ -115,6 +115,7 @@ func (r *runner) apply() {
 	}
 	r.setRate(eff)
 	r.setPaused(st.Paused)
+	r.applyMode(st)
 	if m := r.d.m; m != nil {
 		v := 0.0
 		if st.Paused {

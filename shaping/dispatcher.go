@@ -40,6 +40,10 @@ type Task struct {
 	// Slot is the reserved slot's time on the Redis clock; the handler runs
 	// at or just after it.
 	Slot time.Time
+	// Deadline is the latest time the task could start (the producer's
+	// Task.Deadline or TTL); zero when it has none. A handler runs at or
+	// before it; a task that could not is archived unsent.
+	Deadline time.Time
 
 	seq    int64  // the bucket's issued count just after this task's units
 	answer answer // what the handler reported (ReportCost, ReportHeader)
@@ -122,6 +126,12 @@ type Downstream struct {
 	// (a ratio of 5xx, timeouts and connection failures), shared by
 	// every process; see Breaker.
 	Breaker *Breaker
+	// ShapingMode is the mode the downstream's shaping starts in: Enforce
+	// (the zero value) or Shadow, where every task reserves its slot (so
+	// shaper_shaping_shadow_wait_seconds is the wait enforcing would have
+	// given) and is released at once. Control.SetMode changes it at
+	// runtime in every process. A Breaker holds in shadow too.
+	ShapingMode limiters.Mode
 }
 
 // Config configures a Dispatcher. The zero value works.

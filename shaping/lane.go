@@ -38,11 +38,12 @@ const maxStock = 32
 
 // waiter is one worker waiting for its slot.
 type waiter struct {
-	cost   int64
-	key    string
-	tag    float64    // fair order's tag
-	queued bool       // in l.q (l.mu)
-	done   chan grant // buffered: the lane never blocks on a waiter
+	cost     int64
+	key      string
+	tag      float64    // fair order's tag
+	queued   bool       // in l.q (l.mu)
+	deadline time.Time  // the task's deadline on the local clock; zero: none
+	done     chan grant // buffered: the lane never blocks on a waiter
 }
 
 // grant is a lane's answer: the slot's start on the Redis clock, or an
@@ -69,11 +70,19 @@ func newLane(r *runner) *lane {
 // wait queues a worker for a slot of cost units for key (at the front
 // when it is retrying a wasted slot) and blocks until the lane grants one.
 func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
-	w := &waiter{cost: cost, key: key, queued: true, done: make(chan grant, 1)}
+	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
 	l.mu.Lock()
-	if g, ok := l.fromStock(cost); ok {
+	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
-		return g, nil
+		return grant{}, ErrDeadlinePassed
+	}
+	if g, ok := l.fromStock(cost); ok {
+		if l.tooLate(w, g.slot) {
+			l.unstock(g)
+			g = grant{err: ErrDeadlinePassed}
+		}
+		l.mu.Unlock()
+		return g, g.err
 	}
 	var e *list.Element
 	switch {
@@ -131,6 +140,7 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 func (l *lane) head() (cost int64, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.dropExpired()
 	if l.fair != nil {
 		l.fair.sort(l.q)
 	}
@@ -154,7 +164,7 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 	defer l.mu.Unlock()
 	j := 0
 	for ; j < res.Count; j++ {
-		e := l.q.Front()
+		e := l.frontFor(res.SlotN(j))
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}

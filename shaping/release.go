@@ -35,6 +35,10 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		r.outcome("malformed")
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
+	if err := r.expire(t); err != nil {
+		return err // late already: archived before it takes a lease or a slot
+	}
+	ctx = withDeadline(ctx, t.Deadline)
 	if r.leases != nil {
 		// a place among the calls in flight first, then a slot: the wait
 		// for a lease holds no attempt and no slot
@@ -45,13 +49,19 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		defer r.leases.release(lease)
 	}
 	for {
-		res, tok, err := r.acquire(ctx, t.Cost, t.Key)
+		res, tok, err := r.slot(ctx, t.Cost, t.Key)
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
 			r.outcome("malformed")
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}
+		if errors.Is(err, ErrDeadlinePassed) {
+			return r.lateArchive(t)
+		}
 		if err != nil {
 			return r.giveBack(ctx)
+		}
+		if err := r.expire(t); err != nil {
+			return err // woke past the deadline: the slot is wasted, the task never sent late
 		}
 		t.Slot, t.seq = res.Slot(), res.seqN(0)
 		herr, started := r.release(ctx, h, t)
@@ -96,7 +106,7 @@ func (r *runner) task(ctx context.Context, at *asynq.Task) (*Task, HandlerFunc, 
 	id, _ := asynq.GetTaskID(ctx)
 	retried, _ := asynq.GetRetryCount(ctx)
 	t := &Task{ID: id, Type: at.Type(), Payload: at.Payload(), Headers: at.Headers(), Downstream: r.ds.Name,
-		Key: meta.Key, Cost: meta.Cost, Retried: retried}
+		Key: meta.Key, Cost: meta.Cost, Retried: retried, Deadline: meta.Deadline}
 	return t, h, Budget{Retried: retried, MaxRetry: meta.MaxRetry}, nil
 }
 

@@ -37,6 +37,7 @@ type runner struct {
 	leases  *leaseLane   // nil without a concurrency cap
 	brk     *breaker     // nil without a circuit breaker
 	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
+	mode    atomic.Int32 // shaping mode last applied (modeUnknown before the first)
 
 	smu    sync.Mutex
 	st     State     // runtime state as last read from Redis

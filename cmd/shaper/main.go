@@ -22,10 +22,12 @@ import (
 const usageText = `Usage:
   shaper -config shaper.yaml         run the dispatcher and the HTTP API for a config
   shaper [-listen ADDR]              without -config: the quick start (embedded Redis, a demo downstream)
-  shaper ctl -config FILE COMMAND    runtime control through Redis: status, pause, resume, rate (shaper ctl for more)
+  shaper ctl -config FILE COMMAND    runtime control through Redis: status, pause, resume, rate, mode (shaper ctl for more)
+  shaper replay -config FILE ARRIVALS.jsonl   what the config would have done with a log of past arrivals (offline)
 
 Subcommands:
   ctl        runtime control of every shaper process sharing the config's Redis
+  replay     replay recorded arrivals through a config's admission and shaping, on an embedded Redis
 
 Exit status: 0 after a graceful stop, 1 on a config or start-up error, 2 on a usage error.
 
@@ -48,7 +50,7 @@ func parseArgs(args []string, stdout io.Writer) (options, error) {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q: shaper takes only flags, or a subcommand (ctl) before them (see shaper -h)", fs.Arg(0))
+		return o, fmt.Errorf("unexpected argument %q: shaper takes only flags, or a subcommand (ctl, replay) before them (see shaper -h)", fs.Arg(0))
 	}
 	return o, nil
 }
@@ -60,6 +62,16 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "ctl" {
 		if err := app.Ctl(context.Background(), os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "shaper ctl:", err)
+			if errors.Is(err, app.ErrUsage) {
+				os.Exit(2)
+			}
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "replay" {
+		if err := app.Replay(context.Background(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "shaper replay:", err)
 			if errors.Is(err, app.ErrUsage) {
 				os.Exit(2)
 			}

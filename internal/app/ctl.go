@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -28,30 +27,23 @@ commands:
   resume NAME            undo pause
   rate NAME RATE         override NAME's rate in every process, e.g. 20/s
   rate NAME clear        remove the override (back to the configured or scheduled rate)
-  reset NAME             clear NAME's shaping bucket (next_free): releases resume at the rate now`
+  reset NAME             clear NAME's shaping bucket (next_free): releases resume at the rate now
+  mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
+                         or clear (back to the config's mode); every process within a second`
 
 // Ctl runs "shaper ctl": runtime control straight through Redis, for an
 // operator on a machine that can reach it.
 func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("shaper ctl", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "path to the YAML config file (required)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // asked for: print it, no error
-			fmt.Fprintln(out, ctlUsage)
-			return nil
-		}
-		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, ctlUsage)
+	if help, err := parseSubcommand(fs, args, ctlUsage, out); help || err != nil {
+		return err
 	}
 	rest := fs.Args()
 	if *path == "" || len(rest) == 0 {
 		return fmt.Errorf("%w: -config and a command are required\n%s", ErrUsage, ctlUsage)
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		return err
-	}
-	pl, err := plan.Build(cfg)
+	pl, err := loadPlan(*path)
 	if err != nil {
 		return err
 	}
@@ -114,6 +106,8 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		} else {
 			fmt.Fprintf(out, "%s: rate overridden to %s in every process\n", rest[1], l.RateString())
 		}
+	case "mode":
+		return ctlMode(ctx, ctl, pl, rest, out)
 	case "reset":
 		if err := need(2); err != nil {
 			return err
@@ -145,6 +139,7 @@ func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, p
 		if !st.Override.IsZero() {
 			row["override_rate"] = st.Override.RateString()
 		}
+		row["modes"] = modesOf(&pd, st)
 		if st.Adaptive > 0 {
 			row["adaptive_rate_per_second"] = st.Adaptive
 		}

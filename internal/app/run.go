@@ -77,6 +77,7 @@ func runPlan(ctx context.Context, pl *plan.Plan, opts Options, log *slog.Logger)
 	if err != nil {
 		return err
 	}
+	pl.Producer.Predict = true // the HTTP API's 202 says when a task should start
 	producer, err := pl.NewProducer(rdb, reg)
 	if err != nil {
 		return err

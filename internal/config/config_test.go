@@ -64,33 +64,37 @@ func TestLoadExample(t *testing.T) {
 					Headers: map[string]string{"Content-Type": "application/json"},
 					Timeout: Duration(5 * time.Second),
 				},
+				ShapingMode: ModeEnforce,
+				OnLate:      LateArchive,
 				Admission: &Admission{
 					OnReject:  Defer,
 					Failure:   FailOpen,
 					Prefilter: true,
 					Limiters: []Limiter{
-						{Name: "billing-tenant", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: MustRate("10/s"), Burst: 20},
-						{Name: "billing-api-1", Algorithm: limiters.FixedWindow, Key: KeyGlobal, Rate: MustRate("1000/m")},
+						{Name: "billing-tenant", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: MustRate("10/s"), Burst: 20, Mode: ModeEnforce},
+						{Name: "billing-api-1", Algorithm: limiters.FixedWindow, Key: KeyGlobal, Rate: MustRate("1000/m"), Mode: ModeEnforce},
 					},
 				},
 			},
 			{
-				Name:     "legacy-db",
-				Rate:     MustRate("3000/m"),
-				Burst:    1,
-				MaxWait:  Duration(time.Second),
-				Workers:  51, // ceil(50/s × 1s) + 1
-				MaxRetry: 25,
-				Handler:  Handler{Type: HandlerGo, Timeout: Duration(10 * time.Second)},
+				Name:        "legacy-db",
+				Rate:        MustRate("3000/m"),
+				Burst:       1,
+				MaxWait:     Duration(time.Second),
+				Workers:     51, // ceil(50/s × 1s) + 1
+				MaxRetry:    25,
+				Handler:     Handler{Type: HandlerGo, Timeout: Duration(10 * time.Second)},
+				ShapingMode: ModeEnforce, OnLate: LateArchive,
 			},
 			{
-				Name:     "audit-log",
-				Rate:     MustRate("2.5/s"),
-				Burst:    1,
-				Capacity: 10,
-				Workers:  11, // ceil(2.5/s × 4s) + 1
-				MaxRetry: 0,
-				Handler:  Handler{Type: HandlerLog, Timeout: Duration(10 * time.Second)},
+				Name:        "audit-log",
+				Rate:        MustRate("2.5/s"),
+				Burst:       1,
+				Capacity:    10,
+				Workers:     11, // ceil(2.5/s × 4s) + 1
+				MaxRetry:    0,
+				Handler:     Handler{Type: HandlerLog, Timeout: Duration(10 * time.Second)},
+				ShapingMode: ModeEnforce, OnLate: LateArchive,
 			},
 		},
 	}
@@ -153,7 +157,8 @@ func TestDefaults(t *testing.T) {
 		Downstreams: []Downstream{{
 			Name: "api", Rate: MustRate("50/s"), Burst: 1, MaxWait: Duration(time.Second),
 			Workers: 51, MaxRetry: 25,
-			Handler: Handler{Type: HandlerLog, Timeout: Duration(DefaultHandlerTimeout)},
+			Handler:     Handler{Type: HandlerLog, Timeout: Duration(DefaultHandlerTimeout)},
+			ShapingMode: ModeEnforce, OnLate: LateArchive,
 		}},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -179,8 +184,8 @@ downstreams:
 		t.Errorf("method = %q, want POST", d.Handler.Method)
 	}
 	wantAdm := &Admission{OnReject: Reject, Failure: FailClosed, Limiters: []Limiter{
-		{Name: "api-0", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: MustRate("10/s")},
-		{Name: "floor", Algorithm: limiters.SlidingCounter, Key: KeyGlobal, Rate: MustRate("100/m"), Burst: 100},
+		{Name: "api-0", Algorithm: limiters.TokenBucket, Key: KeyTenant, Rate: MustRate("10/s"), Mode: ModeEnforce},
+		{Name: "floor", Algorithm: limiters.SlidingCounter, Key: KeyGlobal, Rate: MustRate("100/m"), Burst: 100, Mode: ModeEnforce},
 	}}
 	if !reflect.DeepEqual(d.Admission, wantAdm) {
 		t.Errorf("admission = %+v, want %+v", d.Admission, wantAdm)

@@ -68,6 +68,7 @@ func (c *Config) fill(set func(path string) bool) *Error {
 			d.Handler.Timeout = Duration(DefaultHandlerTimeout)
 		}
 		d.fillBatch(p, set)
+		d.fillRollout()
 		d.fillBreaker(p, set)
 		if a := d.Admission; a != nil {
 			a.OnReject = cmp.Or(a.OnReject, Reject)

@@ -133,6 +133,13 @@ type Downstream struct {
 	// Quotas are budgets the releases never pass beside the rate (see
 	// Quota and quotas.go).
 	Quotas []Quota `yaml:"quotas,omitempty"`
+	// ShapingMode is ModeEnforce (default) or ModeShadow: in shadow every
+	// task still reserves its slot (so the bucket's waits are the ones
+	// enforcing would give) but is released at once (see rollout.go).
+	ShapingMode Mode `yaml:"shaping_mode,omitempty"`
+	// OnLate is what becomes of a task with a deadline it cannot meet:
+	// LateArchive (default) or LateReject (see rollout.go).
+	OnLate OnLate `yaml:"on_late,omitempty"`
 }
 
 // Fairness shares a downstream's rate among the keys (the task's key:
@@ -254,6 +261,9 @@ type Limiter struct {
 	// many sub-windows (2 to limiters.MaxSubWindows); 0 (the default) is
 	// the two-window counter. See limiters.Config.SubWindows.
 	SubWindows int `yaml:"sub_windows,omitempty"`
+	// Mode is ModeEnforce (default) or ModeShadow: a shadow limiter is
+	// decided and charged but never rejects (see rollout.go).
+	Mode Mode `yaml:"mode,omitempty"`
 }
 
 // Downstream returns the downstream called name.

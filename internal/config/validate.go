@@ -292,6 +292,9 @@ func (d *Downstream) validate(p string) *Error {
 	if e := d.validateQuotas(p); e != nil {
 		return e
 	}
+	if e := d.validateRollout(p); e != nil {
+		return e
+	}
 	if e := d.Handler.validate(p + ".handler"); e != nil {
 		return e
 	}

@@ -29,8 +29,10 @@ const (
 	// ExitOK: every task was enqueued, to run now or (deferred by
 	// admission, or by at/in) later.
 	ExitOK = 0
-	// ExitRejected: admission rejected at least one task; the others were
-	// enqueued. The summary's first_retry_after says when to try again.
+	// ExitRejected: admission rejected at least one task, or one was
+	// refused as late (its predicted start past its deadline, on_late:
+	// reject); the others were enqueued. The summary's first_retry_after
+	// says when to try again after a rejection.
 	ExitRejected = 1
 	// ExitBadInput: a usage or config error (nothing was read), or at least
 	// one bad task (each reported on one line of stderr; nothing was
@@ -106,12 +108,13 @@ admission limiters. One task comes from --payload or --payload-file; without
 them, tasks come as JSON Lines from --file or stdin, one object a line:
 
   {"downstream":"api","payload":{"id":1},"key":"tenant-7","cost":1,"unique":"job-1",
-   "at":"2026-01-02T15:04:05Z" | "in":"30s","type":"charge","max_retry":3,"timeout":"10s"}
+   "at":"2026-01-02T15:04:05Z" | "in":"30s","type":"charge","max_retry":3,"timeout":"10s",
+   "deadline":"2026-01-02T15:09:05Z" | "ttl":"5m"}
 
 Flags set defaults for the fields a line leaves out (not --unique).
 
 Exit codes: 0 all enqueued (accepted or deferred), 1 some rejected by
-admission, 2 bad input (usage, config, or bad tasks: each named on one line
+admission or refused as late (on_late: reject), 2 bad input (usage, config, or bad tasks: each named on one line
 of stderr, nothing enqueued for it), 3 Redis unreachable (the run stops),
 4 other enqueue failures (e.g. a duplicate --unique key), 130 interrupted.
 
@@ -160,6 +163,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 // counts only when given: a default of zero is not "cost 0".
 type taskFlags struct {
 	downstream, key, typ, at, in, rate string
+	deadline                           string
+	ttl                                time.Duration
 	cost                               int64
 	maxRetry                           int
 	taskTimeout                        time.Duration
@@ -185,6 +190,8 @@ func (o *options) define(fs *flag.FlagSet) *taskFlags {
 	fs.StringVar(&tf.typ, "type", "", "asynq task type (default shaper:task)")
 	fs.IntVar(&tf.maxRetry, "max-retry", 0, "handler-failure retry budget (default: the downstream's max_retry)")
 	fs.DurationVar(&tf.taskTimeout, "task-timeout", 0, "bound on one delivery attempt (default asynq's 30m)")
+	fs.StringVar(&tf.deadline, "deadline", "", "start no later than this time or be archived unsent (RFC 3339 or Unix seconds)")
+	fs.DurationVar(&tf.ttl, "ttl", 0, "start within this long from enqueue or be archived unsent (e.g. 5m)")
 	fs.StringVar(&tf.rate, "rate", "", "pace enqueues to this rate, e.g. 100/s, 5000/m, or a number per second")
 	fs.IntVar(&o.concurrency, "concurrency", 1, "enqueues in flight at once (1 keeps the input's order)")
 	fs.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
@@ -234,6 +241,24 @@ func (tf *taskFlags) fields(d *taskspec.Spec, set map[string]bool) []taskField {
 				return fmt.Errorf("--at: %v", err)
 			}
 			d.At = &t
+			return nil
+		}},
+		{"deadline", func() error {
+			if set["ttl"] {
+				return errors.New("set --deadline or --ttl, not both")
+			}
+			t, err := taskspec.ParseAt(tf.deadline)
+			if err != nil {
+				return fmt.Errorf("--deadline: %v", err)
+			}
+			d.Deadline = &t
+			return nil
+		}},
+		{"ttl", func() error {
+			if tf.ttl <= 0 {
+				return fmt.Errorf("--ttl must be positive, got %s", tf.ttl)
+			}
+			d.TTL = &tf.ttl
 			return nil
 		}},
 		{"in", func() error {

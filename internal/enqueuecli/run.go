@@ -36,6 +36,9 @@ type Summary struct {
 	Enqueued int `json:"enqueued"`
 	// Rejected were refused by admission and not enqueued.
 	Rejected int `json:"rejected"`
+	// Late were refused because their predicted start was past their
+	// deadline (on_late: reject); not enqueued.
+	Late int `json:"late"`
 	// Invalid were bad input, each reported on stderr; not enqueued.
 	Invalid int `json:"invalid"`
 	// Duplicates had a unique key that an existing task holds.
@@ -150,6 +153,7 @@ func setup(o *options, std IO, con *console) (*runner, *setupError) {
 		}
 		r.rdb, r.closeRDB = rdb, closeRDB
 	}
+	pl.Producer.Predict = o.single() && o.json // the summary's expected_start
 	p, err := pl.NewProducer(r.rdb, nil)
 	if err != nil {
 		return fail(bad("%s", err))
@@ -250,7 +254,7 @@ func (r *runner) exitCode(s Summary) int {
 		return ExitBadInput
 	case s.Failed > 0, s.Uncertain > 0, s.Duplicates > 0 && !r.o.skipDuplicates:
 		return ExitFailed
-	case s.Rejected > 0:
+	case s.Rejected > 0, s.Late > 0:
 		return ExitRejected
 	}
 	return ExitOK
@@ -270,7 +274,7 @@ func humanSummary(s Summary) string {
 	for _, c := range []struct {
 		n    int
 		what string
-	}{{s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.Uncertain, "uncertain (sent, outcome unknown)"},
+	}{{s.Late, "refused as late (deadline before the predicted start)"}, {s.Invalid, "invalid"}, {s.Duplicates, "duplicate"}, {s.Failed, "failed"}, {s.Uncertain, "uncertain (sent, outcome unknown)"},
 		{s.FailedOpen, "admitted without a decision (fail_open)"}} {
 		if c.n > 0 {
 			fmt.Fprintf(&b, ", %d %s", c.n, c.what)
@@ -417,6 +421,10 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 		return open, false
 	case rec.Outcome == queue.Rejected:
 		r.countRejected(j, rec.Admission, now, at)
+		return handled, true
+	case rec.Outcome == queue.Late:
+		r.count(func(s *Summary) { s.Late++ })
+		r.con.line("enqueue: %s%s", at, lateReason(err))
 		return handled, true
 	case errors.Is(err, queue.ErrUnknownDownstream), errors.Is(err, queue.ErrInvalidTask),
 		errors.Is(err, limiters.ErrCostExceedsCapacity), errors.Is(err, limiters.ErrInvalidCost):
@@ -567,4 +575,15 @@ func (r *runner) stop(j job, why string, err error, sent bool) {
 		}
 		r.con.line("enqueue: %s", msg)
 	}
+}
+
+// lateReason is the line for a task refused as late.
+func lateReason(err error) string {
+	var le *queue.LateError
+	if !errors.As(err, &le) {
+		return oneLine(err.Error())
+	}
+	return fmt.Sprintf("refused: predicted start %s is %s past the deadline %s (on_late: reject)",
+		le.ExpectedStart.UTC().Format(time.RFC3339Nano), le.ExpectedStart.Sub(le.Deadline).Round(time.Millisecond),
+		le.Deadline.UTC().Format(time.RFC3339Nano))
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Header names.
@@ -15,6 +16,7 @@ const (
 	HeaderCost     = "shaper-cost"      // units this task occupies in its bucket (default 1)
 	HeaderKey      = "shaper-key"       // admission key (tenant, API key, …)
 	HeaderMaxRetry = "shaper-max-retry" // the producer's retry budget (see CrashAllowance)
+	HeaderDeadline = "shaper-deadline"  // RFC 3339 time after which the task must not start
 )
 
 // CrashAllowance is added to the producer's MaxRetry when the task is
@@ -33,6 +35,9 @@ type Meta struct {
 	Cost     int64
 	Key      string
 	MaxRetry int // -1: not set (task from plain asynq)
+	// Deadline is the latest time the task may start (be handed to its
+	// handler); past it the task is archived unsent. Zero: none.
+	Deadline time.Time
 }
 
 // Headers encodes m.
@@ -44,11 +49,14 @@ func (m Meta) Headers() map[string]string {
 	if m.MaxRetry >= 0 {
 		h[HeaderMaxRetry] = strconv.Itoa(m.MaxRetry)
 	}
+	if !m.Deadline.IsZero() {
+		h[HeaderDeadline] = m.Deadline.UTC().Format(time.RFC3339Nano)
+	}
 	return h
 }
 
 // Decode reads the headers; missing ones take defaults (cost 1, no key,
-// MaxRetry -1). Bad values are an ErrMalformed naming the header.
+// MaxRetry -1, no deadline). Bad values are an ErrMalformed naming the header.
 func Decode(h map[string]string) (Meta, error) {
 	m := Meta{Cost: 1, MaxRetry: -1, Key: h[HeaderKey]}
 	if s, ok := h[HeaderCost]; ok {
@@ -64,6 +72,13 @@ func Decode(h map[string]string) (Meta, error) {
 			return m, fmt.Errorf("%w: header %s = %q, want an integer >= 0", ErrMalformed, HeaderMaxRetry, s)
 		}
 		m.MaxRetry = r
+	}
+	if s, ok := h[HeaderDeadline]; ok {
+		d, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return m, fmt.Errorf("%w: header %s = %q, want an RFC 3339 time", ErrMalformed, HeaderDeadline, s)
+		}
+		m.Deadline = d
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 // Package httpapi is shaper's HTTP enqueue API: POST a task to a
 // downstream, get 202 with its id when admission accepts (or defers) it,
-// 429 with Retry-After and RateLimit headers when admission rejects it.
+// 429 with Retry-After and RateLimit headers when admission rejects it,
+// 422 when its deadline cannot be met (on_late: reject).
 // docs/http-api.md is the reference for callers; this comment is for
 // maintainers.
 //
@@ -125,6 +126,15 @@ type Accepted struct {
 	Admission     *Admission `json:"admission,omitempty"`
 }
 
+// Late is the body of a 422: the task's predicted start is past its
+// deadline and its downstream has on_late: reject.
+type Late struct {
+	Error         string    `json:"error"`
+	Downstream    string    `json:"downstream"`
+	Deadline      time.Time `json:"deadline"`
+	ExpectedStart time.Time `json:"expected_start"`
+}
+
 // Admission describes the admission decision in a response body.
 type Admission struct {
 	Limiter   string `json:"limiter"`
@@ -195,6 +205,8 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 			Limit: res.Limit.String(), Remaining: max(res.Remaining, 0),
 			RetryAfter: res.RetryAfter.Seconds(),
 		})
+	case rec.Outcome == queue.Late:
+		a.late(w, err)
 	case rec.Outcome == queue.Duplicate:
 		server.WriteJSON(w, http.StatusConflict, map[string]string{
 			"error": fmt.Sprintf("a task with unique key %q already exists", task.UniqueKey),
@@ -225,6 +237,21 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 		w.Header().Set("Retry-After", "1")
 		server.WriteError(w, http.StatusServiceUnavailable, msg)
 	}
+}
+
+// late answers 422 for a task refused because it would start after its
+// deadline: retrying cannot help (later, it starts later still).
+func (a *API) late(w http.ResponseWriter, err error) {
+	var le *queue.LateError
+	if !errors.As(err, &le) {
+		server.WriteError(w, http.StatusUnprocessableEntity, taskspec.Reason(err))
+		return
+	}
+	server.WriteJSON(w, http.StatusUnprocessableEntity, Late{
+		Error: fmt.Sprintf("refused: predicted start %s is %s past the deadline %s (on_late: reject)",
+			le.ExpectedStart.UTC().Format(time.RFC3339Nano), le.ExpectedStart.Sub(le.Deadline).Round(time.Millisecond),
+			le.Deadline.UTC().Format(time.RFC3339Nano)),
+		Downstream: le.Downstream, Deadline: le.Deadline, ExpectedStart: le.ExpectedStart})
 }
 
 func costReason(err error) string {

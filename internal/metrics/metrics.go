@@ -29,6 +29,13 @@ type Metrics struct {
 	ScriptErrors   *prometheus.CounterVec   // script
 	Fair           *FairMetrics             // fair-share downstreams
 	Limits         *LimitMetrics            // quotas, announced limits, settled costs
+
+	ShadowDecisions *prometheus.CounterVec   // downstream, limiter, outcome
+	ShadowLimiter   *prometheus.GaugeVec     // downstream, limiter
+	ShadowWait      *prometheus.HistogramVec // downstream
+	ShadowMode      *prometheus.GaugeVec     // downstream
+	DeadlinePassed  *prometheus.CounterVec   // downstream
+	LateRejected    *prometheus.CounterVec   // downstream
 }
 
 // New registers shaper's metrics on reg, or, for those already registered
@@ -54,7 +61,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		LateSkips:         f.counter("shaping", "late_skips_total", "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases).", "downstream"),
 		Pushbacks:         f.counter("shaping", "pushbacks_total", "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward.", "downstream"),
 		AdaptiveDecreases: f.counter("shaping", "adaptive_decreases_total", "429/503/timeout answers reported to the adaptive (AIMD) rate.", "downstream"),
-		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed.", "downstream", "outcome"),
+		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed.", "downstream", "outcome"),
 		Backlog:           f.gauge("queue", "tasks", "Tasks per downstream queue and state (pending, active, scheduled, retry, archived).", "downstream", "state"),
 		RateInForce:       f.gauge("shaping", "rate_per_second", "Release rate in force for the downstream.", "downstream"),
 		Paused:            f.gauge("shaping", "paused", "1 while the downstream is paused.", "downstream"),
@@ -65,14 +72,21 @@ func New(reg prometheus.Registerer) *Metrics {
 		BreakerMoves:      f.counter("shaping", "breaker_transitions_total", "Circuit breaker transitions this process made (to: open, half_open, closed); each is made by one process, so sum over processes.", "downstream", "to"),
 		ScriptDuration: f.histogram("redis", "script_duration_seconds", "Latency of shaper's Lua script calls.",
 			[]float64{.0002, .0005, .001, .002, .005, .01, .05, .1, .5, 1}, "script"),
-		ScriptErrors:  f.counter("redis", "script_errors_total", "Lua script calls that failed or timed out.", "script"),
-		Decisions:     f.counter("admission", "decisions_total", "Admission decisions by limiter and outcome (allowed, rejected, deferred, error).", "downstream", "limiter", "outcome"),
-		Deferrals:     f.counter("admission", "deferrals_total", "Tasks enqueued to run at their Retry-After instead of being rejected.", "downstream"),
-		FailOpen:      f.counter("admission", "fail_open_total", "Requests allowed without a decision because Redis failed and the policy is fail-open.", "downstream", "limiter"),
-		CronTicks:     f.counter("cron", "ticks_total", "Cron ticks by outcome: enqueued, deferred, taken (by another process), rejected, error.", "job", "outcome"),
-		Enqueued:      f.counter("queue", "enqueued_total", "Tasks enqueued.", "downstream"),
-		Quarantined:   f.counter("queue", "quarantined_total", "Corrupt queue entries (no task hash, empty or undecodable msg, id mismatch) this process moved to the quarantine.", "downstream", "reason"),
-		QuarantineLen: f.gauge("queue", "quarantine_entries", "Entries in the downstream's quarantine list (shared by every process; bounded, expires).", "downstream"),
+		ScriptErrors:    f.counter("redis", "script_errors_total", "Lua script calls that failed or timed out.", "script"),
+		Decisions:       f.counter("admission", "decisions_total", "Admission decisions by limiter and outcome (allowed, rejected, deferred, error).", "downstream", "limiter", "outcome"),
+		Deferrals:       f.counter("admission", "deferrals_total", "Tasks enqueued to run at their Retry-After instead of being rejected.", "downstream"),
+		FailOpen:        f.counter("admission", "fail_open_total", "Requests allowed without a decision because Redis failed and the policy is fail-open.", "downstream", "limiter"),
+		CronTicks:       f.counter("cron", "ticks_total", "Cron ticks by outcome: enqueued, deferred, taken (by another process), rejected, error.", "job", "outcome"),
+		Enqueued:        f.counter("queue", "enqueued_total", "Tasks enqueued.", "downstream"),
+		Quarantined:     f.counter("queue", "quarantined_total", "Corrupt queue entries (no task hash, empty or undecodable msg, id mismatch) this process moved to the quarantine.", "downstream", "reason"),
+		QuarantineLen:   f.gauge("queue", "quarantine_entries", "Entries in the downstream's quarantine list (shared by every process; bounded, expires).", "downstream"),
+		ShadowDecisions: f.counter("admission", "shadow_decisions_total", "Decisions of admission limiters in shadow mode, none applied: allowed, rejected (would have), deferred (would have, under on_reject: defer), error.", "downstream", "limiter", "outcome"),
+		ShadowLimiter:   f.gauge("admission", "shadow_mode", "1 while the admission limiter runs in shadow mode in this process, 0 while it is enforced.", "downstream", "limiter"),
+		ShadowWait: f.histogram("shaping", "shadow_wait_seconds", "In shadow shaping, the wait each released task would have had (queue and slot) had the rate been enforced.",
+			[]float64{.001, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600}, "downstream"),
+		ShadowMode:     f.gauge("shaping", "shadow_mode", "1 while the downstream's shaping runs in shadow mode in this process (tasks are released at once), 0 while it is enforced.", "downstream"),
+		DeadlinePassed: f.counter("shaping", "deadline_passed_total", "Tasks archived unsent, with reason \"deadline passed\", because their deadline came before their slot.", "downstream"),
+		LateRejected:   f.counter("queue", "late_rejections_total", "Tasks refused at enqueue (on_late: reject) because their predicted start was past their deadline.", "downstream"),
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
@@ -30,6 +31,8 @@ type Layer struct {
 	// Global counts every task of the downstream under one key
 	// (limiters.Global); otherwise each task's key counts on its own.
 	Global bool
+	// Mode is the mode the limiter starts in (limiter's mode in the file).
+	Mode limiters.Mode
 }
 
 // admission is dc's policy, nil when it has none.
@@ -43,7 +46,7 @@ func admission(cfg *config.Config, dc config.Downstream) *Admission {
 		out.OnReject = queue.Defer
 	}
 	for _, lc := range a.Limiters {
-		out.Layers = append(out.Layers, Layer{Global: lc.Key == config.KeyGlobal, Limiter: limiters.Config{
+		out.Layers = append(out.Layers, Layer{Global: lc.Key == config.KeyGlobal, Mode: lc.Mode.Limiters(), Limiter: limiters.Config{
 			Name: lc.Name, Algorithm: lc.Algorithm, Limit: lc.Limit(), SubWindows: lc.SubWindows, Prefix: cfg.Redis.Prefix,
 			Failure: a.Policy(), Timeout: time.Duration(cfg.Redis.Timeout)}})
 	}
@@ -53,6 +56,14 @@ func admission(cfg *config.Config, dc config.Downstream) *Admission {
 // NewAdmission builds the plan's admission policies on rdb, the
 // producer's Admission; every script call is observed on reg (nil: not).
 func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer) (map[string]queue.Admission, error) {
+	return p.NewAdmissionAt(rdb, reg, nil)
+}
+
+// NewAdmissionAt is NewAdmission with every decision made at clk's time
+// instead of the Redis clock (limiters.Config.Clock; nil: the Redis
+// clock): for replaying recorded arrivals (shaper replay) and the tests
+// that compare a replay with a live run.
+func (p *Plan) NewAdmissionAt(rdb redis.UniversalClient, reg prometheus.Registerer, clk clock.Clock) (map[string]queue.Admission, error) {
 	m := metrics.New(reg)
 	out := map[string]queue.Admission{}
 	for _, d := range p.Downstreams {
@@ -61,8 +72,10 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 			continue
 		}
 		var layers []limiters.Layer
+		var modes []queue.LimiterMode
 		for _, l := range a.Layers {
 			lc := l.Limiter
+			lc.Clock = clk
 			lc.Observe = func(alg limiters.Algorithm, name string, d time.Duration, err error) {
 				m.ObserveScript(string(alg), d, err)
 			}
@@ -70,11 +83,12 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 			if err != nil {
 				return nil, err
 			}
-			layer := limiters.Layer{Limiter: lim}
+			layer := limiters.Layer{Limiter: lim, Mode: limiters.NewModeVar(l.Mode)}
 			if l.Global {
 				layer.Key = limiters.Global
 			}
 			layers = append(layers, layer)
+			modes = append(modes, queue.LimiterMode{Name: lc.Name, Configured: l.Mode, Var: layer.Mode})
 		}
 		layered, err := limiters.NewLayered(layers...)
 		if err != nil {
@@ -84,7 +98,7 @@ func (p *Plan) NewAdmission(rdb redis.UniversalClient, reg prometheus.Registerer
 		if a.Prefilter {
 			lim = limiters.NewPrefilter(layered, 0, nil)
 		}
-		out[d.Shaping.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject}
+		out[d.Shaping.Name] = queue.Admission{Limiter: lim, OnReject: a.OnReject, Modes: modes}
 	}
 	return out, nil
 }

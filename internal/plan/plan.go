@@ -20,6 +20,7 @@ import (
 	"github.com/shaper-io/shaper/internal/cronspec"
 	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/sizing"
+	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -120,6 +121,8 @@ type WrittenLimiter struct {
 	Name, Algorithm, Key, Rate string
 	// Burst is 0 when the file leaves it out.
 	Burst int64
+	// Mode is the mode the file gives it (shaper ctl mode may override).
+	Mode limiters.Mode
 }
 
 // batchLateToleranceCap bounds the late tolerance of a batching
@@ -138,7 +141,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 			RedisTimeout: time.Duration(cfg.Redis.Timeout)},
 		Producer: queue.ProducerConfig{Prefix: cfg.Redis.Prefix, MaxPayload: int(cfg.HTTP.MaxBody),
 			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{},
-			Fair: map[string]queue.FairShare{}}}
+			Fair: map[string]queue.FairShare{}, Shaping: map[string]queue.Shaping{}}}
 	for i, dc := range cfg.Downstreams {
 		sd, err := shapingDownstream(dc)
 		if err != nil {
@@ -149,6 +152,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Producer.Downstreams = append(p.Producer.Downstreams, dc.Name)
 		p.Producer.MaxRetry[dc.Name] = dc.MaxRetry
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
+		p.Producer.Shaping[dc.Name] = producerShaping(dc, sd)
 		if sd.Fairness != nil {
 			p.Producer.Fair[dc.Name] = queue.FairShare{Fairness: sd.Fairness, Rate: sd.Rate}
 		}
@@ -213,7 +217,7 @@ func written(dc config.Downstream) Written {
 	if dc.Admission != nil {
 		for _, lc := range dc.Admission.Limiters {
 			w.Limiters = append(w.Limiters, WrittenLimiter{Name: lc.Name, Algorithm: string(lc.Algorithm), Key: string(lc.Key),
-				Rate: lc.Rate.String(), Burst: lc.Burst})
+				Rate: lc.Rate.String(), Burst: lc.Burst, Mode: lc.Mode.Limiters()})
 		}
 	}
 	return w
@@ -240,7 +244,7 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		MaxCost: cmp.Or(dc.MaxCost, defaultMaxCost(dc)), Workers: dc.Workers,
 		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
-		Fairness: fairness(dc)}
+		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
 	if b := dc.Batch; b != nil {
 		sd.Batch = &shaping.Batch{MaxRows: b.MaxRows, MaxDelay: time.Duration(b.MaxDelay), Grace: time.Duration(b.Grace)}
 		sd.LateTolerance = batchLateTolerance(dc)
@@ -376,4 +380,14 @@ func cronJobs(cfg *config.Config) ([]queue.CronJob, error) {
 			Downstream: j.Downstream, Type: j.Type, Payload: payload, Key: j.Key, Cost: j.Cost}})
 	}
 	return out, nil
+}
+
+// producerShaping is what the producer needs of dc's shaping to predict a
+// task's start and apply its on_late.
+func producerShaping(dc config.Downstream, sd shaping.Downstream) queue.Shaping {
+	sh := queue.Shaping{Rate: dc.Limit(), MaxWait: sd.MaxWait}
+	if dc.OnLate == config.LateReject {
+		sh.OnLate = queue.LateReject
+	}
+	return sh
 }

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping"
 )
 
@@ -84,8 +85,18 @@ type DownstreamSnapshot struct {
 	QuarantinedTotal  float64 `json:"quarantined_total"`
 	QuarantineEntries float64 `json:"quarantine_entries"`
 	// Outcomes are handler results by outcome (success, retry, throttled,
-	// outage, archived, panic, malformed).
+	// outage, archived, panic, malformed, deadline_passed).
 	Outcomes map[string]float64 `json:"outcomes"`
+	// ShapingMode is "enforce" or "shadow" (shaper ctl mode); in shadow
+	// tasks are released at once and ShadowWait is the wait each would
+	// have had, over the window.
+	ShapingMode string           `json:"shaping_mode"`
+	ShadowWait  LatenessSnapshot `json:"shadow_wait"`
+	// DeadlinePassedTotal counts tasks archived unsent because their
+	// deadline came first; LateRejectedTotal tasks this process refused at
+	// enqueue as late (on_late: reject).
+	DeadlinePassedTotal float64 `json:"deadline_passed_total"`
+	LateRejectedTotal   float64 `json:"late_rejected_total"`
 	// Breaker is the circuit breaker; nil when the downstream has none.
 	Breaker *BreakerInfo `json:"breaker,omitempty"`
 	// Quotas are the downstream's quotas at this process's last
@@ -179,6 +190,12 @@ type LimiterSnapshot struct {
 	// Decisions by outcome: allowed, rejected, deferred, error.
 	Decisions map[string]float64 `json:"decisions"`
 	FailOpen  float64            `json:"fail_open"`
+	// Mode is "enforce" or "shadow", as configured and switched at
+	// runtime (shaper ctl mode).
+	Mode string `json:"mode"`
+	// Shadow is what the limiter decided while in shadow, none of it
+	// applied: allowed, rejected, deferred (would have been), error.
+	Shadow map[string]float64 `json:"shadow"`
 }
 
 // ScriptSnapshot is one Lua script's latency in this process.
@@ -244,7 +261,7 @@ func (p *Page) Snapshot() Snapshot {
 			snap.Downstreams = append(snap.Downstreams, d)
 		}
 	}
-	snap.Limiters = p.limiters(f)
+	snap.Limiters = p.limiters(f, control)
 	if snap.Limiters == nil {
 		snap.Limiters = []LimiterSnapshot{}
 	}
@@ -303,6 +320,12 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 	d.Lateness = lateness(w.cur.ds[ds.Name].lateness.minus(w.base.ds[ds.Name].lateness))
 	d.Breaker = p.breaker(ds, f)
 	p.limits(&d, f, w.now)
+	d.ShadowWait = lateness(w.cur.ds[ds.Name].shadowWait.minus(w.base.ds[ds.Name].shadowWait))
+	d.ShapingMode = "enforce"
+	if m, err := p.opts.Dispatcher.Mode(ds.Name); err == nil {
+		d.ShapingMode = m.String()
+	}
+	d.DeadlinePassedTotal, d.LateRejectedTotal = f.counter(mDeadline, l), f.counter(mLateRej, l)
 	return d, true
 }
 
@@ -377,13 +400,13 @@ func scripts(f families, w window) []ScriptSnapshot {
 
 // limiters lists the configured admission limiters, then any other limiter
 // that appears in the decisions metric, each with its counts.
-func (p *Page) limiters(f families) []LimiterSnapshot {
+func (p *Page) limiters(f families, control map[string]shaping.State) []LimiterSnapshot {
 	var out []LimiterSnapshot
 	seen := map[[2]string]bool{}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		for _, lc := range p.static[ds.Name].limiters {
 			out = append(out, LimiterSnapshot{Downstream: ds.Name, Name: lc.Name, Algorithm: lc.Algorithm,
-				Key: lc.Key, Rate: lc.Rate, Burst: lc.Burst})
+				Key: lc.Key, Rate: lc.Rate, Burst: lc.Burst, Mode: control[ds.Name].ModeOf(lc.Name, lc.Mode).String()})
 			seen[[2]string{ds.Name, lc.Name}] = true
 		}
 	}
@@ -402,6 +425,13 @@ func (p *Page) limiters(f families) []LimiterSnapshot {
 			l.Decisions[o] = f.counter(mDecisions, map[string]string{"downstream": l.Downstream, "limiter": l.Name, "outcome": o})
 		}
 		l.FailOpen = f.counter(mFailOpen, map[string]string{"downstream": l.Downstream, "limiter": l.Name})
+		l.Shadow = map[string]float64{}
+		for _, o := range Outcomes {
+			l.Shadow[o] = f.counter(mShadowDec, map[string]string{"downstream": l.Downstream, "limiter": l.Name, "outcome": o})
+		}
+		if l.Mode == "" {
+			l.Mode = control[l.Downstream].ModeOf(l.Name, limiters.Enforce).String()
+		}
 	}
 	return out
 }

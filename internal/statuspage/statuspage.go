@@ -5,10 +5,13 @@
 // sparkline of releases per second), the backlog by state, lateness,
 // pushbacks, waits for a slot (reservations that found the bucket full),
 // late skips, quarantined entries, the circuit breaker's state and
-// transitions, the paused/adaptive state, each quota's use and reset, the
-// limit the downstream's answers announced (and the pace it imposed) and
-// settled costs; and per admission limiter the
-// allowed/rejected/deferred counts.
+// transitions, tasks archived past their deadline or refused as late, the
+// paused/adaptive state and the shaping mode (with, in shadow, the waits
+// enforcing would have given), each quota's use and reset, the limit the
+// downstream's answers announced (and the pace it imposed) and settled
+// costs; and per admission limiter its mode and the
+// allowed/rejected/deferred counts, real and, for a limiter in shadow,
+// what it would have done.
 //
 // Everything on it is this process's view: counters come from the process's
 // Prometheus registry, so a fleet of shaper processes has one page each,
@@ -66,6 +69,10 @@ const (
 	mQuarantine  = "shaper_queue_quarantined_total"
 	mQuarList    = "shaper_queue_quarantine_entries"
 	mBrkMoves    = "shaper_shaping_breaker_transitions_total"
+	mShadowDec   = "shaper_admission_shadow_decisions_total"
+	mShadowWait  = "shaper_shaping_shadow_wait_seconds"
+	mDeadline    = "shaper_shaping_deadline_passed_total"
+	mLateRej     = "shaper_queue_late_rejections_total"
 )
 
 // BacklogStates are the queue states the page shows, in order.
@@ -128,8 +135,9 @@ type sample struct {
 }
 
 type dsSample struct {
-	releases float64
-	lateness hist
+	releases   float64
+	lateness   hist
+	shadowWait hist
 }
 
 //go:embed assets
@@ -231,7 +239,8 @@ func (p *Page) sampleOf(now time.Time, f families) sample {
 	s := sample{at: now, ds: map[string]dsSample{}, sc: map[string]hist{}}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		l := map[string]string{"downstream": ds.Name}
-		s.ds[ds.Name] = dsSample{releases: f.counter(mReleases, l), lateness: f.histogram(mLateness, l)}
+		s.ds[ds.Name] = dsSample{releases: f.counter(mReleases, l), lateness: f.histogram(mLateness, l),
+			shadowWait: f.histogram(mShadowWait, l)}
 	}
 	for _, sc := range f.labelValues(mScript+"", "script", nil) {
 		s.sc[sc] = f.histogram(mScript, map[string]string{"script": sc})

@@ -83,7 +83,7 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		sd := pd.Shaping
 		if err := b.d.Add(shaping.Downstream{Name: sd.Name, Rate: sd.Rate, MaxWait: sd.MaxWait,
 			Workers: sd.Workers, Handler: h, Adaptive: sd.Adaptive, Concurrency: sd.Concurrency, Fairness: sd.Fairness,
-			Breaker: sd.Breaker, Quotas: sd.Quotas}); err != nil {
+			Breaker: sd.Breaker, Quotas: sd.Quotas, ShapingMode: sd.ShapingMode}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -62,6 +62,8 @@ func view(s Snapshot) View {
 			v.Cells[LimiterKey(l.Downstream, l.Name, o)] = count(l.Decisions[o])
 		}
 		v.Cells[LimiterKey(l.Downstream, l.Name, "fail_open")] = count(l.FailOpen)
+		v.Cells[LimiterKey(l.Downstream, l.Name, "mode")] = l.Mode
+		v.Cells[LimiterKey(l.Downstream, l.Name, "shadow")] = shadowCell(l)
 	}
 	for _, sc := range s.Scripts {
 		v.Cells[ScriptKey(sc.Script, "calls")] = count(sc.CallsTotal)
@@ -130,6 +132,30 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 	cells[k("outcomes")] = cmpOr(strings.Join(outs, " · "), "none yet")
 	breakerCells(cells, k, d.Breaker, now)
 	limitCells(cells, d)
+	cells[k("shaping_mode")] = d.ShapingMode
+	cells[k("shadow_wait")] = "—"
+	if d.ShadowWait.Count > 0 {
+		cells[k("shadow_wait")] = fmt.Sprintf("%s / %s (%s tasks)", dur(d.ShadowWait.P50Seconds), dur(d.ShadowWait.P99Seconds), count(d.ShadowWait.Count))
+	}
+	cells[k("deadline_passed")] = count(d.DeadlinePassedTotal)
+	cells[k("late_rejected")] = count(d.LateRejectedTotal)
+}
+
+// shadowCell says what a limiter did in shadow: "would reject 71 · would
+// defer 0 of 100", or "—" when it never ran in shadow.
+func shadowCell(l LimiterSnapshot) string {
+	total := 0.0
+	for _, v := range l.Shadow {
+		total += v
+	}
+	if total == 0 {
+		return "—"
+	}
+	out := fmt.Sprintf("would reject %s · would defer %s of %s", count(l.Shadow["rejected"]), count(l.Shadow["deferred"]), count(total))
+	if e := l.Shadow["error"]; e > 0 {
+		out += fmt.Sprintf(" (%s errors)", count(e))
+	}
+	return out
 }
 
 // breakerCells formats the breaker's state and transitions.
@@ -168,6 +194,8 @@ func downstreamState(d DownstreamSnapshot, redisReachable bool) string {
 		return "breaker " + strings.ReplaceAll(d.Breaker.State, "_", "-")
 	case d.HeldBy != "" && d.HeldBy != "announced pace":
 		return "held by " + d.HeldBy
+	case d.ShapingMode == "shadow":
+		return "shadow"
 	case d.Adaptive != nil:
 		return "adaptive"
 	}

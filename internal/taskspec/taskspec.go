@@ -6,7 +6,8 @@
 // A task is one JSON object:
 //
 //	{"downstream": "billing-api", "payload": {"invoice": 42}, "key": "tenant-7",
-//	 "cost": 1, "unique": "invoice-42", "in": "30s", "type": "charge", "max_retry": 3}
+//	 "cost": 1, "unique": "invoice-42", "in": "30s", "type": "charge", "max_retry": 3,
+//	 "ttl": "5m"}
 //
 // Decoding is strict: an unknown field, a value of the wrong type, a second
 // JSON value after the object, or a field out of range is an *Error that
@@ -34,7 +35,7 @@ import (
 var ErrInvalid = errors.New("taskspec: invalid task")
 
 // Fields lists the fields a task object may have, in documentation order.
-var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "at", "in", "type", "max_retry", "timeout"}
+var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "at", "in", "type", "max_retry", "timeout", "deadline", "ttl"}
 
 // Error is a bad task: Field names the field ("" for the object as a
 // whole) and Msg says what is wrong with it, on one line.
@@ -72,6 +73,10 @@ type Spec struct {
 	In       *time.Duration
 	MaxRetry *int
 	Timeout  *time.Duration
+	// Deadline and TTL are the task's deadline, absolute or from now
+	// (queue.Task.Deadline, TTL); at most one is set.
+	Deadline *time.Time
+	TTL      *time.Duration
 }
 
 // Parse decodes one task object. data must hold exactly one JSON object
@@ -94,6 +99,9 @@ func Parse(data []byte) (Spec, error) {
 	}
 	if s.At != nil && s.In != nil {
 		return Spec{}, errf("in", "set both at and in; use one")
+	}
+	if s.Deadline != nil && s.TTL != nil {
+		return Spec{}, errf("ttl", "set both deadline and ttl; use one")
 	}
 	return s, nil
 }
@@ -163,6 +171,25 @@ var fieldParsers = []struct {
 		return err
 	}},
 	{"timeout", parseTimeout},
+	{"deadline", func(s *Spec, f string, v json.RawMessage) *Error {
+		t, err := parseAtJSON(v)
+		if err != nil {
+			err.Field = f
+		} else {
+			s.Deadline = &t
+		}
+		return err
+	}},
+	{"ttl", func(s *Spec, f string, v json.RawMessage) *Error {
+		d, err := durationJSON(f, v)
+		if err == nil && d == 0 {
+			err = errf(f, "must be positive, got 0 (leave it out for no deadline)")
+		}
+		if err == nil {
+			s.TTL = &d
+		}
+		return err
+	}},
 }
 
 func setString(dst **string, field string, v json.RawMessage) *Error {
@@ -257,7 +284,8 @@ func known(name string) bool {
 }
 
 // Merge returns s with every field it leaves out taken from d. The start
-// time is taken as a whole: when s sets at or in, d's at and in are ignored.
+// time is taken as a whole: when s sets at or in, d's at and in are ignored;
+// so is the deadline (deadline, ttl).
 // Unique is never taken from d (one unique key fits one task).
 func (s Spec) Merge(d Spec) Spec {
 	if s.Downstream == nil {
@@ -283,6 +311,9 @@ func (s Spec) Merge(d Spec) Spec {
 	}
 	if s.Timeout == nil {
 		s.Timeout = d.Timeout
+	}
+	if s.Deadline == nil && s.TTL == nil {
+		s.Deadline, s.TTL = d.Deadline, d.TTL
 	}
 	return s
 }
@@ -338,6 +369,17 @@ func (s Spec) Task(now time.Time) (queue.Task, error) {
 			return t, errf("timeout", "must be positive, got %s", *s.Timeout)
 		}
 		t.Timeout = *s.Timeout
+	}
+	switch {
+	case s.Deadline != nil && s.TTL != nil:
+		return t, errf("ttl", "set both deadline and ttl; use one")
+	case s.Deadline != nil:
+		t.Deadline = *s.Deadline
+	case s.TTL != nil:
+		if *s.TTL <= 0 {
+			return t, errf("ttl", "must be positive, got %s", *s.TTL)
+		}
+		t.TTL = *s.TTL
 	}
 	return t, nil
 }

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// ReserveAt is Reserve at an explicit time, for this package's step tests
-// (production reserves on the Redis clock so every host agrees).
+// ReserveAt is Reserve at an explicit time instead of the Redis clock, for
+// step tests and for replaying recorded arrivals offline (shaper replay).
+// Production reserves on the Redis clock, so that every host agrees.
 func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
 	return s.call(ctx, b, cost, maxWait, opReserve, now.UnixMicro(), 1)
 }
