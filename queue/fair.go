@@ -55,6 +55,26 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 	return st.ExpectedStart(now, fs.Rate, t.Cost), nil
 }
 
+// lateFair refuses a fair task parked with an expected start past its
+// deadline, on a downstream with on_late: reject: it deletes the task from
+// asynq (its place in fair order is dropped when its turn comes) and
+// returns the *LateError. Should the delete fail, the task stays enqueued
+// (the dispatcher archives it if it is late): no error.
+func (p *Producer) lateFair(t Task, rec Receipt) error {
+	sh, ok := p.cfg.Shaping[t.Downstream]
+	if !ok || sh.OnLate != LateReject || t.Deadline.IsZero() || !rec.ExpectedStart.After(t.Deadline) {
+		return nil
+	}
+	if err := asynq.NewInspectorFromRedisClient(p.rdb).DeleteTask(p.space.Queue(t.Downstream), rec.ID); err != nil {
+		p.cfg.Logger.Warn("queue: fair share: a late task could not be taken back; it is archived if it is late", "downstream", t.Downstream, "id", rec.ID, "err", err)
+		return nil
+	}
+	if p.m != nil {
+		p.m.LateRejected.WithLabelValues(t.Downstream).Inc()
+	}
+	return &LateError{Downstream: t.Downstream, Deadline: t.Deadline, ExpectedStart: rec.ExpectedStart}
+}
+
 // later is the later of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -367,6 +367,9 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 		due := later(t.ProcessAt, time.Now())
 		rec.ProcessAt = due
 		rec.ExpectedStart, err = p.park(ctx, fs, t, info.ID, due)
+		if err == nil {
+			err = p.lateFair(t, rec)
+		}
 		if err != nil {
 			rec.ID, rec.ProcessAt = "", time.Time{}
 			p.refund(ctx, &rec, &err)
