@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -48,5 +50,32 @@ func TestFairLateRejectAtEnqueue(t *testing.T) {
 	}
 	if d := time.Until(rec.ExpectedStart); d > time.Second {
 		t.Errorf("B's expected start in %v, want within a second", d)
+	}
+}
+
+// A downstream that may hold its tasks for long (Shaping.HoldTimeout) gets
+// tasks whose attempt outlasts the hold, unless a task sets its own.
+func TestHoldTimeout(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix,
+		Shaping: map[string]queue.Shaping{"api": {Rate: limiters.PerSecond(10), HoldTimeout: 25 * time.Hour}}})
+	defer p.Close()
+	ctx := context.Background()
+	in := asynq.NewInspectorFromRedisClient(rdb)
+	for _, tc := range []struct {
+		timeout, want time.Duration
+	}{{0, 25 * time.Hour}, {time.Minute, time.Minute}} {
+		rec, err := p.Enqueue(ctx, queue.Task{Downstream: "api", Payload: []byte("{}"), Timeout: tc.timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := in.GetTaskInfo(rec.Queue, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Timeout != tc.want {
+			t.Errorf("Timeout %v: the task's attempt timeout is %v, want %v", tc.timeout, info.Timeout, tc.want)
+		}
 	}
 }

@@ -43,6 +43,14 @@ type Shaping struct {
 	MaxWait time.Duration
 	// OnLate: LateArchive (the zero value) or LateReject.
 	OnLate OnLate
+	// HoldTimeout, when positive, is the attempt timeout of the
+	// downstream's tasks that set no Timeout. asynq's default (30 min)
+	// bounds the wait for a slot too, and a task whose attempt runs out
+	// while a spent quota or an announced limit holds the downstream is
+	// counted a failed attempt: downstreams that may hold that long (a
+	// daily quota) need more. The handler's own call needs its own bound
+	// (the http handler's timeout).
+	HoldTimeout time.Duration
 }
 
 // LateError is returned for a task refused because it would start after

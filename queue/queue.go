@@ -443,6 +443,8 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	}
 	if t.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(t.Timeout))
+	} else if ht := p.cfg.Shaping[t.Downstream].HoldTimeout; ht > 0 {
+		opts = append(opts, asynq.Timeout(ht))
 	}
 	info, err := p.client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(t.Type, t.Payload, headers), opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {

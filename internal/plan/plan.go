@@ -389,5 +389,16 @@ func producerShaping(dc config.Downstream, sd shaping.Downstream) queue.Shaping 
 	if dc.OnLate == config.LateReject {
 		sh.OnLate = queue.LateReject
 	}
+	// A downstream held by a spent quota or by an announced limit (the
+	// http handler reads them, and bounds its own calls) may hold a task
+	// for up to a day; its attempt must outlast that.
+	if len(sd.Quotas) > 0 || dc.Handler.Type == config.HandlerHTTP {
+		sh.HoldTimeout = HoldTimeout
+	}
 	return sh
 }
+
+// HoldTimeout is the attempt timeout of tasks (that set none) on
+// downstreams that may be held for long: a day (shaping.MaxInterval, the
+// longest any hold may push the bucket) plus an hour.
+const HoldTimeout = shaping.MaxInterval + time.Hour

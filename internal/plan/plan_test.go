@@ -243,3 +243,19 @@ downstreams:
 		t.Errorf("max cost %d (producer %d), want 40: the bucket holds 50 but the smallest quota is 40", sd.MaxCost, p.Producer.MaxCost["partner"])
 	}
 }
+
+// Downstreams that may be held for a day (quotas; the http handler, which
+// reads announced limits) give their tasks an attempt timeout beyond it;
+// a Go or log handler keeps asynq's default.
+func TestBuildHoldTimeout(t *testing.T) {
+	p := build(t, `downstreams:
+  - {name: quota, rate: 5/s, quotas: [{limit: 100, per: 24h}], handler: {type: log}}
+  - {name: api, rate: 5/s, handler: {type: http, url: "http://127.0.0.1:1/x"}}
+  - {name: plain, rate: 5/s, handler: {type: log}}
+`)
+	for name, want := range map[string]time.Duration{"quota": plan.HoldTimeout, "api": plan.HoldTimeout, "plain": 0} {
+		if got := p.Producer.Shaping[name].HoldTimeout; got != want {
+			t.Errorf("%s: HoldTimeout %v, want %v", name, got, want)
+		}
+	}
+}

@@ -33,10 +33,12 @@ func TestStatusShowsTheBreaker(t *testing.T) {
 		}
 	}
 	var s statuspage.Snapshot
-	waitFor(t, 10*time.Second, "the breaker open on the page", func() bool {
+	// the state comes from Redis, the transition count from this
+	// process's metrics a moment later: wait for both
+	waitFor(t, 10*time.Second, "the breaker open on the page, with its transition", func() bool {
 		s = b.snapshot(t)
 		br := ds(s, "api").Breaker
-		return br != nil && br.State == "open"
+		return br != nil && br.State == "open" && br.Transitions["open"] > 0
 	})
 	br := ds(s, "api").Breaker
 	if br.Since == nil || br.OpenUntil == nil || br.OpenUntil.Sub(*br.Since) != time.Minute {
