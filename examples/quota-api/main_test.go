@@ -1,15 +1,7 @@
-package main_test
+package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
-	"github.com/shaper-io/shaper/internal/testutil"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,164 +9,63 @@ import (
 	"github.com/shaper-io/shaper/internal/redistest"
 )
 
-// bin holds the example's API, shaper and enqueue, built as a user would.
-var bin string
+func TestMain(m *testing.M) { redistest.Main(m) }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "quota-api-bin-")
-	if err != nil {
-		panic(err)
-	}
-	bin = dir
-	for name, pkg := range map[string]string{"quota-api": ".", "shaper": "../../cmd/shaper", "enqueue": "../../cmd/enqueue"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
-	}
-	defer os.RemoveAll(dir)
-	redistest.Main(m)
-}
-
-type lockedBuf = testutil.SyncBuffer
-
-func start(t *testing.T, name string, args ...string) *lockedBuf {
+// check runs the example and asserts what its README promises: no 429,
+// each task within the quota delivered once, the quota never exceeded, and
+// the rest waiting for the next UTC day with no attempt used.
+func check(t *testing.T, o options) {
 	t.Helper()
-	out := &lockedBuf{}
-	cmd := exec.Command(filepath.Join(bin, name), args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if now := time.Now().UTC(); now.Add(time.Minute).Day() != now.Day() {
+		t.Skip("too close to 00:00 UTC: the quota would reset during the run")
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, out.String())
-		}
-	})
-	return out
-}
-
-var waitFor = testutil.WaitFor
-
-type stats struct {
-	OK        int      `json:"ok"`
-	Throttled int      `json:"throttled"`
-	Payloads  []string `json:"payloads"`
-}
-
-func getStats(t *testing.T, base string) stats {
-	t.Helper()
-	resp, err := http.Get(base + "/stats")
+	var out bytes.Buffer
+	rep, err := run(o, &out)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	defer resp.Body.Close()
-	var s stats
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		t.Fatal(err)
+	t.Logf("output:\n%s", out.String())
+	if rep.Refused != 0 {
+		t.Errorf("the API answered 429 %d times, want 0", rep.Refused)
 	}
-	return s
-}
-
-var listening = regexp.MustCompile(`listening on (http://\S+)`)
-
-func startAPI(t *testing.T) string {
-	t.Helper()
-	out := start(t, "quota-api", "-listen", "127.0.0.1:0", "-quota", "10")
-	var base string
-	waitFor(t, 10*time.Second, "the quota API's address", func() bool {
-		m := listening.FindStringSubmatch(out.String())
-		if m != nil {
-			base = m[1]
+	if rep.UsedToday != o.Daily {
+		t.Errorf("the API counted %d calls today, want its quota, %d, exactly", rep.UsedToday, o.Daily)
+	}
+	if rep.MostInASec > o.PerSecond {
+		t.Errorf("%d calls in one second, want at most %d", rep.MostInASec, o.PerSecond)
+	}
+	enqueued := map[string]bool{}
+	for _, id := range rep.Enqueued {
+		enqueued[id] = true
+	}
+	for id, c := range rep.Delivered {
+		if !enqueued[id] || c != 1 {
+			t.Errorf("task %q delivered %d times (enqueued: %v), want once", id, c, enqueued[id])
 		}
-		return m != nil
-	})
-	return base
-}
-
-// The fake API does enforce its quota: a burst straight at it gets 429s.
-func TestQuotaAPIThrottlesABurst(t *testing.T) {
-	base := startAPI(t)
-	codes := map[int]int{}
-	for i := 0; i < 20; i++ {
-		resp, err := http.Post(base+"/charge", "application/json", strings.NewReader(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		codes[resp.StatusCode]++
 	}
-	if codes[200] > 10 || codes[429] < 10 {
-		t.Errorf("20 requests at once: %v, want at most 10 × 200 and the rest 429", codes)
+	if len(rep.Delivered) != o.Daily {
+		t.Errorf("%d tasks delivered, want %d (the quota)", len(rep.Delivered), o.Daily)
+	}
+	if w := rep.Waiting; w.Total() != o.Tasks-o.Daily || w.Retry != 0 || w.Archived != 0 || rep.Retried != 0 {
+		t.Errorf("queue after the run %+v, %d attempts used; want %d waiting, none to retry or archived, no attempt used",
+			w, rep.Retried, o.Tasks-o.Daily)
+	}
+	if !strings.HasPrefix(rep.HeldBy, "quota ") {
+		t.Errorf("the rest held by %q, want the quota", rep.HeldBy)
+	}
+	midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if d := rep.Reset.Sub(midnight); d < -time.Second || d > time.Second {
+		t.Errorf("the quota resets at %s, want %s", rep.Reset.UTC(), midnight)
 	}
 }
 
-// The example as its shaper.yaml says: shaper at 8/s in front of the API
-// with a quota of 10/s. 60 tasks enqueued at once with the enqueue CLI all
-// arrive, and the API never answers 429.
-func TestShaperKeepsUnderTheQuota(t *testing.T) {
-	base := startAPI(t)
-	raw, err := os.ReadFile("shaper.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := redistest.Prefix(t)
-	cfg := strings.NewReplacer(
-		"url: redis://127.0.0.1:6379/0", "url: "+redistest.URL(t),
-		"prefix: quota-example", "prefix: "+prefix,
-		"listen: 127.0.0.1:8080", "listen: 127.0.0.1:0",
-		"http://127.0.0.1:9400/charge", base+"/charge",
-	).Replace(string(raw))
-	for _, s := range []string{redistest.URL(t), prefix, base + "/charge", "127.0.0.1:0"} {
-		if !strings.Contains(cfg, s) {
-			t.Fatalf("shaper.yaml changed shape: could not point it at %s", s)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "shaper.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	start(t, "shaper", "-config", path)
+// 60 tasks, a quota of 40 a day and 20 a second, shaper at 50/s, on a
+// real Redis.
+func TestQuotaAPI(t *testing.T) {
+	check(t, options{Tasks: 60, Daily: 40, PerSecond: 20, Redis: redistest.URL(t), Prefix: redistest.Prefix(t)})
+}
 
-	const n = 60
-	var lines bytes.Buffer
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&lines, `{"payload":{"charge":%d},"key":"customer-%d"}`+"\n", i, i%5)
-	}
-	enq := exec.Command(filepath.Join(bin, "enqueue"), "--config", path, "--downstream", "quota-api", "--json")
-	enq.Stdin = &lines
-	var out, errb bytes.Buffer
-	enq.Stdout, enq.Stderr = &out, &errb
-	if err := enq.Run(); err != nil {
-		t.Fatalf("enqueue: %v\n%s%s", err, out.String(), errb.String())
-	}
-	var sum struct {
-		Enqueued int `json:"enqueued"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.Enqueued != n {
-		t.Fatalf("enqueue summary says %d enqueued, want %d: %s", sum.Enqueued, n, out.String())
-	}
-	start := time.Now()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d charges at the API", n), func() bool { return getStats(t, base).OK >= n })
-	took := time.Since(start)
-	s := getStats(t, base)
-	if s.Throttled != 0 {
-		t.Errorf("the API answered 429 %d times, want 0", s.Throttled)
-	}
-	seen := map[string]int{}
-	for _, p := range s.Payloads {
-		seen[p]++
-	}
-	for i := 0; i < n; i++ {
-		if c := seen[fmt.Sprintf(`{"charge":%d}`, i)]; c != 1 {
-			t.Errorf("charge %d arrived %d times, want 1", i, c)
-		}
-	}
-	// 60 releases at 8/s span 7.4 s.
-	if took < 6*time.Second {
-		t.Errorf("%d charges arrived in %v, faster than 8/s allows", n, took)
-	}
-	t.Logf("%d charges in %v, 0 throttled", s.OK, took)
+// The same on the embedded Redis that `go run ./examples/quota-api` uses.
+func TestQuotaAPIEmbeddedRedis(t *testing.T) {
+	check(t, options{Tasks: 30, Daily: 20, PerSecond: 20})
 }
