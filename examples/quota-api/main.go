@@ -141,7 +141,8 @@ func main() {
 	}
 }
 
-func run(o options, out io.Writer) (rep report, err error) {
+func run(o options, out io.Writer) (report, error) {
+	var rep report
 	if o.Tasks < 1 || o.Daily < 1 || o.PerSecond < 1 {
 		return rep, errors.New("-tasks, -daily and -per-second must be at least 1")
 	}
