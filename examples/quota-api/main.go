@@ -203,39 +203,44 @@ func run(o options, out io.Writer) (report, error) {
 	if err := d.Start(); err != nil {
 		return rep, err
 	}
-	want := min(o.Tasks, o.Daily)
-	deadline := begin.Add(time.Duration(want/o.PerSecond+30) * time.Second)
-	for { // until the quota's share is delivered and, with more tasks than it, the quota holds the rest
-		a.mu.Lock()
-		n := a.usedToday
-		a.mu.Unlock()
-		l, _ := d.Limits(ds.Name)
-		if n >= want && (o.Tasks <= o.Daily || strings.HasPrefix(l.HeldBy, "quota")) {
-			rep.HeldBy = l.HeldBy
-			if len(l.Quotas) > 0 {
-				rep.Reset = l.Quotas[0].Reset
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			return rep, fmt.Errorf("only %d of %d calls delivered before the deadline", n, want)
-		}
-		time.Sleep(20 * time.Millisecond) // progress poll
+	rep.HeldBy, rep.Reset, err = awaitHold(d, a, ds.Name, o)
+	if err == nil {
+		time.Sleep(500 * time.Millisecond) // a moment to show that nothing more goes out
 	}
-	time.Sleep(500 * time.Millisecond) // a moment to show that nothing more goes out
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := d.Shutdown(sctx); err != nil { // held tasks go back to the queue
-		return rep, err
-	}
-	if rep.Waiting, rep.Retried, err = waiting(ctx, rdb, pl.Prefix, ds.Name, o.Tasks); err != nil {
-		return rep, err
-	}
+	err = errors.Join(err, d.Shutdown(sctx)) // held tasks go back to the queue
+	w, retried, werr := waiting(ctx, rdb, pl.Prefix, ds.Name, o.Tasks)
+	rep.Waiting, rep.Retried = w, retried
 	a.mu.Lock()
 	rep.Delivered, rep.Refused, rep.UsedToday, rep.MostInASec, rep.Took = a.delivered, a.refused, a.usedToday, a.mostInASec, a.last.Sub(begin)
 	a.mu.Unlock()
 	printReport(out, rep, o)
-	return rep, nil
+	return rep, errors.Join(err, werr)
+}
+
+// awaitHold waits until the API has taken the tasks within its quota and,
+// with more tasks than that, the quota holds the rest; it returns what
+// holds them and when the quota resets.
+func awaitHold(d *shaping.Dispatcher, a *api, name string, o options) (string, time.Time, error) {
+	want := min(o.Tasks, o.Daily)
+	deadline := time.Now().Add(time.Duration(want/o.PerSecond+30) * time.Second)
+	for {
+		a.mu.Lock()
+		n := a.usedToday
+		a.mu.Unlock()
+		l, _ := d.Limits(name)
+		if n >= want && (o.Tasks <= o.Daily || strings.HasPrefix(l.HeldBy, "quota")) {
+			if len(l.Quotas) == 0 {
+				return l.HeldBy, time.Time{}, nil
+			}
+			return l.HeldBy, l.Quotas[0].Reset, nil
+		}
+		if time.Now().After(deadline) {
+			return "", time.Time{}, fmt.Errorf("%d of %d calls delivered before the deadline (held by %q)", n, want, l.HeldBy)
+		}
+		time.Sleep(20 * time.Millisecond) // progress poll
+	}
 }
 
 // waiting is the queue's backlog and the attempts its waiting tasks used.

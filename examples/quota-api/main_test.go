@@ -67,5 +67,5 @@ func TestQuotaAPI(t *testing.T) {
 
 // The same on the embedded Redis that `go run ./examples/quota-api` uses.
 func TestQuotaAPIEmbeddedRedis(t *testing.T) {
-	check(t, options{Tasks: 30, Daily: 20, PerSecond: 20})
+	check(t, options{Tasks: 40, Daily: 30, PerSecond: 20})
 }
