@@ -2,17 +2,20 @@ package shaping_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -145,4 +148,46 @@ func TestQuotaValidation(t *testing.T) {
 	if ds := d.Downstreams(); ds[0].MaxCost != 7 {
 		t.Errorf("default MaxCost %d with a quota of 7, want 7", ds[0].MaxCost)
 	}
+}
+
+// An answer that refused the call (429/503) gives its units back to the
+// quotas: three refusals under a quota of 10 an hour still leave room for
+// all ten tasks (before, the three would have held the last three for an
+// hour).
+func TestThrottledCallsUseNoQuota(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	var mu sync.Mutex
+	calls, ok := 0, map[string]bool{}
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix})
+	if err := d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20),
+		Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}},
+		Handler: func(ctx context.Context, tk *shaping.Task) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls <= 3 {
+				return shaping.Throttled(50*time.Millisecond, errors.New("429"))
+			}
+			ok[tk.ID] = true
+			return nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	for range 10 {
+		if _, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 15*time.Second, "all 10 tasks delivered within the quota of 10", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ok) == 10
+	})
 }

@@ -68,8 +68,11 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		if !started {
 			return r.giveBack(ctx)
 		}
-		r.answered(t) // the answer's cost and limits, whatever the outcome
 		d := Classify(herr, budget, r.ds.Adaptive != nil)
+		if d.Outcome == "throttled" && !t.answer.costSet {
+			t.ReportCost(0) // refused (429/503): the call used none of the quotas
+		}
+		r.answered(t) // the answer's cost and limits, whatever the outcome
 		if r.brk != nil && r.brk.record(ctx, tok, d) {
 			// the breaker opened over this failure: it is the outage's,
 			// not the task's, and the task waits for the breaker

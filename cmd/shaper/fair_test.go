@@ -102,9 +102,10 @@ func countIn(ts []time.Time, from, to time.Time) int {
 }
 
 // Three shaper processes, one downstream at 50/s with fair share: tenant A
-// enqueues 3,000 tasks, then B and C 100 each. B's first release comes
+// enqueues 3,000 tasks, then B and C 200 each (10 s and more of work at
+// their shares, so the 10 s windows fit). B's first release comes
 // within a second of its enqueue, the three share the rate by weight while
-// all have work (Jain's index ≥ 0.95 in every 2s window, each share within
+// all have work (Jain's index ≥ 0.95 in every 10s window, each share within
 // 10% of its weighted share), the rate holds (≤ rate+1 in any second, ≥ 95%
 // under backlog: the exact figure is the benchmark's), A gets the whole
 // rate back within a second of B and C finishing, and no task is
@@ -129,7 +130,7 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	cfg := fairConfig(t, prefix, sink.URL(), fairness)
 	p := fairProducer(t, cfg)
 	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
-	const nA, nB = 3000, 100
+	const nA, nB = 3000, 200 // B and C have work for 10s or more at their shares
 	enqueueTenant(t, p, "A", nA)
 	waitFor(t, 30*time.Second, "A flowing", func() bool { return sink.Count() >= 150 })
 	var wg sync.WaitGroup
