@@ -115,22 +115,32 @@ func (r *runner) wasted(cost int64, gs ...grant) {
 	if len(gs) == 0 || len(r.ds.Quotas) == 0 {
 		return
 	}
-	b := r.bucket()
-	bs := r.d.buckets
 	go func() {
 		for _, g := range gs {
-			ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-			start := time.Now()
-			_, err := bs.store.Settle(ctx, bs.space.Bucket(b.Name), lua.SettleArgs{Answers: bs.answerKeys(b.Name),
-				Diff: -cost, Slot: g.slot.UnixMicro(), Seq: g.issued, Guard: b.quotaGuard(cost), Quotas: bs.quotaArgs(b)})
-			cancel()
-			r.d.m.ObserveScript("answer", time.Since(start), err)
-			if err != nil {
-				r.d.log.Warn("shaping: cannot give a wasted slot back to the quotas", "downstream", r.ds.Name, "err", err)
+			if !r.unquota(cost, g) {
 				return
 			}
 		}
 	}()
+}
+
+// unquota gives the units of g's slot back to the quotas and the announced
+// limit (not to the rate: the slot's time is gone either way); false when
+// Redis failed.
+func (r *runner) unquota(cost int64, g grant) bool {
+	b := r.bucket()
+	bs := r.d.buckets
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := bs.store.Settle(ctx, bs.space.Bucket(b.Name), lua.SettleArgs{Answers: bs.answerKeys(b.Name),
+		Diff: -cost, Slot: g.slot.UnixMicro(), Seq: g.issued, Guard: b.quotaGuard(cost), Quotas: bs.quotaArgs(b)})
+	r.d.m.ObserveScript("answer", time.Since(start), err)
+	if err != nil {
+		r.d.log.Warn("shaping: cannot give a slot's units back to the quotas", "downstream", r.ds.Name, "err", err)
+		return false
+	}
+	return true
 }
 
 // binds reports whether an announced limit can constrain the downstream:

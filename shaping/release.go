@@ -69,8 +69,12 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			return r.giveBack(ctx)
 		}
 		d := Classify(herr, budget, r.ds.Adaptive != nil)
-		if d.Outcome == "throttled" && !t.answer.costSet {
-			t.ReportCost(0) // refused (429/503): the call used none of the quotas
+		if d.Outcome == "throttled" && !t.answer.costSet && len(r.ds.Quotas) > 0 {
+			// refused (429/503): the call used none of the quotas, given
+			// back before the task asks again; its slot of the rate stays
+			// spent (refunding it would let refusals breed releases faster
+			// than the rate)
+			r.unquota(t.Cost, grant{slot: t.Slot, issued: t.seq})
 		}
 		r.answered(t) // the answer's cost and limits, whatever the outcome
 		if r.brk != nil && r.brk.record(ctx, tok, d) {
