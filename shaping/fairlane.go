@@ -26,30 +26,11 @@ import (
 // key's newcomers pass an old waiter without end.)
 type fairOrder struct {
 	f       *Fairness
-	waiting map[string]int       // key → waiters queued
-	last    map[string]time.Time // key → when its last waiter here was served
+	waiting map[string]int // key → waiters queued
 }
-
-// fairStarved is how long a key's waiters may go unserved here, while
-// they wait, before its oldest goes first: the order by waiters favours
-// keys with few, so a key with more waiters than a heavier key that keeps
-// only a few here would otherwise wait for as long as that key has work.
-const fairStarved = time.Second
 
 func newFairOrder(f *Fairness) *fairOrder {
-	return &fairOrder{f: f, waiting: map[string]int{}, last: map[string]time.Time{}}
-}
-
-// served notes that a waiter of key got its slot at now.
-func (o *fairOrder) served(key string, now time.Time) {
-	o.last[key] = now
-	if len(o.last) > 2*len(o.waiting)+64 {
-		for k := range o.last {
-			if o.waiting[k] == 0 {
-				delete(o.last, k)
-			}
-		}
-	}
+	return &fairOrder{f: f, waiting: map[string]int{}}
 }
 
 // insert queues w (at the front when front) and returns its element.
@@ -62,23 +43,15 @@ func (o *fairOrder) insert(q *list.List, w *waiter, front bool) *list.Element {
 	return q.PushBack(w)
 }
 
-// sort orders q by its keys' waiters per unit of weight at now, stably;
-// the oldest waiter of a key unserved here for fairStarved (while it
-// waited) goes first.
-func (o *fairOrder) sort(q *list.List, now time.Time) {
+// sort orders q by its keys' waiters per unit of weight now, stably.
+func (o *fairOrder) sort(q *list.List) {
 	if q.Len() < 2 {
 		return
 	}
 	els := make([]*list.Element, 0, q.Len())
-	starved := map[string]bool{}
 	for e := q.Front(); e != nil; e = e.Next() {
 		w := e.Value.(*waiter)
-		switch {
-		case w.tag == math.Inf(-1):
-		case !starved[w.key] && now.Sub(w.since) > fairStarved && now.Sub(o.last[w.key]) > fairStarved:
-			starved[w.key] = true
-			w.tag = -1 // before every tag by count, after the retries
-		default:
+		if w.tag != math.Inf(-1) {
 			w.tag = float64(o.waiting[w.key]) / o.f.Weight(w.key)
 		}
 		els = append(els, e)

@@ -32,12 +32,12 @@ func TestFairOrderLetsFewWaitersPass(t *testing.T) {
 	add("C", false) // 3 waiting, weight 4: 0.75
 	add("C", false)
 	add("C", false)
-	o.sort(q, time.Time{})
+	o.sort(q)
 	if got, want := order(q), "CCCBBAAAA"; got != want {
 		t.Errorf("order %s, want %s", got, want)
 	}
 	e := add("A", true)
-	o.sort(q, time.Time{})
+	o.sort(q)
 	if q.Front() != e {
 		t.Errorf("a retry is not first: %s", order(q))
 	}
@@ -47,7 +47,7 @@ func TestFairOrderLetsFewWaitersPass(t *testing.T) {
 	}
 	add("A", false)
 	add("D", false)
-	o.sort(q, time.Time{})
+	o.sort(q)
 	if got, want := order(q), "DBBAAAAA"; got != want {
 		t.Errorf("order %s after C left and D came, want %s", got, want)
 	}
@@ -82,29 +82,5 @@ func TestFairStatsMinute(t *testing.T) {
 	}
 	if got := s.minute(t0.Add(200 * time.Second)); len(got) != 0 {
 		t.Errorf("after more than a minute: %v, want nothing", got)
-	}
-}
-
-// A key with more waiters here than a heavier key keeps is passed by that
-// key's newcomers only for fairStarved: then its oldest waiter goes first.
-func TestFairOrderStarvationGuard(t *testing.T) {
-	o := newFairOrder(&Fairness{Weights: map[string]float64{"A": 2}})
-	q := list.New()
-	t0 := time.Unix(1000, 0)
-	for range 5 {
-		o.insert(q, &waiter{key: "B", cost: 1, since: t0}, false) // 5 per weight
-	}
-	for range 4 {
-		o.insert(q, &waiter{key: "A", cost: 1, since: t0}, false) // 2 per weight
-	}
-	o.served("B", t0)
-	o.sort(q, t0.Add(500*time.Millisecond))
-	if got := order(q); got != "AAAABBBBB" {
-		t.Fatalf("order %s, want A's (fewer per weight) first", got)
-	}
-	o.served("A", t0.Add(time.Second))
-	o.sort(q, t0.Add(1500*time.Millisecond)) // B unserved for 1.5s, A served 0.5s ago
-	if got := order(q); got != "BAAAABBBB" {
-		t.Errorf("order %s after B went unserved for 1.5s, want B's oldest first", got)
 	}
 }

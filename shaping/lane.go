@@ -43,7 +43,6 @@ type waiter struct {
 	tag      float64    // fair order's tag
 	queued   bool       // in l.q (l.mu)
 	deadline time.Time  // the task's deadline on the local clock; zero: none
-	since    time.Time  // when it queued (fair order: starvation guard)
 	done     chan grant // buffered: the lane never blocks on a waiter
 }
 
@@ -71,7 +70,7 @@ func newLane(r *runner) *lane {
 // wait queues a worker for a slot of cost units for key (at the front
 // when it is retrying a wasted slot) and blocks until the lane grants one.
 func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
-	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), done: make(chan grant, 1), since: l.r.d.cfg.Clock.Now()}
+	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
@@ -143,7 +142,7 @@ func (l *lane) head() (cost int64, n int) {
 	defer l.mu.Unlock()
 	l.dropExpired()
 	if l.fair != nil {
-		l.fair.sort(l.q, l.r.d.cfg.Clock.Now())
+		l.fair.sort(l.q)
 	}
 	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
 		w := e.Value.(*waiter)
@@ -169,11 +168,7 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		w := l.remove(e)
-		if l.fair != nil {
-			l.fair.served(w.key, l.r.d.cfg.Clock.Now())
-		}
-		w.done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
+		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
 	}
 	if j == res.Count {
 		return
