@@ -41,7 +41,7 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 	}
 	st, err := p.fair.Park(ctx, t.Downstream, fs.Rate, fs.Fairness, id, t.Key, t.Cost, at)
 	if err != nil {
-		derr := asynq.NewInspectorFromRedisClient(p.rdb).DeleteTask(p.space.Queue(t.Downstream), id)
+		derr := p.insp.DeleteTask(p.space.Queue(t.Downstream), id)
 		if derr == nil {
 			return time.Time{}, fmt.Errorf("%w: fair share: %w", ErrEnqueue, err)
 		}
@@ -65,7 +65,7 @@ func (p *Producer) lateFair(t Task, rec Receipt) error {
 	if !ok || sh.OnLate != LateReject || t.Deadline.IsZero() || !rec.ExpectedStart.After(t.Deadline) {
 		return nil
 	}
-	if err := asynq.NewInspectorFromRedisClient(p.rdb).DeleteTask(p.space.Queue(t.Downstream), rec.ID); err != nil {
+	if err := p.insp.DeleteTask(p.space.Queue(t.Downstream), rec.ID); err != nil {
 		p.cfg.Logger.Warn("queue: fair share: a late task could not be taken back; it is archived if it is late", "downstream", t.Downstream, "id", rec.ID, "err", err)
 		return nil
 	}

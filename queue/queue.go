@@ -206,9 +206,12 @@ type ProducerConfig struct {
 // Producer enqueues tasks after admission. Safe for concurrent use.
 // The zero Producer is not usable: NewProducer builds one.
 type Producer struct {
-	client  *asynq.Client
-	rdb     redis.UniversalClient
-	fair    *shaping.FairQueue
+	client *asynq.Client
+	rdb    redis.UniversalClient
+	fair   *shaping.FairQueue
+	// insp takes back a fair task that could not be parked or is refused
+	// as late: one for the producer, not one per call
+	insp    *asynq.Inspector
 	cfg     ProducerConfig
 	m       *metrics.Metrics // nil records nothing
 	space   keys.Space
@@ -227,7 +230,8 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix),
+		insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
 		buckets: shaping.NewBuckets(rdb, cfg.Prefix)}
 	p.follow = p.newFollower(shaping.NewControl(rdb, cfg.Prefix))
 	if len(cfg.Downstreams) > 0 {

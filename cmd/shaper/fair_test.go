@@ -91,16 +91,6 @@ func releases(t *testing.T, sink *testsink.Sink) (map[string][]time.Time, []test
 	return out, hits
 }
 
-func countIn(ts []time.Time, from, to time.Time) int {
-	n := 0
-	for _, x := range ts {
-		if !x.Before(from) && x.Before(to) {
-			n++
-		}
-	}
-	return n
-}
-
 // Three shaper processes, one downstream at 50/s with fair share: tenant A
 // enqueues 3,000 tasks, then B and C 200 each (10 s and more of work at
 // their shares, so the 10 s windows fit). B's first release comes
@@ -166,9 +156,9 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	for _, w := range weights {
 		wsum += w
 	}
-	total := countIn(r["A"], from, to) + countIn(r["B"], from, to) + countIn(r["C"], from, to)
+	total := testsink.Between(r["A"], from, to) + testsink.Between(r["B"], from, to) + testsink.Between(r["C"], from, to)
 	for k, w := range weights {
-		got, want := float64(countIn(r[k], from, to)), float64(total)*w/wsum
+		got, want := float64(testsink.Between(r[k], from, to)), float64(total)*w/wsum
 		t.Logf("%s: %v of %d releases over %v (weighted share %.1f)", k, got, total, to.Sub(from).Round(time.Millisecond), want)
 		if math.Abs(got-want) > 0.1*want+1 {
 			t.Errorf("%s had %v of %d releases while all had work, want %.1f ± 10%%", k, got, total, want)
@@ -179,7 +169,7 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	for w0 := from; !w0.Add(win).After(to); w0 = w0.Add(time.Second) {
 		var xs []float64
 		for _, k := range []string{"A", "B", "C"} {
-			xs = append(xs, float64(countIn(r[k], w0, w0.Add(win)))/weights[k])
+			xs = append(xs, float64(testsink.Between(r[k], w0, w0.Add(win)))/weights[k])
 		}
 		j := shaping.Jain(xs)
 		if w0.Equal(from) {
@@ -201,7 +191,7 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	if m := testsink.MaxInWindow(wakes, time.Second); m > 51 {
 		t.Errorf("%d releases in one second, want at most 51", m)
 	}
-	busy := countIn(all, r["A"][149], endBC)
+	busy := testsink.Between(all, r["A"][149], endBC)
 	rate := float64(busy) / endBC.Sub(r["A"][149]).Seconds()
 	t.Logf("release rate under backlog %.2f/s (%d releases)", rate, busy)
 	if rate < 0.95*50 {
@@ -209,7 +199,7 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	}
 	// A alone again within a second
 	// (≥ 80% here; shaperbench measures it on a quiet machine)
-	n := countIn(r["A"], endBC.Add(time.Second), endBC.Add(2*time.Second))
+	n := testsink.Between(r["A"], endBC.Add(time.Second), endBC.Add(2*time.Second))
 	t.Logf("A alone again: %d releases in the second from 1s after B and C finished", n)
 	if n < 40 {
 		t.Errorf("A had %d releases in the second after B and C finished +1s, want the full rate back (≥ 40)", n)
@@ -342,7 +332,7 @@ func TestFairShareHundredTenants(t *testing.T) {
 	var xs []float64
 	for i := range tenants {
 		if sizes[i] > 10 {
-			xs = append(xs, float64(countIn(r[fmt.Sprintf("t%03d", i)], from, from.Add(10*time.Second))))
+			xs = append(xs, float64(testsink.Between(r[fmt.Sprintf("t%03d", i)], from, from.Add(10*time.Second))))
 		}
 	}
 	t.Logf("worst first release %v (bound %v); Jain's index over 10s among the %d tenants with a backlog: %.3f",
