@@ -183,8 +183,13 @@ func TestSettledCostSpacesReleases(t *testing.T) {
 			if span < ideal-max(realIV, enq)-unit/2 || span > ideal+max(realIV, enq)+300*time.Millisecond {
 				t.Errorf("%d releases over %s, want %s (real cost) within one task", n, span.Round(time.Millisecond), ideal)
 			}
+			// the last settle runs after the API counted its answer: poll
 			dir := map[bool]string{true: "charged", false: "refunded"}[c.real > c.enqueued]
-			if got, want := counterSum(t, reg, "shaper_shaping_settled_cost_units_total", "direction", dir), float64(n*abs(c.real-c.enqueued)); got != want {
+			want := float64(n * abs(c.real-c.enqueued))
+			waitFor(t, 5*time.Second, fmt.Sprintf("%v units %s", want, dir), func() bool {
+				return counterSum(t, reg, "shaper_shaping_settled_cost_units_total", "direction", dir) >= want
+			})
+			if got := counterSum(t, reg, "shaper_shaping_settled_cost_units_total", "direction", dir); got != want {
 				t.Errorf("settled %v units %s, want %v", got, dir, want)
 			}
 			t.Logf("%s: %d releases over %s (real cost %s a task: %s)", c.name, n, span.Round(time.Millisecond), realIV, ideal)
@@ -263,6 +268,11 @@ func TestQuotaEconomy(t *testing.T) {
 	held := run("a quota of 100 per 4s, spent halfway", []shaping.Quota{{Limit: 100, Per: 4 * time.Second}}, nil)
 	loose := run("answers with limits that cannot bind", nil, http.Header{"X-Ratelimit-Remaining": {"100000"}, "X-Ratelimit-Reset": {"60"}})
 	tight := run("answers with limits that bind", nil, http.Header{"X-Ratelimit-Remaining": {"5000"}, "X-Ratelimit-Reset": {"60"}})
+	// A run's reservation calls vary with timing (how many slots each call
+	// takes: 0.74-0.86 per release without quotas in one suite run), so
+	// the quotas are held to the larger of two runs without.
+	again := run("no quota, again", nil, nil)
+	base.reserve = max(base.reserve, again.reserve)
 	// (with quotas a wasted slot, rare, gives its units back: an answer call)
 	if two.reserve+two.answer > base.reserve*1.15+0.05 {
 		t.Errorf("two quotas: %.3f reservation and %.3f answer calls per release, without %.3f: want the same calls",

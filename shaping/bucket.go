@@ -93,7 +93,10 @@ type Reservation struct {
 	base     time.Time
 	interval time.Duration
 	issued   int64
-	cost     int64
+	// due is the slot on the local clock for a release that checks its
+	// lateness (runner.skipLate); zero for none.
+	due  time.Time
+	cost int64
 }
 
 // Slot is the (first) reserved slot's start on the Redis clock.

@@ -97,6 +97,7 @@ func TestPauseHoldsAcrossControlTicks(t *testing.T) {
 		b, _ := e.in.Backlog("ds")
 		return b.Active == 10
 	})
+	controlArmed(t, clk, start.Add(iv), 1)
 	at := start
 	for k := 1; k <= 4; k++ {
 		at = at.Add(iv)
@@ -169,6 +170,7 @@ func TestRateOverrideAppliedOnTheNextTick(t *testing.T) {
 		defer d.Shutdown(context.Background())
 		ds = append(ds, d)
 	}
+	controlArmed(t, clk, start.Add(iv), len(ds))
 	must(t, shaping.NewControl(rdb, prefix).SetRate(context.Background(), "api", limiters.PerSecond(42)))
 	for i, d := range ds {
 		if l, _ := d.Rate("api"); l.PerSec() != 10 {
@@ -215,6 +217,7 @@ func TestScheduleSwitchesAtBoundary(t *testing.T) {
 		return out
 	}
 	boundary := time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)
+	controlArmed(t, clk, time.Date(2026, 11, 30, 19, 59, 59, 0, time.UTC).Add(iv), len(ds))
 	controlTick(t, clk, boundary.Add(-time.Millisecond), iv, len(ds))
 	if got := rates(); got[0] != 10 || got[1] != 10 {
 		t.Fatalf("1ms before 20:00: rates %v, want [10 10] (the day rate)", got)
@@ -231,10 +234,19 @@ func TestScheduleSwitchesAtBoundary(t *testing.T) {
 func controlTick(t *testing.T, clk *clocktest.Fake, at time.Time, iv time.Duration, n int) {
 	t.Helper()
 	clk.AdvanceTo(at)
-	waitFor(t, 5*time.Second, "the control loops re-armed after "+at.Format(time.TimeOnly), func() bool {
+	controlArmed(t, clk, at.Add(iv), n)
+}
+
+// controlArmed waits until n control loops wait for a tick at due. Before
+// the first tick a test waits for the loops' first timers: Start returns
+// before a loop arms, and a loop that arms only after the clock moved
+// would skip the tick the test then checks.
+func controlArmed(t *testing.T, clk *clocktest.Fake, due time.Time, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "the control loops armed for "+due.Format(time.TimeOnly), func() bool {
 		k := 0
-		for _, due := range clk.Pending() {
-			if due.Equal(at.Add(iv)) {
+		for _, d := range clk.Pending() {
+			if d.Equal(due) {
 				k++
 			}
 		}

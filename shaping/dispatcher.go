@@ -209,6 +209,7 @@ type Dispatcher struct {
 	started  bool
 	stopping chan struct{}
 	stopOnce sync.Once
+	loops    sync.WaitGroup // the background loops (spawn), which end on stopping
 	control  *Control
 	pid      string // this process in the liveness ZSET
 }
@@ -373,26 +374,39 @@ func (d *Dispatcher) Start() error {
 		if err := r.srv.Start(q.guard(r, r.process)); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
-		go r.lane.run()
+		d.spawn(r.lane.run)
 		if r.ds.Fairness != nil {
-			go r.feed()
+			d.spawn(r.feed)
 		}
 		if r.brk != nil {
-			go r.brk.run()
+			d.spawn(r.brk.run)
 		}
 		if r.leases != nil {
-			go r.leases.run()
-			go r.leases.renewLoop()
+			d.spawn(r.leases.run)
+			d.spawn(r.leases.renewLoop)
 		}
 	}
 	runners := make([]*runner, 0, len(d.order))
 	for _, name := range d.order {
 		runners = append(runners, d.runners[name])
 	}
-	go d.controlLoop(runners)
-	go d.livenessLoop(runners)
+	d.spawn(func() { d.controlLoop(runners) })
+	d.spawn(func() { d.livenessLoop(runners) })
 	return nil
 }
+
+// spawn runs loop in the background; Shutdown waits for it to end.
+func (d *Dispatcher) spawn(loop func()) {
+	d.loops.Add(1)
+	go func() {
+		defer d.loops.Done()
+		loop()
+	}()
+}
+
+// loopsGrace bounds how long Shutdown waits for the background loops past
+// the stop: one Redis call each at most (Config.RedisTimeout) and a margin.
+func (d *Dispatcher) loopsGrace() time.Duration { return d.cfg.RedisTimeout + time.Second }
 
 // Shutdown stops taking tasks, lets releases in flight finish for up to
 // Config.ShutdownTimeout (or until ctx ends), and returns every task still
@@ -448,6 +462,18 @@ wait:
 		go func() { defer wg.Done(); r.srv.Shutdown() }()
 	}
 	wg.Wait()
+	// nothing of the dispatcher runs (or logs) once Shutdown returns: a
+	// liveness scan that logged after Run had returned raced a test's
+	// read of the log
+	ended := make(chan struct{})
+	go func() { d.loops.Wait(); close(ended) }()
+	grace := time.NewTimer(d.loopsGrace())
+	defer grace.Stop()
+	select {
+	case <-ended:
+	case <-grace.C:
+		d.log.Warn("shaping: background loops still running after shutdown", "waited", d.loopsGrace())
+	}
 	return err
 }
 

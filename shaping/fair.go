@@ -162,6 +162,23 @@ func (q *FairQueue) Feed(ctx context.Context, ds string, rate limiters.Limit) (F
 	return fairState(rep), err
 }
 
+// Exchange adds this process's service increments on downstream ds (units
+// per weight served since its last exchange, by key) to the service all
+// processes share, and returns the shared service of the keys in want
+// (fairsvc.lua; see fairOrder), as of clk's now (Redis TIME for the real
+// clock: lua.NowArg).
+func (q *FairQueue) Exchange(ctx context.Context, ds string, clk Clock, inc map[string]float64, want []string) (map[string]float64, error) {
+	v, err := q.store.FairService(ctx, q.space.Fair(ds).Service, fairMemory, lua.NowArg(clk)/1000, inc, want)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(want))
+	for i, k := range want {
+		out[k] = v[i]
+	}
+	return out, nil
+}
+
 // ExpectedStart estimates when a task just parked (the state Park
 // returned) of cost at rate will be released: the promoted tasks and the
 // parked ones before it go first, one interval each, then the lane's
@@ -200,6 +217,7 @@ func (r *runner) feed() {
 		if err == nil {
 			r.fairSeen(st)
 		}
+		r.lane.exchange()
 		t := r.d.cfg.Clock.NewTimer(wait)
 		select {
 		case <-t.C():

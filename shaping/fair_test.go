@@ -3,6 +3,7 @@ package shaping_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testutil"
@@ -93,16 +95,18 @@ func counts(ks []string) map[string]int {
 }
 
 // A key that arrives behind another's backlog is promoted within a round,
-// and then the keys alternate by weight; each key's own tasks keep their
-// order; a key alone takes everything.
+// and then the keys alternate by weight, counting from the tasks already
+// in flight when they came (the pending target: A's turns, which a new
+// key starts beside, not behind); each key's own tasks keep their order;
+// a key alone takes everything.
 func TestFairOrderSharesByWeight(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		weights map[string]float64
-		want    map[string]int // of 40 promotions while all three wait
+		want    map[string]int // of the 45 taken after B and C came
 	}{
-		{"equal", nil, map[string]int{"A": 14, "B": 13, "C": 13}},
-		{"2:1:1", map[string]float64{"A": 2}, map[string]int{"A": 20, "B": 10, "C": 10}},
+		{"equal", nil, map[string]int{"A": 15, "B": 15, "C": 15}},
+		{"2:1:1", map[string]float64{"A": 2}, map[string]int{"A": 22, "B": 11, "C": 11}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newFairRig(t, &shaping.Fairness{Weights: tc.weights})
@@ -117,10 +121,10 @@ func TestFairOrderSharesByWeight(t *testing.T) {
 			if c := counts(head); c["B"] == 0 || c["C"] == 0 {
 				t.Errorf("first 5 taken after B and C arrived: %v, want B and C among them", head)
 			}
-			got := counts(r.take(40))
+			got := counts(append(head, r.take(40)...))
 			for k, w := range tc.want {
 				if d := got[k] - w; d < -2 || d > 2 {
-					t.Errorf("%s: %d of 40, want %d ± 2 (%v)", k, got[k], w, got)
+					t.Errorf("%s: %d of 45, want %d ± 2 (%v)", k, got[k], w, got)
 				}
 			}
 		})
@@ -238,5 +242,32 @@ func TestFairLoneTaskIntoEmptyPending(t *testing.T) {
 	r.park("B", 1)
 	if got := r.take(5); len(got) != 1 || got[0] != "B" {
 		t.Fatalf("took %v after B's lone task, want [B]", got)
+	}
+}
+
+// The lanes' shared service (fairsvc.lua): what each process reports adds
+// up for every process to read, fades with the lanes' memory (2s), and a
+// key nobody served reads zero.
+func TestFairServiceSharedAcrossProcesses(t *testing.T) {
+	q := shaping.NewFairQueue(redistest.Client(t), redistest.Prefix(t))
+	ctx := context.Background()
+	clk := clocktest.New(time.UnixMilli(time.Now().UnixMilli()))
+	if _, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 10, "B": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 5}, []string{"A", "B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["A"] != 15 || got["B"] != 1 || got["C"] != 0 {
+		t.Errorf("shared service %v, want A 15, B 1, C 0", got)
+	}
+	clk.Advance(2 * time.Second)
+	got, err = q.Exchange(ctx, "api", clk, nil, []string{"A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 15 / math.E; math.Abs(got["A"]-want) > 0.002 {
+		t.Errorf("A's service 2s later %.3f, want 15/e = %.3f", got["A"], want)
 	}
 }

@@ -11,26 +11,127 @@ import (
 )
 
 // fairOrder orders a fair downstream's waiting workers in this process:
-// the keys with the fewest waiters here per unit of weight go first, each
-// key's waiters in their arrival order, a retry of a wasted slot before
-// all. The order is taken afresh each time the lane serves (sort), from
-// the counts of that moment. The feeder (fair.lua) already hands tasks to
-// the workers in fair order; the lane's part is to let a key that holds
-// few waiters pass the ones a big backlog filled it with (the workers hold
-// tasks taken before the key arrived), so a late key is released at once,
-// and after that at the rate its tasks come: a light key is served as its
-// tasks arrive, which bounds its waiters, so the big key is served
-// whenever the light ones have none. (Tags fixed when a waiter queues, as
-// in start-time fair queueing, did worse here: a key arriving at its share
-// queues like a random walk, and counts frozen at insertion let a big
-// key's newcomers pass an old waiter without end.)
+// least attained service first. Each key's service here is the units it
+// was served per unit of its weight, decaying with time constant
+// fairMemory; at each serve (sort) the waiters are ordered by the service
+// their key would have when their turn came (a key's i-th waiter counts
+// the i before it), each key's waiters in arrival order, a retry of a
+// wasted slot before all.
+//
+// The feeder (fair.lua) already hands tasks to the workers in fair order;
+// the lane's part is to let a key that was served little here pass the
+// tasks a big backlog filled the workers with before it arrived, so a late
+// key is released at once and after that as its tasks come, while keys
+// that each hold several waiters here share the lane by weight. Unlike an
+// order by waiters (which this replaced) it cannot starve: a key that
+// waits is not served, so its service decays below that of every key that
+// is, and it goes first within about fairMemory. Unlike start-time tags
+// fixed when a waiter queues it keeps credit across the moments a key
+// has no waiter, so a key arriving at its share does not queue like a
+// random walk.
+//
+// A key's service counts the other processes' too (others, from the
+// shared count in Redis: fairsvc.lua, exchanged on every feed, about four
+// times a second): with only its own, a process holding the last tasks of
+// a light key served them at that key's share of its own slots while the
+// other processes served the heavy key with all of theirs; in
+// shaperbench's round B's last tasks trickled at 2–4/s from one process
+// for seconds. The lane stays work-conserving: it orders, never holds a
+// slot back.
 type fairOrder struct {
 	f       *Fairness
-	waiting map[string]int // key → waiters queued
+	waiting map[string]int      // key → waiters queued
+	svc     map[string]attained // key → service here
+	others  map[string]attained // key → service in the other processes, at the last exchange
+	inc     map[string]float64  // key → service here since the last exchange
+	next    map[string]float64  // sort's scratch: key → service at its next turn
+	sweepAt int                 // svc's size that triggers a sweep of faded keys
 }
 
+// fadedOut is service no longer told apart from none.
+const fadedOut = 1e-3
+
+// maxExchangeKeys bounds the keys whose shared service one exchange asks.
+const maxExchangeKeys = 256
+
+// attained is a key's service: v units per weight, as of at.
+type attained struct {
+	v  float64
+	at time.Time
+}
+
+// fairMemory is how long the lane remembers service: long enough to span
+// a few turns of every key at the lane's pace (keys that keep waiters here
+// share by weight over it), short enough that a key gone quiet is not
+// owed a burst of more than fairMemory of its share when it returns.
+const fairMemory = 2 * time.Second
+
 func newFairOrder(f *Fairness) *fairOrder {
-	return &fairOrder{f: f, waiting: map[string]int{}}
+	return &fairOrder{f: f, waiting: map[string]int{}, svc: map[string]attained{}, others: map[string]attained{},
+		inc: map[string]float64{}, next: map[string]float64{}, sweepAt: 64}
+}
+
+// faded is a's service at now.
+func (a attained) faded(now time.Time) float64 {
+	if a.v == 0 {
+		return 0
+	}
+	return a.v * math.Exp(-max(now.Sub(a.at), 0).Seconds()/fairMemory.Seconds())
+}
+
+// service is key's service at now, here and in the other processes.
+func (o *fairOrder) service(key string, now time.Time) float64 {
+	return o.svc[key].faded(now) + o.others[key].faded(now)
+}
+
+// served notes that a waiter of key got a slot of cost units at now.
+func (o *fairOrder) served(key string, cost int64, now time.Time) {
+	u := float64(cost) / o.f.Weight(key)
+	o.svc[key] = attained{v: o.svc[key].faded(now) + u, at: now}
+	o.inc[key] += u
+	if len(o.svc)+len(o.others) > o.sweepAt {
+		for _, m := range []map[string]attained{o.svc, o.others} {
+			for k := range m {
+				if o.waiting[k] == 0 && o.service(k, now) < fadedOut {
+					delete(m, k)
+				}
+			}
+		}
+		// the next sweep when the map has doubled: O(1) a serve, however
+		// many keys were served lately
+		o.sweepAt = 2*(len(o.svc)+len(o.others)) + 64
+	}
+}
+
+// exchanging takes the service to report and the keys to ask about: the
+// keys with waiters here, at most maxExchangeKeys.
+func (o *fairOrder) exchanging() (inc map[string]float64, want []string) {
+	inc, o.inc = o.inc, map[string]float64{}
+	for k := range o.waiting {
+		if len(want) == maxExchangeKeys {
+			break
+		}
+		want = append(want, k)
+	}
+	return inc, want
+}
+
+// exchanged takes the shared service of the keys asked (which counts
+// what this process reported), or puts inc back when the exchange failed.
+func (o *fairOrder) exchanged(inc, shared map[string]float64, err error, now time.Time) {
+	if err != nil {
+		for k, v := range inc {
+			o.inc[k] += v
+		}
+		return
+	}
+	for k, v := range shared {
+		if d := v - o.svc[k].faded(now); d > fadedOut {
+			o.others[k] = attained{v: d, at: now}
+		} else {
+			delete(o.others, k)
+		}
+	}
 }
 
 // insert queues w (at the front when front) and returns its element.
@@ -43,16 +144,23 @@ func (o *fairOrder) insert(q *list.List, w *waiter, front bool) *list.Element {
 	return q.PushBack(w)
 }
 
-// sort orders q by its keys' waiters per unit of weight now, stably.
-func (o *fairOrder) sort(q *list.List) {
+// sort orders q by the service each waiter's key would have at its turn,
+// as of now, stably.
+func (o *fairOrder) sort(q *list.List, now time.Time) {
 	if q.Len() < 2 {
 		return
 	}
+	clear(o.next)
 	els := make([]*list.Element, 0, q.Len())
 	for e := q.Front(); e != nil; e = e.Next() {
 		w := e.Value.(*waiter)
 		if w.tag != math.Inf(-1) {
-			w.tag = float64(o.waiting[w.key]) / o.f.Weight(w.key)
+			v, ok := o.next[w.key]
+			if !ok {
+				v = o.service(w.key, now)
+			}
+			w.tag = v
+			o.next[w.key] = v + float64(w.cost)/o.f.Weight(w.key)
 		}
 		els = append(els, e)
 	}

@@ -80,6 +80,8 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		if l.tooLate(w, g.slot) {
 			l.unstock(g)
 			g = grant{err: ErrDeadlinePassed}
+		} else if l.fair != nil {
+			l.fair.served(key, cost, l.r.d.cfg.Clock.Now())
 		}
 		l.mu.Unlock()
 		return g, g.err
@@ -142,7 +144,7 @@ func (l *lane) head() (cost int64, n int) {
 	defer l.mu.Unlock()
 	l.dropExpired()
 	if l.fair != nil {
-		l.fair.sort(l.q)
+		l.fair.sort(l.q, l.r.d.cfg.Clock.Now())
 	}
 	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
 		w := e.Value.(*waiter)
@@ -168,7 +170,11 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
+		w := l.remove(e)
+		if l.fair != nil {
+			l.fair.served(w.key, w.cost, l.r.d.cfg.Clock.Now())
+		}
+		w.done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
 	}
 	if j == res.Count {
 		return
@@ -327,4 +333,28 @@ func (l *lane) sleep(d time.Duration) bool {
 	case <-l.r.d.stopping:
 		return false
 	}
+}
+
+// exchange shares a fair lane's service per key with the other processes'
+// (fairOrder): one script call, from the feed loop.
+func (l *lane) exchange() {
+	if l.fair == nil {
+		return
+	}
+	l.mu.Lock()
+	inc, want := l.fair.exchanging()
+	l.mu.Unlock()
+	if len(inc) == 0 && len(want) == 0 {
+		return
+	}
+	r := l.r
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	shared, err := r.d.fair.Exchange(ctx, r.ds.Name, r.d.cfg.Clock, inc, want)
+	cancel()
+	if err != nil {
+		r.d.log.Debug("shaping: fair share: cannot share service", "downstream", r.ds.Name, "err", err)
+	}
+	l.mu.Lock()
+	l.fair.exchanged(inc, shared, err, r.d.cfg.Clock.Now())
+	l.mu.Unlock()
 }

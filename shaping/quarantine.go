@@ -118,7 +118,7 @@ func (d *Dispatcher) startQuarantine() *quarantine {
 	ctx, cancel := context.WithTimeout(context.Background(), startScanMax)
 	q.scanAll(ctx, false)
 	cancel()
-	go q.loop()
+	d.spawn(q.loop)
 	return q
 }
 

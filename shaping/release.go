@@ -48,8 +48,10 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		}
 		defer r.leases.release(lease)
 	}
+	front := false // queue at the front: this task's last slot was wasted
 	for {
-		res, tok, err := r.slot(ctx, t.Cost, t.Key)
+		res, tok, err := r.slot(ctx, t.Cost, t.Key, front)
+		front = false
 		if errors.Is(err, limiters.ErrCostExceedsCapacity) {
 			r.outcome("malformed")
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
@@ -64,6 +66,10 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			return err // woke past the deadline: the slot is wasted, the task never sent late
 		}
 		t.Slot, t.seq = res.Slot(), res.seqN(0)
+		if r.skipLate(res) {
+			front = true
+			continue
+		}
 		herr, started := r.release(ctx, h, t)
 		if !started {
 			return r.giveBack(ctx)
@@ -127,16 +133,20 @@ func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr erro
 		return nil, false
 	default:
 	}
+	now := r.d.cfg.Clock.Now()
 	if m := r.d.m; m != nil {
 		m.Releases.WithLabelValues(r.ds.Name).Inc()
 		// Lateness on the local clock: the wait was timed locally from
 		// the reply, so compare against when the wait ended.
 		m.Lateness.WithLabelValues(r.ds.Name).Observe(max(time.Since(t.Slot), 0).Seconds())
 	}
+	herr = Call(ctx, h, t)
 	if r.ds.Fairness != nil {
-		r.fstats.release(t.Key, r.lane.backlogged(t.Key), r.d.cfg.Clock.Now())
+		// after the call: it takes the lane's lock, which must not
+		// stand between the late check and the release
+		r.fstats.release(t.Key, r.lane.backlogged(t.Key), now)
 	}
-	return Call(ctx, h, t), true
+	return herr, true
 }
 
 // pushBack moves the bucket's next_free past now+pause for every process:

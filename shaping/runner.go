@@ -126,8 +126,7 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // (ErrCostExceedsCapacity); Redis errors are retried by the lane (shaping
 // fails closed: nothing is released without a reservation). The token
 // says what breaker state the release goes out in.
-func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservation, brkToken, error) {
-	front := false
+func (r *runner) acquire(ctx context.Context, cost int64, key string, front bool) (Reservation, brkToken, error) {
 	for {
 		g, err := r.lane.wait(ctx, cost, key, front)
 		if err != nil {
@@ -136,18 +135,6 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 		deadline := g.slot.Add(r.offset.get()) // the slot on the local clock
 		if !r.sleep(ctx, deadline.Sub(r.d.cfg.Clock.Now())) {
 			return Reservation{}, brkToken{}, errStopping // the slot is wasted, never replayed
-		}
-		// A worker that wakes far behind its slot (CPU starvation, a GC or
-		// a slow Redis reply) would release next to the following slots and
-		// bunch them. Its slot is wasted instead and it queues again, at the
-		// front, so every release lies within LateTolerance of its slot.
-		if late := r.d.cfg.Clock.Now().Sub(deadline); late > r.lateTolerance(cost) {
-			if m := r.d.m; m != nil {
-				m.LateSkips.WithLabelValues(r.ds.Name).Inc()
-			}
-			r.wasted(cost, g)
-			front = true
-			continue
 		}
 		var tok brkToken
 		if r.brk != nil {
@@ -160,8 +147,28 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string) (Reservati
 				continue
 			}
 		}
-		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now), issued: g.issued - cost, cost: cost}, tok, nil
+		return Reservation{OK: true, Count: 1, Now: g.now, Wait: g.slot.Sub(g.now), issued: g.issued - cost, cost: cost,
+			due: deadline}, tok, nil
 	}
+}
+
+// skipLate reports whether a release reserved as res woke too far behind
+// its slot to go out now (late by more than the late tolerance, on the
+// local clock). A worker that wakes late (CPU starvation, a GC, a slow
+// Redis reply) would release next to the following slots and bunch them:
+// its slot is wasted instead (counted as a late skip) and the task queues
+// again at the front, so every release starts within the tolerance of its
+// slot. Checked just before the handler is called, after everything else
+// the release waits on.
+func (r *runner) skipLate(res Reservation) bool {
+	if res.due.IsZero() || r.d.cfg.Clock.Now().Sub(res.due) <= r.lateTolerance(res.cost) {
+		return false
+	}
+	if m := r.d.m; m != nil {
+		m.LateSkips.WithLabelValues(r.ds.Name).Inc()
+	}
+	r.wasted(res.cost, grant{slot: res.Slot(), issued: res.seqN(0)})
+	return true
 }
 
 // observeWaits records the wait of each slot a lane call reserved.

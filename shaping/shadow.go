@@ -197,11 +197,11 @@ func (r *runner) shadowSlot(ctx context.Context, cost int64) (Reservation, brkTo
 }
 
 // slot is the task's slot: acquire's, or shadowSlot's in shadow mode.
-func (r *runner) slot(ctx context.Context, cost int64, key string) (Reservation, brkToken, error) {
+func (r *runner) slot(ctx context.Context, cost int64, key string, front bool) (Reservation, brkToken, error) {
 	if r.inShadow() {
 		return r.shadowSlot(ctx, cost)
 	}
-	return r.acquire(ctx, cost, key)
+	return r.acquire(ctx, cost, key, front)
 }
 
 // Versions reads every downstream's change counter, the one command a

@@ -72,16 +72,11 @@ func TestAnnouncedLimitThreeProcesses(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const n = 150
 	enqueue(t, prefix, n)
-	cfg := fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	cfg := daemonYAML(t, prefix, fmt.Sprintf(`  - name: api
     rate: 50/s
     max_wait: 200ms
     handler: {type: http, url: %q, timeout: 5s}
-`, redistest.URL(t), prefix, api.srv.URL)
+`, api.srv.URL))
 	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d tasks delivered", n), func() bool {
 		api.mu.Lock()

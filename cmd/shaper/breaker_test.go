@@ -49,16 +49,11 @@ func TestBreakerThreeProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	cfg := daemonYAML(t, prefix, fmt.Sprintf(`  - name: api
     rate: 50/s
     handler: {type: http, url: %q, timeout: 2s}
     breaker: {error_ratio: 0.5, window: 2s, min_calls: 10, cooldown: 1s, max_cooldown: 4s, probe_rate: 2/s, probes: 2}
-`, redistest.URL(t), prefix, sink.URL())
+`, sink.URL()))
 	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
 	addrs := make([]string, len(procs))
 	for i, pr := range procs {

@@ -59,17 +59,12 @@ func TestConcurrencyCapThreeProcessesAndKill(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const n = 150
 	enqueue(t, prefix, n)
-	cfg := fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	cfg := daemonYAML(t, prefix, fmt.Sprintf(`  - name: api
     rate: 100/s
     concurrency: 5
     lease: 2s
     handler: {type: http, url: %q, timeout: 5s}
-`, redistest.URL(t), prefix, sink.srv.URL)
+`, sink.srv.URL))
 	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
 	rdb := redistest.Client(t)
 	leases := keys.New(prefix).Leases("api")
@@ -128,16 +123,11 @@ func TestKeyConcurrencyThreeProcesses(t *testing.T) {
 	}))
 	defer srv.Close()
 	prefix := redistest.Prefix(t)
-	cfg := fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	cfg := daemonYAML(t, prefix, fmt.Sprintf(`  - name: api
     rate: 100/s
     key_concurrency: 1
     handler: {type: http, url: %q, timeout: 5s}
-`, redistest.URL(t), prefix, srv.URL)
+`, srv.URL))
 	p := fairProducer(t, cfg)
 	const keys, per = 10, 15
 	for i := range per {

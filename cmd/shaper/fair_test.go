@@ -19,16 +19,11 @@ import (
 )
 
 func fairConfig(t *testing.T, prefix, sinkURL, fairness string) string {
-	return fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	return daemonYAML(t, prefix, fmt.Sprintf(`  - name: api
     rate: 50/s
     fairness: %s
     handler: {type: http, url: %q, timeout: 5s}
-`, redistest.URL(t), prefix, fairness, sinkURL)
+`, fairness, sinkURL))
 }
 
 // fairProducer is the producer the daemon builds from the same config.
@@ -56,15 +51,30 @@ type tenantTask struct {
 // enqueued.
 func enqueueTenant(t *testing.T, p *queue.Producer, tenant string, n int) (time.Time, []queue.Receipt) {
 	t.Helper()
-	first := time.Now()
-	recs := make([]queue.Receipt, 0, n)
+	first, recs := enqueueTogether(t, p, []string{tenant}, n)
+	return first[tenant], recs[tenant]
+}
+
+// enqueueTogether enqueues n tasks of each tenant, taking turns (one of
+// each, then the next), as tenants that arrive at the same moment: each
+// receipt then sees the others' tasks enqueued so far, as it would were
+// they enqueued in step. It returns when each tenant's first was enqueued
+// and its receipts.
+func enqueueTogether(t *testing.T, p *queue.Producer, tenants []string, n int) (map[string]time.Time, map[string][]queue.Receipt) {
+	t.Helper()
+	first, recs := map[string]time.Time{}, map[string][]queue.Receipt{}
 	for i := range n {
-		b, _ := json.Marshal(tenantTask{tenant, i})
-		rec, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: tenant, Payload: b})
-		if err != nil {
-			t.Fatalf("enqueue %s #%d: %v", tenant, i, err)
+		for _, tn := range tenants {
+			if i == 0 {
+				first[tn] = time.Now()
+			}
+			b, _ := json.Marshal(tenantTask{tn, i})
+			rec, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: tn, Payload: b})
+			if err != nil {
+				t.Fatalf("enqueue %s #%d: %v", tn, i, err)
+			}
+			recs[tn] = append(recs[tn], rec)
 		}
-		recs = append(recs, rec)
 	}
 	return first, recs
 }
@@ -98,8 +108,10 @@ func releases(t *testing.T, sink *testsink.Sink) (map[string][]time.Time, []test
 // all have work (Jain's index ≥ 0.95 in every 10s window, each share within
 // 10% of its weighted share), the rate holds (≤ rate+1 in any second, ≥ 95%
 // under backlog: the exact figure is the benchmark's), A gets the whole
-// rate back within a second of B and C finishing, and no task is
-// delivered twice or lost (issue 13).
+// rate back within a second of B and C finishing, the receipts say when
+// B's tasks start (checkExpectedStarts), and no task is delivered twice or
+// lost (issue 13). On a failed share check the test logs each second's
+// releases by tenant and process.
 func TestFairShareThreeProcesses(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -123,13 +135,8 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	const nA, nB = 3000, 200 // B and C have work for 10s or more at their shares
 	enqueueTenant(t, p, "A", nA)
 	waitFor(t, 30*time.Second, "A flowing", func() bool { return sink.Count() >= 150 })
-	var wg sync.WaitGroup
-	var bAt, cAt time.Time
-	var bRecs []queue.Receipt
-	wg.Add(2)
-	go func() { defer wg.Done(); bAt, bRecs = enqueueTenant(t, p, "B", nB) }()
-	go func() { defer wg.Done(); cAt, _ = enqueueTenant(t, p, "C", nB) }()
-	wg.Wait()
+	at, recs := enqueueTogether(t, p, []string{"B", "C"}, nB)
+	bAt, cAt := at["B"], at["C"]
 	waitFor(t, 60*time.Second, "B and C delivered", func() bool {
 		r, _ := releases(t, sink)
 		return len(r["B"]) >= nB && len(r["C"]) >= nB
@@ -179,6 +186,9 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 			t.Errorf("Jain's index %.3f in the %v window at +%v, want ≥ 0.95 (A, B, C per unit of weight: %v)", j, win, w0.Sub(from).Round(time.Millisecond), xs)
 		}
 	}
+	if t.Failed() {
+		logTimeline(t, hits, from.Add(-2*time.Second), to.Add(time.Second))
+	}
 	// the rate: never above rate+1 in a second at release (when shaper
 	// called: X-Shaper-Wake; arrivals at the sink are logged), near the
 	// rate under backlog
@@ -204,13 +214,60 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	if n < 40 {
 		t.Errorf("A had %d releases in the second after B and C finished +1s, want the full rate back (≥ 40)", n)
 	}
-	checkExpectedStarts(t, hits, "B", bRecs, 1500*time.Millisecond)
+	checkExpectedStarts(t, hits, "B", recs["B"], time.Second, 2*time.Second, 3*time.Second)
 	checkNothingLost(t, prefix, nA+2*nB, len(hits))
 }
 
-// checkExpectedStarts compares each receipt's ExpectedStart of tenant's
-// tasks (in enqueue order) with when the sink saw the task.
-func checkExpectedStarts(t *testing.T, hits []testsink.Hit, tenant string, recs []queue.Receipt, within time.Duration) {
+// logTimeline logs, for a failed share check, each second's releases by
+// tenant and by releasing process.
+func logTimeline(t *testing.T, hits []testsink.Hit, from, to time.Time) {
+	t.Helper()
+	var procs []string
+	seen := map[string]bool{}
+	for _, h := range hits {
+		if !seen[h.Process] {
+			seen[h.Process] = true
+			procs = append(procs, h.Process)
+		}
+	}
+	sort.Strings(procs)
+	for s0 := from; s0.Before(to); s0 = s0.Add(time.Second) {
+		n := map[string]map[string]int{}
+		for _, h := range hits {
+			if h.At.Before(s0) || !h.At.Before(s0.Add(time.Second)) {
+				continue
+			}
+			var tt tenantTask
+			if json.Unmarshal([]byte(h.Payload), &tt) != nil {
+				continue
+			}
+			if n[tt.T] == nil {
+				n[tt.T] = map[string]int{}
+			}
+			n[tt.T][h.Process]++
+		}
+		line := fmt.Sprintf("+%5.1fs", s0.Sub(from).Seconds())
+		for _, k := range []string{"A", "B", "C"} {
+			line += " " + k
+			for _, p := range procs {
+				line += fmt.Sprintf(" %2d", n[k][p])
+			}
+		}
+		t.Logf("timeline %s", line)
+	}
+}
+
+// checkExpectedStarts compares tenant's receipts' ExpectedStart (in
+// enqueue order) with when the sink saw its tasks, two ways. In order
+// (the k-th earliest prediction against the k-th release): how well the
+// receipts say when the tenant's tasks are served; 95% within p95, every
+// one within worst. Per task: each task against its own prediction, 95%
+// within perTask. Per task is looser because the lanes are per process: a
+// key's waiting tasks spread over three lanes, each serving the key its
+// share, so a task held where more of its key wait starts later than one
+// held where fewer do, and the prediction cannot know which lane will
+// take it (measured: up to ±1.9s under a CPU hog).
+func checkExpectedStarts(t *testing.T, hits []testsink.Hit, tenant string, recs []queue.Receipt, p95, worst, perTask time.Duration) {
 	t.Helper()
 	at := map[int]time.Time{}
 	for _, h := range hits {
@@ -220,23 +277,55 @@ func checkExpectedStarts(t *testing.T, hits []testsink.Hit, tenant string, recs 
 		}
 	}
 	var errs []time.Duration
+	var preds, starts []time.Time
 	for n, rec := range recs {
 		if rec.ExpectedStart.IsZero() {
 			t.Fatalf("%s #%d: receipt without ExpectedStart", tenant, n)
 		}
 		if a, ok := at[n]; ok {
 			errs = append(errs, a.Sub(rec.ExpectedStart))
+			preds, starts = append(preds, rec.ExpectedStart), append(starts, a)
 		}
 	}
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Abs() < errs[j].Abs() })
 	if len(errs) == 0 {
 		t.Fatalf("no task of %s delivered", tenant)
 	}
-	worst := errs[len(errs)-1]
-	t.Logf("%s: actual − expected start: median |%v|, worst %v over %d tasks", tenant, errs[len(errs)/2].Abs().Round(time.Millisecond), worst.Round(time.Millisecond), len(errs))
-	if worst.Abs() > within {
-		t.Errorf("%s: a task started %v off its expected start, want within %v", tenant, worst, within)
+	var series string // on failure: every 10th task's error, in enqueue order
+	for i := 0; i < len(errs); i += 10 {
+		series += fmt.Sprintf(" #%d:%v", i, errs[i].Round(10*time.Millisecond))
 	}
+	sortTimes(preds)
+	sortTimes(starts)
+	inOrder := make([]time.Duration, len(preds))
+	for i := range preds {
+		inOrder[i] = starts[i].Sub(preds[i])
+	}
+	q, qw := absQuantiles(inOrder)
+	tq, tw := absQuantiles(errs)
+	t.Logf("%s: actual − expected start over %d tasks: in order median |%v|, p95 |%v|, worst %v; per task median |%v|, p95 |%v|, worst %v",
+		tenant, len(errs), q[0].Round(time.Millisecond), q[1].Round(time.Millisecond), qw.Round(time.Millisecond),
+		tq[0].Round(time.Millisecond), tq[1].Round(time.Millisecond), tw.Round(time.Millisecond))
+	if q[1] > p95 {
+		t.Errorf("%s: in order, 5%% of tasks started more than %v off the expected starts, want within %v", tenant, q[1], p95)
+	}
+	if qw.Abs() > worst {
+		t.Errorf("%s: in order, a task started %v off the expected starts, want within %v", tenant, qw, worst)
+	}
+	if tq[1] > perTask {
+		t.Errorf("%s: 5%% of tasks started more than %v off their own expected start, want within %v", tenant, tq[1], perTask)
+	}
+	if t.Failed() {
+		t.Logf("%s: actual − expected start by task: %s", tenant, series)
+	}
+}
+
+func sortTimes(ts []time.Time) { sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) }) }
+
+// absQuantiles returns the median and p95 of |d| and the d of largest |d|.
+func absQuantiles(ds []time.Duration) ([2]time.Duration, time.Duration) {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Abs() < s[j].Abs() })
+	return [2]time.Duration{s[len(s)/2].Abs(), s[len(s)*95/100].Abs()}, s[len(s)-1]
 }
 
 // checkNothingLost: what the sink saw plus what still waits is what was

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,17 +21,12 @@ import (
 func TestModeSwitchReachesEveryDaemon(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
-	cfg := fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	cfg := daemonYAML(t, prefix, `  - name: api
     rate: 100/s
     handler: {type: log}
     admission:
       limiters: [{name: tb, rate: 2/s, burst: 2, mode: shadow}]
-`, redistest.URL(t), prefix)
+`)
 	path := filepath.Join(t.TempDir(), "shaper.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -99,12 +99,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	defer sink.Close()
 	prefix := redistest.Prefix(t)
 	enqueue(t, prefix, 300) // 15 s of work at 20/s
-	cfg := fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_timeout: 5s
-downstreams:
-  - name: api
+	cfg := daemonYAML(t, prefix, fmt.Sprintf(`  - name: api
     rate: 20/s
     workers: 25
     handler: {type: http, url: %q, timeout: 5s}
@@ -116,7 +111,7 @@ downstreams:
     rate: 5/s
     adaptive: {floor: 1/s}
     handler: {type: log}
-`, redistest.URL(t), prefix, sink.URL())
+`, sink.URL()))
 	p := startShaper(t, cfg)
 	base := "http://" + httpAddr(t, p)
 	// Through this process's enqueue API, so that its admission counts:

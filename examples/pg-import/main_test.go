@@ -33,7 +33,10 @@ func TestImport(t *testing.T) {
 	if s.BusiestSecond > rate+batch {
 		t.Errorf("busiest second %d rows, want <= rate + one batch = %d", s.BusiestSecond, rate+batch)
 	}
-	if s.RowsPerSec < 0.8*rate || s.RowsPerSec > 1.05*rate {
+	// At least 70%: the run is 2s, and a batch that asynq's aggregator
+	// flushes on its grace timer instead of its size (a loaded machine)
+	// adds about 0.8s: 1128 rows/s, measured twice in full-suite runs.
+	if s.RowsPerSec < 0.7*rate || s.RowsPerSec > 1.05*rate {
 		t.Errorf("%.0f rows/s, want about %d", s.RowsPerSec, rate)
 	}
 	for _, want := range []string{"$ enqueue --config", "type: postgres", "the database's view", "committed 3000 rows (3000 distinct)"} {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -41,6 +42,12 @@ type FairRow struct {
 	BLastS    float64 `json:"b_last_release_s"`
 	BWaitP50S float64 `json:"b_wait_p50_s"`
 	BWaitP99S float64 `json:"b_wait_p99_s"`
+	// BExpErr* are |release − the receipt's ExpectedStart| over B's tasks:
+	// how far the enqueue reply's prediction was off.
+	BExpErrP50S float64 `json:"b_expected_start_err_p50_s"`
+	BExpErrP95S float64 `json:"b_expected_start_err_p95_s"`
+	BExpErrMaxS float64 `json:"b_expected_start_err_max_s"`
+	BExpTasks   int     `json:"b_expected_start_tasks"` // B's tasks with a prediction (0: none, as in FIFO)
 	// BusyS is how long all three had work: from the last of the three
 	// first enqueues to the first of the three last releases. ShareA..C
 	// are each tenant's part of the releases in it, Jain is Jain's index
@@ -123,7 +130,7 @@ func (e *env) fairRun(ctx context.Context, m fairMode) FairRow {
 		return row
 	}
 	defer p.Close()
-	enq := map[string][]time.Time{}
+	enq, exp := map[string][]time.Time{}, map[string][]time.Time{}
 	limit := o.FairDelay + 2*time.Duration(float64(n)/float64(o.FairRate)*float64(time.Second)) + 30*time.Second
 	var stop func(context.Context) error
 	start := time.Now()
@@ -133,19 +140,19 @@ func (e *env) fairRun(ctx context.Context, m fairMode) FairRow {
 			return err
 		}
 		stop, row.Workers = f.stop, f.workers()
-		if enq["A"], err = enqueueTenant(ctx, p, "A", o.FairTasksA); err != nil {
+		if enq["A"], exp["A"], err = enqueueTenant(ctx, p, "A", o.FairTasksA); err != nil {
 			return err
 		}
 		sleepCtx(ctx, time.Until(enq["A"][0].Add(o.FairDelay)))
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
-		late := make([][]time.Time, 2)
+		late, lateExp := make([][]time.Time, 2), make([][]time.Time, 2)
 		for i, k := range []string{"B", "C"} {
 			wg.Add(1)
-			go func() { defer wg.Done(); late[i], errs[i] = enqueueTenant(ctx, p, k, o.FairTasksBC) }()
+			go func() { defer wg.Done(); late[i], lateExp[i], errs[i] = enqueueTenant(ctx, p, k, o.FairTasksBC) }()
 		}
 		wg.Wait()
-		enq["B"], enq["C"] = late[0], late[1]
+		enq["B"], enq["C"], exp["B"], exp["C"] = late[0], late[1], lateExp[0], lateExp[1]
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
@@ -165,7 +172,7 @@ func (e *env) fairRun(ctx context.Context, m fairMode) FairRow {
 		row.Error = err.Error()
 	}
 	row.Commands, row.Scripts, row.Top = d.Total(), scripts(d), topCommands(d, 8)
-	fillFair(&row, enq, sink.OK(), m.weights)
+	fillFair(&row, enq, exp, sink.OK(), m.weights)
 	if row.Delivered > 0 {
 		row.CmdsPerTask = round(float64(row.Commands)/float64(row.Delivered), 1)
 		row.ScriptsPerTask = round(float64(row.Scripts)/float64(row.Delivered), 2)
@@ -194,23 +201,25 @@ type tenantTask struct {
 }
 
 // enqueueTenant enqueues n tasks of tenant in order and returns when each
-// enqueue began.
-func enqueueTenant(ctx context.Context, p *queue.Producer, tenant string, n int) ([]time.Time, error) {
-	at := make([]time.Time, 0, n)
+// enqueue began and the start its receipt expected.
+func enqueueTenant(ctx context.Context, p *queue.Producer, tenant string, n int) (at, exp []time.Time, err error) {
+	at, exp = make([]time.Time, 0, n), make([]time.Time, 0, n)
 	for i := range n {
 		b, _ := json.Marshal(tenantTask{tenant, i})
 		at = append(at, time.Now())
-		if _, err := p.Enqueue(ctx, queue.Task{Downstream: downstream, Key: tenant, Payload: b}); err != nil {
-			return at, fmt.Errorf("enqueue %s #%d: %w", tenant, i, err)
+		rec, err := p.Enqueue(ctx, queue.Task{Downstream: downstream, Key: tenant, Payload: b})
+		if err != nil {
+			return at, exp, fmt.Errorf("enqueue %s #%d: %w", tenant, i, err)
 		}
+		exp = append(exp, rec.ExpectedStart)
 	}
-	return at, nil
+	return at, exp, nil
 }
 
 // fillFair computes the measured columns of row from each tenant's enqueue
-// times (by sequence number) and the sink's hits; weights give Jain's
-// index its unit.
-func fillFair(row *FairRow, enq map[string][]time.Time, hits []testsink.Hit, weights map[string]float64) {
+// times and expected starts (by sequence number; exp may be nil) and the
+// sink's hits; weights give Jain's index its unit.
+func fillFair(row *FairRow, enq, exp map[string][]time.Time, hits []testsink.Hit, weights map[string]float64) {
 	rel := map[string][]time.Time{} // first release of each task, by tenant and sequence number
 	seen := map[tenantTask]bool{}
 	for _, h := range hits {
@@ -241,6 +250,10 @@ func fillFair(row *FairRow, enq map[string][]time.Time, hits []testsink.Hit, wei
 		first, last := spanOf(rel["B"])
 		row.BFirstS, row.BLastS = round(first.Sub(enq["B"][0]).Seconds(), 2), round(last.Sub(enq["B"][0]).Seconds(), 2)
 	}
+	if e := expectedErrs(exp["B"], rel["B"]); len(e) > 0 {
+		row.BExpErrP50S, row.BExpErrP95S = round(percentile(e, 0.5), 2), round(percentile(e, 0.95), 2)
+		row.BExpErrMaxS, row.BExpTasks = round(percentile(e, 1), 2), len(e)
+	}
 	sh := busyShares(enq, rel, weights)
 	row.BusyS, row.Jain = round(sh.span.Seconds(), 2), round(sh.jain, 4)
 	row.ShareA, row.ShareB, row.ShareC = round(sh.share["A"], 3), round(sh.share["B"], 3), round(sh.share["C"], 3)
@@ -255,6 +268,18 @@ func taskWaits(enq, rel []time.Time) []float64 {
 		}
 	}
 	return w
+}
+
+// expectedErrs are |release − expected start| in seconds of the tasks
+// released that had an expected start.
+func expectedErrs(exp, rel []time.Time) []float64 {
+	var e []float64
+	for i, r := range rel {
+		if !r.IsZero() && i < len(exp) && !exp[i].IsZero() {
+			e = append(e, math.Abs(r.Sub(exp[i]).Seconds()))
+		}
+	}
+	return e
 }
 
 // spanOf is the earliest and latest of the non-zero times in ts.
@@ -324,11 +349,19 @@ func busyShares(enq, rel map[string][]time.Time, weights map[string]float64) sha
 	return out
 }
 
+// expErr renders B's expected-start errors, "–" without predictions.
+func expErr(x FairRow) string {
+	if x.BExpTasks == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s / %s / %s s", num(x.BExpErrP50S, 2), num(x.BExpErrP95S, 2), num(x.BExpErrMaxS, 2))
+}
+
 // fairTable renders the fair round's rows.
 func fairTable(rows []FairRow) string {
 	t := table{head: []string{"mode", "fairness", "workers per process", "delivered", "B: first release", "B: done",
-		"B: wait p50 / p99", "all three had work", "shares A / B / C", "Jain's index", "rate under backlog (/s)",
-		"max in any 1 s", "commands per task", "scripts per task", "top commands"}, align: "llrrrrrrrrrrrrl"}
+		"B: wait p50 / p99", "B: expected-start error p50 / p95 / max", "all three had work", "shares A / B / C", "Jain's index", "rate under backlog (/s)",
+		"max in any 1 s", "commands per task", "scripts per task", "top commands"}, align: "llrrrrrrrrrrrrrl"}
 	for _, x := range rows {
 		fairness := "– (FIFO)"
 		if x.Fairness != "" {
@@ -346,7 +379,8 @@ func fairTable(rows []FairRow) string {
 			sh, jain = fmt.Sprintf("%s / %s / %s", num(x.ShareA, 3), num(x.ShareB, 3), num(x.ShareC, 3)), num(x.Jain, 3)
 		}
 		t.add(x.Mode, fairness, fmt.Sprint(x.Workers), del, num(x.BFirstS, 2)+" s", num(x.BLastS, 2)+" s",
-			fmt.Sprintf("%s / %s s", num(x.BWaitP50S, 2), num(x.BWaitP99S, 2)), num(x.BusyS, 1)+" s", sh, jain,
+			fmt.Sprintf("%s / %s s", num(x.BWaitP50S, 2), num(x.BWaitP99S, 2)),
+			expErr(x), num(x.BusyS, 1)+" s", sh, jain,
 			num(x.RateUnderBacklog, 1), fmt.Sprintf("%d (limit %d)", x.MaxIn1s, x.Rate+1), num(x.CmdsPerTask, 1),
 			num(x.ScriptsPerTask, 2), "`"+x.Top+"`")
 	}

@@ -56,12 +56,13 @@ func TestFillFair(t *testing.T) {
 		{map[string]float64{"A": 2, "B": 1, "C": 1}, 16.0 / 18.0}, // 1, 2, 1 per unit of weight
 	} {
 		row := FairRow{}
-		fillFair(&row, enq, hits, tc.weights)
+		fillFair(&row, enq, map[string][]time.Time{"B": secs(t0, 1.2, 1.5)}, hits, tc.weights)
 		if math.Abs(row.Jain-tc.jain) > 1e-4 {
 			t.Errorf("weights %v: Jain = %v, want %.4f", tc.weights, row.Jain, tc.jain)
 		}
 		row.Jain = 0
 		want := FairRow{Delivered: 10, Duplicates: 1, BFirstS: 0.25, BLastS: 1.25, BWaitP50S: 0.25, BWaitP99S: 1.15,
+			BExpErrP50S: 0.05, BExpErrP95S: 0.75, BExpErrMaxS: 0.75, BExpTasks: 2, // released 1.25 and 2.25, expected 1.2 and 1.5
 			BusyS: 1.05, ShareA: 0.4, ShareB: 0.4, ShareC: 0.2,
 			RateUnderBacklog: 4, // 7 releases over 1.5..3.0 s, the first second left out
 			MaxIn1s:          5} // 0.5 (twice), 0.6 (the duplicate), 1.0, 1.25

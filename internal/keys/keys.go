@@ -239,13 +239,16 @@ type FairKeys struct {
 	// NotBefore is a HASH of admission key → when its next task may be
 	// promoted (ms), for a per-key ceiling.
 	NotBefore string
+	// Service is a HASH of admission key → its attained service across
+	// every process's lane (fairsvc.lua).
+	Service string
 }
 
 // Fair returns downstream ds's fair-share keys.
 func (s Space) Fair(ds string) FairKeys {
 	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
 	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
-		Counts: b + "counts", NotBefore: b + "nb"}
+		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc"}
 }
 
 // List returns the keys in the order fair.lua takes them (KEYS[1..6]).

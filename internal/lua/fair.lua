@@ -3,22 +3,38 @@
 --
 -- A task of a fair downstream is enqueued into asynq as *scheduled* far
 -- ahead (the horizon), so asynq leaves it alone, and parked here with a
--- virtual start tag: S = max(V, F[key]), F[key] = S + cost / weight, where
+-- virtual start tag: S = max(VT, F[key]), F[key] = S + cost / weight, where
 -- V is the tag of the last task promoted. Promotion pops the lowest tags
 -- and moves those tasks from asynq's scheduled set to its pending list, as
 -- asynq's own forwarder does, keeping pending at most `target` long. A key
 -- with a backlog thus takes its weight's share of the downstream's slots;
--- a key arriving late starts at V and is promoted within a round; its
--- task, when none other of its key waits here and its finish tag is not
--- ahead of V, is promoted at once to the front of pending, so a key below
--- its share never queues. A task not yet due (a future ProcessAt, or a per-key ceiling) waits in Later
--- and gets its tag when it becomes due. Should no process promote for the
--- horizon, asynq's forwarder releases the tasks in FIFO order: nothing is
--- lost, only fairness.
+-- a key arriving late starts at VT (below) and is promoted within a round;
+-- its task, when none other of its key waits here and its finish tag is
+-- not ahead of VT, is promoted at once to the front of pending, so a key
+-- below its share never queues.
+-- A key behind V (one that starts, or restarts) does not start at V but
+-- at VT = V - r * pending, about the turn of the oldest task in pending: r
+-- is the tag advance per promoted task, its mean over the last 64
+-- promotions, at most one over the keys waiting (the mean lags a change of
+-- keys; 100 tenants arriving together were started too far back).
+-- Pending is a list its tasks can only join at the back; starting at VT,
+-- its next tasks go beside the ones promoted there before it came instead
+-- of behind them, so the workers' lanes (which let a key with less
+-- service pass the tasks they hold) have its tasks to serve from the
+-- first round. Started at V, its tasks reached the workers at exactly its
+-- share, often none was there at its turn, and the key with a backlog
+-- took that slot from the tasks its workers already held: it got more
+-- than its share for as long as they lasted.
+-- A task not yet due (a future ProcessAt, or a per-key ceiling) waits in
+-- Later and gets its tag when it becomes due. Should no process promote
+-- for the horizon, asynq's forwarder releases the tasks in FIFO order:
+-- nothing is lost, only fairness.
 --
 -- KEYS[1] -> parked    ZSET member → start tag
 -- KEYS[2] -> tags      HASH key → finish tag of its last parked task
--- KEYS[3] -> state     HASH v (virtual time), x (last TTL refresh, ms),
+-- KEYS[3] -> state     HASH v (virtual time), r/rn (tag advance per
+--                      promoted task: running mean, samples up to 64),
+--                      x (last TTL refresh, ms),
 --                      lj (the last lone task put at the front of
 --                      pending), tc/nc (HSCAN cursors of tags and nb)
 -- KEYS[4] -> later     ZSET member → due time (ms)
@@ -48,10 +64,11 @@
 --   pending length after it. Feed: parked/later are the tasks waiting
 --   here, active asynq's active length, keys the admission keys with tasks
 --   here; ahead is -1. Park: parked, later, active and keys are -1 (not
---   read); ahead is how many tasks go before this one (in pending, and
---   parked with lower tags; 0 when it went to the front of pending), or
---   -1 when it waits in later. A feed that finds nothing parked or later
---   replies zeros after two reads.
+--   read); ahead is how many tasks go before this one (parked with lower
+--   tags, and in pending: all of it, or for a task started at VT those
+--   with earlier turns, when that is more), 0 when it went to the front
+--   of pending, or -1 when it waits in later. A feed that finds nothing
+--   parked or later replies zeros after two reads.
 -- TTL: every key here gets ARGV[5] on the first write and again at most
 -- hourly (state.x); when nothing is parked or later, counts is empty
 -- (gone) and the tags, state and nb expire within 60s. A call with
@@ -71,13 +88,27 @@ local prefix, target, maxp, ttl = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
 
 local function fmt(x) return string.format('%.17g', x) end
 
-local st = redis.call('HMGET', KEYS[3], 'v', 'x', 'lj')
+local st = redis.call('HMGET', KEYS[3], 'v', 'x', 'lj', 'r', 'rn')
 local v = tonumber(st[1]) or 0
 local lj = st[3] or nil -- the last lone task put at the front of pending
 local lj0 = lj
 local v0, refreshed = v, tonumber(st[2]) or 0
+local r, rn = tonumber(st[4]) or 0, tonumber(st[5]) or 0
+local r0 = r
 local pending = redis.call('LLEN', KEYS[8])
 local promoted = 0
+
+-- vt: the turn of the oldest task in pending (computed on first use: only
+-- a key behind V needs it)
+local vt
+local function oldest()
+  if not vt then
+    -- r lags a change of keys by up to 64 promotions: no further back than
+    -- pending shared by the keys waiting
+    vt = v - math.min(r, 1 / math.max(redis.call('HLEN', KEYS[5]), 1)) * pending
+  end
+  return vt
+end
 
 local function enc(id, key, cost, w) return cost .. '|' .. w .. '|' .. #key .. '|' .. key .. id end
 
@@ -89,7 +120,9 @@ end
 
 -- turn: the start tag of key's next task, and its finish is recorded
 local function turn(key, cost, w, f)
-  local s = math.max(v, f or tonumber(redis.call('HGET', KEYS[2], key) or '0') or 0)
+  f = f or tonumber(redis.call('HGET', KEYS[2], key) or '0') or 0
+  local s = f
+  if f < v then s = math.max(oldest(), f) end
   redis.call('HSET', KEYS[2], key, fmt(s + cost / w))
   return s
 end
@@ -98,7 +131,12 @@ end
 -- front (a key's lone task: it goes before the tasks promoted ahead of
 -- it, which all have tags at most its own).
 local function promote(id, key, s, front)
-  if s > v then v = s end
+  if s >= v then
+    -- a turn in order: the mean advance per task, over the last 64 or so
+    rn = math.min(rn + 1, 64)
+    r = r + (s - v - r) / rn
+    v = s
+  end
   if redis.call('HINCRBY', KEYS[5], key, -1) <= 0 then redis.call('HDEL', KEYS[5], key) end
   -- gone from scheduled: deleted, or run by hand, or forwarded by asynq
   if redis.call('ZREM', KEYS[7], id) == 0 then return false end
@@ -133,17 +171,24 @@ if op == 'park' then
     redis.call('ZADD', KEYS[4], due, member)
   else
     local f = tonumber(redis.call('HGET', KEYS[2], key) or '0') or 0
-    if alone and f <= v then
+    if alone and f <= v and f <= oldest() then
       -- nothing else of this key waits here and it has had no more than
-      -- its share lately (its finish tag is not ahead of V): it starts
+      -- its share lately (its finish tag is not ahead of VT): it starts
       -- at once, whatever the others' backlogs, so a key below its share
-      -- never queues
+      -- never queues (against VT, not V: the next task of a key that
+      -- starts is behind this one, in flight, and parks)
       promote(id, key, turn(key, cost, w, f), true)
       ahead = 0
     else
       local s = turn(key, cost, w, f)
       redis.call('ZADD', KEYS[1], fmt(s), member)
-      ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s)) + pending
+      -- before it: the parked tasks with earlier turns, and the tasks in
+      -- pending whose turns came before its own (those the keys already
+      -- there release beside it, at their shares), but at least all of
+      -- pending (a list: it goes behind)
+      local prior = pending
+      if s < v and r > 0 then prior = math.floor((s - oldest()) / r) end
+      ahead = math.max(pending, redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s)) + prior)
     end
   end
 else
@@ -169,7 +214,7 @@ while pending < target and budget > 0 do
   end
 end
 
-if v ~= v0 then redis.call('HSET', KEYS[3], 'v', fmt(v)) end
+if v ~= v0 or r ~= r0 then redis.call('HSET', KEYS[3], 'v', fmt(v), 'r', fmt(r), 'rn', rn) end
 if lj ~= lj0 then redis.call('HSET', KEYS[3], 'lj', lj) end
 if op == 'park' or promoted > 0 or moved > 0 then
   if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[4]) == 0 then

@@ -2,6 +2,7 @@ package pgsink_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -201,6 +202,19 @@ func TestOutage(t *testing.T) {
 	proxy.CutAfterCommit(1)
 	b.start(t, pool, n, rate, maxRows, shaping.BatchGroups(rate, maxRows), one)
 
+	defer func() { // what a timed-out wait below saw, for the log
+		if t.Failed() {
+			writes, failed, dups := b.rec.snapshot()
+			var errs []string
+			for _, w := range writes {
+				if w.err != nil && len(errs) < 5 {
+					errs = append(errs, fmt.Sprintf("%v (unavailable %v)", w.err, pgsink.Unavailable(w.err)))
+				}
+			}
+			t.Logf("state: %d cuts, %d writes, %d failed, %d duplicates seen, %d rows; first errors: %v",
+				proxy.Cuts(), len(writes), failed, dups, rowCount(t, b.pool), errs)
+		}
+	}()
 	waitFor(t, 30*time.Second, "a COMMIT's reply lost and its batch written again", func() bool {
 		_, _, dups := b.rec.snapshot()
 		return proxy.Cuts() == 1 && dups > 0
