@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -212,6 +213,9 @@ type Dispatcher struct {
 	loops    sync.WaitGroup // the background loops (spawn), which end on stopping
 	control  *Control
 	pid      string // this process in the liveness ZSET
+	// trouble: an asynq script call failed on the network since the
+	// liveness loop last looked (asynqClient)
+	trouble atomic.Bool
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
@@ -364,7 +368,7 @@ func (d *Dispatcher) Start() error {
 			acfg.GroupMaxDelay = cmpOr(b.MaxDelay, 2*time.Second)
 			acfg.GroupGracePeriod = max(b.Grace, time.Second)
 		}
-		r.srv = asynq.NewServerFromRedisClient(d.rdb, acfg)
+		r.srv = asynq.NewServerFromRedisClient(asynqClient{UniversalClient: d.rdb, r: r}, acfg)
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
 		if !r.refresh(ctx) {
 			r.apply()

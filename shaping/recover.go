@@ -36,6 +36,10 @@ const (
 	// tolerates: leases that expired more than asynqLease - recoverSkew
 	// ago are left to asynq's recoverer (see recover.lua).
 	recoverSkew = 5 * time.Second
+	// troubleSettle: how long after trouble reaching Redis no recovery
+	// scan runs, so that asynq's heartbeat (every 5 s, failing while Redis
+	// was away) has extended live leases again and none looks stale.
+	troubleSettle = 7 * time.Second
 )
 
 // newProcessID names this process in the liveness ZSET.
@@ -49,20 +53,30 @@ func newProcessID() string {
 // livenessLoop announces this process and, when another one has gone
 // silent for RecoverAfter, recovers stale leases on every downstream for
 // the next lease duration (a dead process's last extensions go stale over
-// that span). It also scans once at start, for tasks stranded before this
-// process ran, and then every minute as a fallback.
+// that span). After this process had trouble reaching Redis it does the
+// same: a dequeue whose reply was lost leaves its task in active under a
+// lease no process extends, found once it has been silent for
+// RecoverAfter. It also scans once at start, for tasks stranded before
+// this process ran, and then every minute as a fallback. No scan runs
+// until troubleSettle after the last trouble, so that the heartbeats of
+// live processes, which failed too, have extended their leases again.
 func (d *Dispatcher) livenessLoop(runners []*runner) {
 	clk := d.cfg.Clock
-	var scanUntil time.Time
-	lastScan := time.Time{}
+	var scanUntil, troubleAt, lastScan time.Time
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
 		dead, err := d.announce(ctx)
+		now := clk.Now()
+		if err != nil || d.trouble.Swap(false) {
+			troubleAt = now
+			scanUntil = now.Add(troubleSettle + asynqLease)
+		}
 		if err == nil && dead > 0 {
 			d.log.Info("shaping: a worker process stopped announcing itself; returning its held tasks to their queues", "processes", dead)
-			scanUntil = clk.Now().Add(asynqLease)
+			scanUntil = maxTime(scanUntil, now.Add(asynqLease))
 		}
-		if now := clk.Now(); now.Before(scanUntil) || now.Sub(lastScan) > time.Minute {
+		settled := now.Sub(troubleAt) >= troubleSettle
+		if err == nil && settled && (now.Before(scanUntil) || now.Sub(lastScan) > time.Minute) {
 			d.recoverAll(ctx, runners)
 			lastScan = now
 		}
@@ -78,6 +92,13 @@ func (d *Dispatcher) livenessLoop(runners []*runner) {
 		case <-t.C():
 		}
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // announce records this process as alive and removes (and counts) the
