@@ -61,7 +61,7 @@ func (c asynqClient) settle(ctx context.Context, keys []string, run func() *redi
 		return cmd
 	}
 	for wait := finishRetryMin; ; wait = min(2*wait, finishRetryMax) {
-		t := time.NewTimer(wait) // real time: this waits on the network, not on the clock seam
+		t := d.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -69,7 +69,7 @@ func (c asynqClient) settle(ctx context.Context, keys []string, run func() *redi
 		case <-d.stopping:
 			t.Stop()
 			return run() // one last try at shutdown; recovery covers the rest
-		case <-t.C:
+		case <-t.C():
 		}
 		if m := d.m; m != nil {
 			m.FinishRetries.WithLabelValues(c.r.ds.Name).Inc()
