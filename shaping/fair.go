@@ -164,11 +164,12 @@ func (q *FairQueue) Feed(ctx context.Context, ds string, rate limiters.Limit) (F
 
 // Exchange adds this process's service increments on downstream ds (units
 // per weight served since its last exchange, by key) to the service all
-// processes share, and returns the shared service of the keys in want
-// (fairsvc.lua; see fairOrder), as of clk's now (Redis TIME for the real
-// clock: lua.NowArg).
-func (q *FairQueue) Exchange(ctx context.Context, ds string, clk Clock, inc map[string]float64, want []string) (map[string]float64, error) {
-	v, err := q.store.FairService(ctx, q.space.Fair(ds).Service, fairMemory, lua.NowArg(clk)/1000, inc, want)
+// processes share, starting a key the count does not hold at its lifted
+// service, if any (fairOrder.lift), and returns the shared service of the
+// keys in want (fairsvc.lua; see fairOrder), as of clk's now (Redis TIME
+// for the real clock: lua.NowArg).
+func (q *FairQueue) Exchange(ctx context.Context, ds string, clk Clock, inc, lifted map[string]float64, want []string) (map[string]float64, error) {
+	v, err := q.store.FairService(ctx, q.space.Fair(ds).Service, fairMemory, lua.NowArg(clk)/1000, inc, lifted, want)
 	if err != nil {
 		return nil, err
 	}

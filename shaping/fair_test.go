@@ -247,23 +247,34 @@ func TestFairLoneTaskIntoEmptyPending(t *testing.T) {
 
 // The lanes' shared service (fairsvc.lua): what each process reports adds
 // up for every process to read, fades with the lanes' memory (2s), and a
-// key nobody served reads zero.
+// key nobody served reads zero. A key a lane lifted (new to it) starts at
+// its lifted service when the count does not hold it, and keeps the count
+// it has when it does.
 func TestFairServiceSharedAcrossProcesses(t *testing.T) {
 	q := shaping.NewFairQueue(redistest.Client(t), redistest.Prefix(t))
 	ctx := context.Background()
 	clk := clocktest.New(time.UnixMilli(time.Now().UnixMilli()))
-	if _, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 10, "B": 1}, nil); err != nil {
+	if _, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 10, "B": 1}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	got, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 5}, []string{"A", "B", "C"})
+	got, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 5}, nil, []string{"A", "B", "C"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got["A"] != 15 || got["B"] != 1 || got["C"] != 0 {
 		t.Errorf("shared service %v, want A 15, B 1, C 0", got)
 	}
+	// C new, lifted to 12 and served 1 here: 13; B lifted by a lane that
+	// did not know it: the count's 1 stays; D lifted to 12, not served yet
+	got, err = q.Exchange(ctx, "api", clk, map[string]float64{"C": 1}, map[string]float64{"B": 12, "C": 12, "D": 12}, []string{"B", "C", "D"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["B"] != 1 || got["C"] != 13 || got["D"] != 12 {
+		t.Errorf("after lifts: %v, want B 1 (held), C 13, D 12", got)
+	}
 	clk.Advance(2 * time.Second)
-	got, err = q.Exchange(ctx, "api", clk, nil, []string{"A"})
+	got, err = q.Exchange(ctx, "api", clk, nil, nil, []string{"A"})
 	if err != nil {
 		t.Fatal(err)
 	}

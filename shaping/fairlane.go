@@ -44,6 +44,8 @@ type fairOrder struct {
 	svc     map[string]attained // key → service here
 	others  map[string]attained // key → service in the other processes, at the last exchange
 	inc     map[string]float64  // key → service here since the last exchange
+	lifted  map[string]float64  // key → the service it started at here (lift), to report at the next exchange
+	credit  map[string]float64  // key → the credit its lift gave it, while it has waiters here
 	next    map[string]float64  // sort's scratch: key → service at its next turn
 	sweepAt int                 // svc's size that triggers a sweep of faded keys
 }
@@ -68,7 +70,7 @@ const fairMemory = 2 * time.Second
 
 func newFairOrder(f *Fairness) *fairOrder {
 	return &fairOrder{f: f, waiting: map[string]int{}, svc: map[string]attained{}, others: map[string]attained{},
-		inc: map[string]float64{}, next: map[string]float64{}, sweepAt: 64}
+		inc: map[string]float64{}, lifted: map[string]float64{}, credit: map[string]float64{}, next: map[string]float64{}, sweepAt: 64}
 }
 
 // faded is a's service at now.
@@ -103,25 +105,73 @@ func (o *fairOrder) served(key string, cost int64, now time.Time) {
 	}
 }
 
+// lift starts key, new to the lane (no service here or elsewhere, no
+// waiter), at the least service of the keys waiting here less a credit:
+// start-time fair queueing's virtual start, or CFS's min_vruntime with a
+// wake-up bonus. The credit is the key's share, at rate (units a second)
+// among the keys waiting here and it, over liftCredit: the time a new
+// key's tasks take to reach the lanes, while the others are served from
+// tasks promoted and held before it came. So it is owed the releases its
+// arrival's pipeline cost it, and no more. Started at none, as before, a
+// key arriving beside a backlog was owed the backlog's whole faded
+// service and took every slot until it had caught up: with three keys at
+// 50/s, B and C took 44 of the 50 releases a second for two seconds, and
+// A's share over the next 10 s came out 12% short. Started at the least
+// with no credit, B and C never made up their first second: A 13% over.
+// The least is taken before credit (service + credit), so newcomers one
+// after another all start from the same point, none below the last. A
+// key that had service lately keeps it (its credit from the past).
+func (o *fairOrder) lift(key string, now time.Time, rate float64) {
+	floor, found, sw := 0.0, false, o.f.Weight(key)
+	for k := range o.waiting {
+		sw += o.f.Weight(k)
+		if v := o.service(k, now) + o.credit[k]; v >= fadedOut && (!found || v < floor) {
+			floor, found = v, true
+		}
+	}
+	if !found {
+		return
+	}
+	c := min(liftCredit.Seconds()*max(rate, 0)/sw, floor)
+	o.credit[key] = c
+	if v := floor - c; v >= fadedOut {
+		o.svc[key] = attained{v: v, at: now}
+		o.lifted[key] = v
+	}
+}
+
+// liftCredit is how long a new key's first tasks take to reach the lanes
+// under a backlog: the pending target (FairTarget, about 500ms of
+// releases) and the lanes' reservation horizon (fairLookahead).
+const liftCredit = 500*time.Millisecond + fairLookahead
+
 // exchanging takes the service to report and the keys to ask about: the
-// keys with waiters here, at most maxExchangeKeys.
-func (o *fairOrder) exchanging() (inc map[string]float64, want []string) {
+// keys with waiters here, at most maxExchangeKeys. lifted says where the
+// keys lifted since the last exchange started, for the shared count to
+// start them there too (unless another process served them first).
+func (o *fairOrder) exchanging() (inc, lifted map[string]float64, want []string) {
 	inc, o.inc = o.inc, map[string]float64{}
+	lifted, o.lifted = o.lifted, map[string]float64{}
 	for k := range o.waiting {
 		if len(want) == maxExchangeKeys {
 			break
 		}
 		want = append(want, k)
 	}
-	return inc, want
+	return inc, lifted, want
 }
 
 // exchanged takes the shared service of the keys asked (which counts
 // what this process reported), or puts inc back when the exchange failed.
-func (o *fairOrder) exchanged(inc, shared map[string]float64, err error, now time.Time) {
+func (o *fairOrder) exchanged(inc, lifted, shared map[string]float64, err error, now time.Time) {
 	if err != nil {
 		for k, v := range inc {
 			o.inc[k] += v
+		}
+		for k, v := range lifted {
+			if _, ok := o.lifted[k]; !ok {
+				o.lifted[k] = v
+			}
 		}
 		return
 	}
@@ -134,8 +184,13 @@ func (o *fairOrder) exchanged(inc, shared map[string]float64, err error, now tim
 	}
 }
 
-// insert queues w (at the front when front) and returns its element.
-func (o *fairOrder) insert(q *list.List, w *waiter, front bool) *list.Element {
+// insert queues w (at the front when front) and returns its element; a
+// key new to the lane is lifted first (rate: the downstream's, units a
+// second).
+func (o *fairOrder) insert(q *list.List, w *waiter, front bool, now time.Time, rate float64) *list.Element {
+	if o.waiting[w.key] == 0 && o.service(w.key, now) < fadedOut {
+		o.lift(w.key, now, rate)
+	}
 	o.waiting[w.key]++
 	if front {
 		w.tag = math.Inf(-1)
@@ -176,6 +231,7 @@ func (o *fairOrder) removed(w *waiter) {
 		o.waiting[w.key] = n
 	} else {
 		delete(o.waiting, w.key)
+		delete(o.credit, w.key)
 	}
 }
 

@@ -25,7 +25,8 @@ func serve(o *fairOrder, q *list.List, now time.Time) *waiter {
 	return w
 }
 
-// A lane filled by one key's backlog serves a newcomer next; keys that
+// A lane filled by one key's backlog serves a newcomer within a turn (it
+// starts at the backlog's service, not behind its waiters); keys that
 // each hold waiters take turns by weight, each key in arrival order; a
 // retry goes first.
 func TestFairOrderNewcomerPasses(t *testing.T) {
@@ -33,7 +34,7 @@ func TestFairOrderNewcomerPasses(t *testing.T) {
 	q := list.New()
 	now := time.Unix(1000, 0)
 	add := func(key string, front bool) *list.Element {
-		return o.insert(q, &waiter{key: key, cost: 1, queued: true}, front)
+		return o.insert(q, &waiter{key: key, cost: 1, queued: true}, front, now, 0)
 	}
 	for range 8 {
 		add("A", false)
@@ -50,9 +51,10 @@ func TestFairOrderNewcomerPasses(t *testing.T) {
 	add("C", false)
 	add("C", false)
 	o.sort(q, now)
-	// B and C had no service: theirs come first, C (weight 2) two for
-	// each of B's, then A's (3 served) in turn with the rest.
-	if got, want := order(q), "BCCBCAAAAA"; got != want {
+	// B and C, new to the lane, start at A's service (3 served): owed no
+	// catch-up for A's past, they take turns with A at once, each right
+	// after A's next, C (weight 2) two for each of B's and A's.
+	if got, want := order(q), "ABCCABCAAA"; got != want {
 		t.Errorf("order %s, want %s", got, want)
 	}
 	e := add("A", true)
@@ -72,10 +74,10 @@ func TestFairOrderNoStarvation(t *testing.T) {
 	q := list.New()
 	now := time.Unix(1000, 0)
 	for range 2 {
-		o.insert(q, &waiter{key: "A", cost: 1}, false)
+		o.insert(q, &waiter{key: "A", cost: 1}, false, now, 0)
 	}
 	for range 5 {
-		o.insert(q, &waiter{key: "B", cost: 1}, false)
+		o.insert(q, &waiter{key: "B", cost: 1}, false, now, 0)
 	}
 	served := map[string]int{}
 	for i := 0; i < 100 && o.waiting["B"] > 0; i++ {
@@ -83,7 +85,7 @@ func TestFairOrderNoStarvation(t *testing.T) {
 		w := serve(o, q, now)
 		served[w.key]++
 		if w.key == "A" {
-			o.insert(q, &waiter{key: "A", cost: 1}, false)
+			o.insert(q, &waiter{key: "A", cost: 1}, false, now, 0)
 		}
 	}
 	if served["B"] != 5 || served["A"] > 12 {
@@ -103,8 +105,8 @@ func TestFairOrderServiceDecays(t *testing.T) {
 		t.Errorf("service after fairMemory %.4f, want 10/e", got)
 	}
 	q := list.New()
-	o.insert(q, &waiter{key: "A", cost: 1}, false)
-	o.insert(q, &waiter{key: "B", cost: 1}, false)
+	o.insert(q, &waiter{key: "A", cost: 1}, false, t0.Add(10*fairMemory), 0)
+	o.insert(q, &waiter{key: "B", cost: 1}, false, t0.Add(10*fairMemory), 0)
 	o.served("B", 1, t0.Add(10*fairMemory))
 	o.sort(q, t0.Add(10*fairMemory))
 	if got := order(q); got != "AB" {
@@ -173,28 +175,91 @@ func TestFairOrderCountsTheOtherProcesses(t *testing.T) {
 		o.served("B", 1, now)
 	}
 	for range 4 {
-		o.insert(q, &waiter{key: "A", cost: 1}, false)
+		o.insert(q, &waiter{key: "A", cost: 1}, false, now, 0)
 	}
 	for range 4 {
-		o.insert(q, &waiter{key: "B", cost: 1}, false)
+		o.insert(q, &waiter{key: "B", cost: 1}, false, now, 0)
 	}
 	o.sort(q, now)
 	if got := order(q); got != "ABABABAB" {
 		t.Fatalf("alone: %s, want turns", got)
 	}
-	inc, want := o.exchanging()
-	if inc["A"] != 5 || inc["B"] != 5 || len(want) != 2 {
-		t.Fatalf("reports %v asking %v, want 5 each for A and B", inc, want)
+	inc, lifted, want := o.exchanging()
+	if inc["A"] != 5 || inc["B"] != 5 || len(want) != 2 || len(lifted) != 0 {
+		t.Fatalf("reports %v (lifted %v) asking %v, want 5 each for A and B, none lifted", inc, lifted, want)
 	}
-	o.exchanged(inc, map[string]float64{"A": 35, "B": 5}, nil, now)
+	o.exchanged(inc, lifted, map[string]float64{"A": 35, "B": 5}, nil, now)
 	o.sort(q, now)
 	if got := order(q); got != "BBBBAAAA" {
 		t.Errorf("after the exchange: %s, want B's four first", got)
 	}
 	// a failed exchange loses no report
 	o.served("A", 1, now)
-	o.exchanged(map[string]float64{"B": 2}, nil, fmt.Errorf("down"), now)
-	if o.inc["A"] != 1 || o.inc["B"] != 2 {
-		t.Errorf("after a failed exchange the next reports %v, want A 1 and B 2", o.inc)
+	o.exchanged(map[string]float64{"B": 2}, map[string]float64{"C": 7}, nil, fmt.Errorf("down"), now)
+	if o.inc["A"] != 1 || o.inc["B"] != 2 || o.lifted["C"] != 7 {
+		t.Errorf("after a failed exchange the next reports %v lifting %v, want A 1 and B 2, C lifted to 7", o.inc, o.lifted)
+	}
+}
+
+// Only a key new to the lane is lifted, to the least service waiting
+// there: one served lately keeps its credit, and newcomers one after
+// another all start at that least (none below the last).
+func TestFairOrderLiftKeepsCredit(t *testing.T) {
+	o := newFairOrder(&Fairness{})
+	q := list.New()
+	now := time.Unix(1000, 0)
+	for range 10 {
+		o.served("A", 1, now)
+	}
+	o.served("B", 1, now)
+	o.served("B", 1, now)
+	o.insert(q, &waiter{key: "A", cost: 1}, false, now, 0)
+	o.insert(q, &waiter{key: "B", cost: 1}, false, now, 0)
+	if got := o.service("B", now); got != 2 {
+		t.Errorf("B, served 2 lately, has %.2f after queueing, want its 2 kept", got)
+	}
+	for _, k := range []string{"C", "D", "E"} {
+		o.insert(q, &waiter{key: k, cost: 1}, false, now, 0)
+		if got := o.service(k, now); got != 2 {
+			t.Errorf("newcomer %s starts at %.2f, want 2 (B's, the least waiting)", k, got)
+		}
+	}
+	if len(o.lifted) != 3 {
+		t.Errorf("lifted %v, want C, D and E to report", o.lifted)
+	}
+	o.sort(q, now)
+	if got := order(q); got != "BCDEA" {
+		t.Errorf("order %s, want BCDEA", got)
+	}
+}
+
+// A newcomer's credit is its share, at the rate among the keys waiting
+// and it, over liftCredit (the releases its pipeline cost it); the least
+// it is taken from counts the earlier newcomers' credit back, so a later
+// one does not start below them for it.
+func TestFairOrderLiftCredit(t *testing.T) {
+	o := newFairOrder(&Fairness{})
+	q := list.New()
+	now := time.Unix(1000, 0)
+	for range 20 {
+		o.served("A", 1, now)
+	}
+	o.insert(q, &waiter{key: "A", cost: 1}, false, now, 30)
+	o.insert(q, &waiter{key: "B", cost: 1}, false, now, 30)
+	o.insert(q, &waiter{key: "C", cost: 1}, false, now, 30)
+	cB := liftCredit.Seconds() * 30 / 2 // A and B share
+	cC := liftCredit.Seconds() * 30 / 3 // A, B and C
+	if got, want := o.service("B", now), 20-cB; math.Abs(got-want) > 1e-9 {
+		t.Errorf("B starts at %.3f, want %.3f (A's 20 less its credit)", got, want)
+	}
+	if got, want := o.service("C", now), 20-cC; math.Abs(got-want) > 1e-9 {
+		t.Errorf("C starts at %.3f, want %.3f (from A's 20 too, not from B's %.3f)", got, want, 20-cB)
+	}
+	if o.lifted["B"] != o.service("B", now) || o.lifted["C"] != o.service("C", now) {
+		t.Errorf("lifted %v: the shared count would not start them where this lane did", o.lifted)
+	}
+	w := serve(o, q, now) // B's only waiter: its credit goes with it
+	if w.key != "B" || o.credit["B"] != 0 {
+		t.Errorf("served %s first, B's credit %.3f: want B, then its credit gone", w.key, o.credit["B"])
 	}
 }

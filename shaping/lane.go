@@ -89,7 +89,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	var e *list.Element
 	switch {
 	case l.fair != nil:
-		e = l.fair.insert(l.q, w, front)
+		e = l.fair.insert(l.q, w, front, l.r.d.cfg.Clock.Now(), l.r.rate.Load().PerSec())
 	case front:
 		e = l.q.PushFront(w)
 	default:
@@ -342,19 +342,19 @@ func (l *lane) exchange() {
 		return
 	}
 	l.mu.Lock()
-	inc, want := l.fair.exchanging()
+	inc, lifted, want := l.fair.exchanging()
 	l.mu.Unlock()
-	if len(inc) == 0 && len(want) == 0 {
+	if len(inc) == 0 && len(lifted) == 0 && len(want) == 0 {
 		return
 	}
 	r := l.r
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-	shared, err := r.d.fair.Exchange(ctx, r.ds.Name, r.d.cfg.Clock, inc, want)
+	shared, err := r.d.fair.Exchange(ctx, r.ds.Name, r.d.cfg.Clock, inc, lifted, want)
 	cancel()
 	if err != nil {
 		r.d.log.Debug("shaping: fair share: cannot share service", "downstream", r.ds.Name, "err", err)
 	}
 	l.mu.Lock()
-	l.fair.exchanged(inc, shared, err, r.d.cfg.Clock.Now())
+	l.fair.exchanged(inc, lifted, shared, err, r.d.cfg.Clock.Now())
 	l.mu.Unlock()
 }

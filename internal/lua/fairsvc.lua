@@ -11,9 +11,12 @@
 -- ARGV[1] -> tau, ms (> 0)
 -- ARGV[2] -> now in ms, or 0 to read Redis TIME (tests only)
 -- ARGV[3] -> n: the increments that follow
--- ARGV[4 .. 3+2n] -> key, increment pairs: units per weight this process
---                    served the key since its last call
--- ARGV[4+2n ..]   -> the keys whose service to return
+-- ARGV[4 .. 3+3n] -> key, increment, start triples: units per weight this
+--                    process served the key since its last call, and the
+--                    service the key starts at if the hash does not hold
+--                    it (or holds it faded out): where the process's lane
+--                    lifted a key new to it (0: none)
+-- ARGV[4+3n ..]   -> the keys whose service to return
 --
 -- Reply: the service of each key asked, as of now, in thousandths of a
 -- unit, in the order asked (0 for a key not served lately).
@@ -37,12 +40,14 @@ end
 
 if n > 0 then
   local ks = {}
-  for i = 1, n do ks[i] = ARGV[2 + 2 * i] end
+  for i = 1, n do ks[i] = ARGV[1 + 3 * i] end
   local cur = redis.call('HMGET', KEYS[1], unpack(ks))
   local out = {}
   for i = 1, n do
+    local base = decayed(cur[i])
+    if base < 1e-3 then base = tonumber(ARGV[3 + 3 * i]) or 0 end
     out[#out + 1] = ks[i]
-    out[#out + 1] = string.format('%.6g|%d', decayed(cur[i]) + tonumber(ARGV[3 + 2 * i]), now)
+    out[#out + 1] = string.format('%.6g|%d', base + tonumber(ARGV[2 + 3 * i]), now)
   end
   redis.call('HSET', KEYS[1], unpack(out))
   redis.call('PEXPIRE', KEYS[1], 60000)
@@ -55,7 +60,7 @@ if n > 0 then
 end
 
 local reply, want = {}, {}
-for i = 4 + 2 * n, #ARGV do want[#want + 1] = ARGV[i] end
+for i = 4 + 3 * n, #ARGV do want[#want + 1] = ARGV[i] end
 if #want > 0 then
   local cur = redis.call('HMGET', KEYS[1], unpack(want))
   for i = 1, #want do reply[i] = math.floor(decayed(cur[i]) * 1000 + 0.5) end
