@@ -216,6 +216,7 @@ type Dispatcher struct {
 	// trouble: an asynq script call failed on the network since the
 	// liveness loop last looked (asynqClient)
 	trouble atomic.Bool
+	procs   atomic.Int64 // live processes at the last announce (0: not yet known)
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.

@@ -31,6 +31,9 @@ type lane struct {
 	stockSeq  uint64     // the breaker's seq when the stock was reserved
 	behind    bool       // the last reservation started at once (the bucket had room)
 	fair      *fairOrder // nil: FIFO; else waiters in fair order of their keys
+	// ahead: a fair lane's reserved slots not yet come, on the local
+	// clock, oldest first (the run loop's alone; see fairRoom)
+	ahead []time.Time
 }
 
 // maxStock bounds the slots a lane reserves ahead of its waiters.
@@ -258,6 +261,16 @@ func (l *lane) run() {
 		} else if l.behindNow() {
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
+		if l.fair != nil && !probe {
+			room, wait := l.fairRoom(cost)
+			if room == 0 {
+				if !l.sleep(wait) {
+					return
+				}
+				continue
+			}
+			ask = min(ask, room)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.lookahead())
 		cancel()
@@ -284,6 +297,11 @@ func (l *lane) run() {
 		if res.Count > 0 {
 			r.observeWaits(res)
 			l.hand(cost, res, seq)
+			if l.fair != nil {
+				for j := range res.Count {
+					l.ahead = append(l.ahead, res.SlotN(j).Add(r.offset.get()))
+				}
+			}
 			continue
 		}
 		if m := r.d.m; m != nil {
@@ -293,6 +311,34 @@ func (l *lane) run() {
 			return
 		}
 	}
+}
+
+// fairRoom is how many more slots of cost a fair lane may reserve now,
+// or, when none, how long until its oldest reserved slot comes. A fair
+// lane holds at most its process's part of the look-ahead (the live
+// processes share it), at least 2 slots. Without the bound a lane with
+// many waiters took all the room each time it opened and a lane with few
+// got the rest, so the slots split between processes by how many tasks
+// each held, not evenly: a process holding a light key's last tasks
+// released them at 5-9/s while the others released the heavy key at
+// 30-40/s, and the light key finished seconds late. It stays
+// work-conserving: a lane alone keeps its slots coming, reserving the
+// next as each one comes.
+func (l *lane) fairRoom(cost int64) (int, time.Duration) {
+	r := l.r
+	now := r.d.cfg.Clock.Now()
+	i := 0
+	for i < len(l.ahead) && !l.ahead[i].After(now) {
+		i++
+	}
+	l.ahead = l.ahead[i:]
+	procs := max(r.d.procs.Load(), 1)
+	units := r.rate.Load().UnitsIn(r.lookahead()) / max(cost, 1)
+	capN := max(int((units+procs-1)/procs), 2)
+	if len(l.ahead) < capN {
+		return capN - len(l.ahead), 0
+	}
+	return 0, max(l.ahead[0].Sub(now), time.Millisecond)
 }
 
 func (l *lane) behindNow() bool {

@@ -101,21 +101,24 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// announce records this process as alive and removes (and counts) the
-// processes that have been silent for RecoverAfter.
+// announce records this process as alive, removes (and counts) the
+// processes that have been silent for RecoverAfter, and notes how many
+// are alive (d.procs, for the fair lanes' share of the horizon).
 func (d *Dispatcher) announce(ctx context.Context) (int64, error) {
 	k := d.space.Processes()
 	now := time.Now()
-	var gone *redis.IntCmd
+	var gone, live *redis.IntCmd
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Unix()), Member: d.pid})
 		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-d.cfg.RecoverAfter).Unix(), 10))
 		p.Expire(ctx, k, time.Hour)
+		live = p.ZCard(ctx, k)
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
+	d.procs.Store(max(live.Val(), 1))
 	return gone.Val(), nil
 }
 
