@@ -9,7 +9,8 @@ import (
 )
 
 // A fair lane holds at most its process's part of the look-ahead: at
-// 50/s and 200ms, 10 slots over the live processes (4 of 3), at least 2;
+// 50/s and 200ms, 10 slots over the live processes (4 of 3), at least 2
+// and 20ms of slots;
 // when it holds them it waits for its oldest to come, and a slot that
 // came frees its place.
 func TestFairRoomSharesTheLookAhead(t *testing.T) {
@@ -29,6 +30,14 @@ func TestFairRoomSharesTheLookAhead(t *testing.T) {
 			t.Errorf("%d processes: room %d, want %d", c.procs, got, c.want)
 		}
 	}
+	// at 1000/s, 20 processes: 10 each, but never under 20ms (20 slots)
+	fast := limiters.PerSecond(1000)
+	r.rate.Store(&fast)
+	d.procs.Store(20)
+	if got, _ := l.fairRoom(1); got != 20 {
+		t.Errorf("1000/s, 20 processes: room %d, want 20 (20ms of slots)", got)
+	}
+	r.rate.Store(&rate)
 	d.procs.Store(3)
 	for i := range 4 {
 		l.ahead = append(l.ahead, now.Add(time.Duration(20*(i+1))*time.Millisecond))

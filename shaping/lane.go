@@ -313,10 +313,16 @@ func (l *lane) run() {
 	}
 }
 
+// fairRoomFloor: a fair lane may always hold this much of its slots
+// ahead, however many processes share the look-ahead, so that a lane
+// alone (processes serving other downstreams count as live too) keeps the
+// rate through a scheduling hiccup at high rates.
+const fairRoomFloor = 20 * time.Millisecond
+
 // fairRoom is how many more slots of cost a fair lane may reserve now,
 // or, when none, how long until its oldest reserved slot comes. A fair
 // lane holds at most its process's part of the look-ahead (the live
-// processes share it), at least 2 slots. Without the bound a lane with
+// processes share it), at least 2 slots and fairRoomFloor. Without the bound a lane with
 // many waiters took all the room each time it opened and a lane with few
 // got the rest, so the slots split between processes by how many tasks
 // each held, not evenly: a process holding a light key's last tasks
@@ -333,8 +339,9 @@ func (l *lane) fairRoom(cost int64) (int, time.Duration) {
 	}
 	l.ahead = l.ahead[i:]
 	procs := max(r.d.procs.Load(), 1)
-	units := r.rate.Load().UnitsIn(r.lookahead()) / max(cost, 1)
-	capN := max(int((units+procs-1)/procs), 2)
+	rate := r.rate.Load()
+	units := rate.UnitsIn(r.lookahead()) / max(cost, 1)
+	capN := max(int((units+procs-1)/procs), int(rate.UnitsIn(fairRoomFloor)/max(cost, 1)), 2)
 	if len(l.ahead) < capN {
 		return capN - len(l.ahead), 0
 	}
