@@ -46,8 +46,10 @@ type fairOrder struct {
 	inc     map[string]float64  // key → service here since the last exchange
 	lifted  map[string]float64  // key → the service it started at here (lift), to report at the next exchange
 	credit  map[string]float64  // key → the credit its lift gave it, while it has waiters here
-	next    map[string]float64  // sort's scratch: key → service at its next turn
-	sweepAt int                 // svc's size that triggers a sweep of faded keys
+	// activeKeys: keys with tasks parked at the last feed (FairState.Keys)
+	activeKeys int
+	next       map[string]float64 // sort's scratch: key → service at its next turn
+	sweepAt    int                // svc's size that triggers a sweep of faded keys
 }
 
 // fadedOut is service no longer told apart from none.
@@ -119,22 +121,31 @@ func (o *fairOrder) served(key string, cost int64, now time.Time) {
 // A's share over the next 10 s came out 12% short. Started at the least
 // with no credit, B and C never made up their first second: A 13% over.
 // The least is taken before credit (service + credit), so newcomers one
-// after another all start from the same point, none below the last. A
-// key that had service lately keeps it (its credit from the past).
+// after another all start from the same point, none below the last, and
+// over every key waiting: while one waits that has had no service, a
+// newcomer starts at none too. The keys sharing the rate are the most of
+// those waiting here and those the last feed saw with tasks parked
+// (activeKeys), so a key among many gets a small credit even when it is
+// among the first here. A newcomer's first waiter goes before every
+// other (insert), so its first release does not wait behind the earlier
+// newcomers' credit (with 100 tenants arriving at once, first releases
+// came up to 3.5s late without that). A key that had service lately keeps
+// it (its credit from the past).
 func (o *fairOrder) lift(key string, now time.Time, rate float64) {
 	floor, found, sw := 0.0, false, o.f.Weight(key)
 	for k := range o.waiting {
 		sw += o.f.Weight(k)
-		if v := o.service(k, now) + o.credit[k]; v >= fadedOut && (!found || v < floor) {
+		if v := o.service(k, now) + o.credit[k]; !found || v < floor {
 			floor, found = v, true
 		}
 	}
-	if !found {
-		return
+	if !found || floor < fadedOut {
+		return // none waits, or one that has had no service: start at none too
 	}
-	c := min(liftCredit.Seconds()*max(rate, 0)/sw, floor)
-	o.credit[key] = c
-	if v := floor - c; v >= fadedOut {
+	sw = max(sw, float64(o.activeKeys))
+	v := floor - min(liftCredit.Seconds()*max(rate, 0)/sw, floor)
+	o.credit[key] = floor - v
+	if v >= fadedOut {
 		o.svc[key] = attained{v: v, at: now}
 		o.lifted[key] = v
 	}
@@ -190,6 +201,11 @@ func (o *fairOrder) exchanged(inc, lifted, shared map[string]float64, err error,
 func (o *fairOrder) insert(q *list.List, w *waiter, front bool, now time.Time, rate float64) *list.Element {
 	if o.waiting[w.key] == 0 && o.service(w.key, now) < fadedOut {
 		o.lift(w.key, now, rate)
+		if !front {
+			w.tag = math.Inf(-1) // a newcomer's first: before all but retries, in arrival order
+			o.waiting[w.key]++
+			return q.PushBack(w)
+		}
 	}
 	o.waiting[w.key]++
 	if front {

@@ -51,10 +51,11 @@ func TestFairOrderNewcomerPasses(t *testing.T) {
 	add("C", false)
 	add("C", false)
 	o.sort(q, now)
-	// B and C, new to the lane, start at A's service (3 served): owed no
-	// catch-up for A's past, they take turns with A at once, each right
-	// after A's next, C (weight 2) two for each of B's and A's.
-	if got, want := order(q), "ABCCABCAAA"; got != want {
+	// B's and C's first waiters go next (newcomers, in arrival order);
+	// then, started at A's service (3 served) and owed no catch-up for
+	// A's past, they take turns with A, C (weight 2) two for each of B's
+	// and A's.
+	if got, want := order(q), "BCABCCAAAA"; got != want {
 		t.Errorf("order %s, want %s", got, want)
 	}
 	e := add("A", true)
@@ -228,15 +229,16 @@ func TestFairOrderLiftKeepsCredit(t *testing.T) {
 		t.Errorf("lifted %v, want C, D and E to report", o.lifted)
 	}
 	o.sort(q, now)
-	if got := order(q); got != "BCDEA" {
-		t.Errorf("order %s, want BCDEA", got)
+	if got := order(q); got != "CDEBA" {
+		t.Errorf("order %s, want CDEBA (the newcomers' first waiters, then B's 2 before A's 10)", got)
 	}
 }
 
 // A newcomer's credit is its share, at the rate among the keys waiting
 // and it, over liftCredit (the releases its pipeline cost it); the least
 // it is taken from counts the earlier newcomers' credit back, so a later
-// one does not start below them for it.
+// one does not start below them for it; among many keys parked the
+// credit is small.
 func TestFairOrderLiftCredit(t *testing.T) {
 	o := newFairOrder(&Fairness{})
 	q := list.New()
@@ -254,6 +256,12 @@ func TestFairOrderLiftCredit(t *testing.T) {
 	}
 	if got, want := o.service("C", now), 20-cC; math.Abs(got-want) > 1e-9 {
 		t.Errorf("C starts at %.3f, want %.3f (from A's 20 too, not from B's %.3f)", got, want, 20-cB)
+	}
+	// among many keys parked (the last feed's count), a small credit
+	o.activeKeys = 60
+	o.insert(q, &waiter{key: "D", cost: 1}, false, now, 30)
+	if got, want := o.service("D", now), 20-liftCredit.Seconds()*30/60; math.Abs(got-want) > 1e-9 {
+		t.Errorf("D among 60 keys starts at %.3f, want %.3f", got, want)
 	}
 	if o.lifted["B"] != o.service("B", now) || o.lifted["C"] != o.service("C", now) {
 		t.Errorf("lifted %v: the shared count would not start them where this lane did", o.lifted)

@@ -394,7 +394,11 @@ func (l *lane) exchange() {
 	if l.fair == nil {
 		return
 	}
+	l.r.smu.Lock()
+	keys := l.r.fairSt.Keys
+	l.r.smu.Unlock()
 	l.mu.Lock()
+	l.fair.activeKeys = keys
 	inc, lifted, want := l.fair.exchanging()
 	l.mu.Unlock()
 	if len(inc) == 0 && len(lifted) == 0 && len(want) == 0 {
