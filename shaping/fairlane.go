@@ -107,30 +107,17 @@ func (o *fairOrder) served(key string, cost int64, now time.Time) {
 	}
 }
 
-// lift starts key, new to the lane (no service here or elsewhere, no
-// waiter), at the least service of the keys waiting here less a credit:
-// start-time fair queueing's virtual start, or CFS's min_vruntime with a
-// wake-up bonus. The credit is the key's share, at rate (units a second)
-// among the keys waiting here and it, over liftCredit: the time a new
-// key's tasks take to reach the lanes, while the others are served from
-// tasks promoted and held before it came. So it is owed the releases its
-// arrival's pipeline cost it, and no more. Started at none, as before, a
-// key arriving beside a backlog was owed the backlog's whole faded
-// service and took every slot until it had caught up: with three keys at
-// 50/s, B and C took 44 of the 50 releases a second for two seconds, and
-// A's share over the next 10 s came out 12% short. Started at the least
-// with no credit, B and C never made up their first second: A 13% over.
-// The least is taken before credit (service + credit), so newcomers one
-// after another all start from the same point, none below the last, and
-// over every key waiting: while one waits that has had no service, a
-// newcomer starts at none too. The keys sharing the rate are the most of
-// those waiting here and those the last feed saw with tasks parked
-// (activeKeys), so a key among many gets a small credit even when it is
-// among the first here. A newcomer's first waiter goes before every
-// other (insert), so its first release does not wait behind the earlier
-// newcomers' credit (with 100 tenants arriving at once, first releases
-// came up to 3.5s late without that). A key that had service lately keeps
-// it (its credit from the past).
+// lift starts key, new to the lane (no service lately, no waiter), at the
+// least service of the keys waiting here less a credit: start-time fair
+// queueing's virtual start. Started at none, a newcomer was owed a
+// backlog's whole faded service and took every slot until it caught up
+// (A 12% short over 10s); with no credit it never made up the time its
+// first tasks took to reach the lanes (A 13% over). The credit is its
+// share over liftCredit, among the keys waiting here or parked at the
+// last feed (activeKeys), whichever are more. The least counts the
+// earlier newcomers' credit back (service + credit), so a stream of
+// newcomers start from one point; a waiting key with no service keeps
+// newcomers at none. docs/algorithms.md has the measurements.
 func (o *fairOrder) lift(key string, now time.Time, rate float64) {
 	floor, found, sw := 0.0, false, o.f.Weight(key)
 	for k := range o.waiting {
@@ -199,17 +186,18 @@ func (o *fairOrder) exchanged(inc, lifted, shared map[string]float64, err error,
 // key new to the lane is lifted first (rate: the downstream's, units a
 // second).
 func (o *fairOrder) insert(q *list.List, w *waiter, front bool, now time.Time, rate float64) *list.Element {
-	if o.waiting[w.key] == 0 && o.service(w.key, now) < fadedOut {
+	newcomer := o.waiting[w.key] == 0 && o.service(w.key, now) < fadedOut
+	if newcomer {
 		o.lift(w.key, now, rate)
-		if !front {
-			w.tag = math.Inf(-1) // a newcomer's first: before all but retries, in arrival order
-			o.waiting[w.key]++
-			return q.PushBack(w)
-		}
 	}
 	o.waiting[w.key]++
-	if front {
+	if front || newcomer {
+		// a retry goes first; a newcomer's first waiter next, in arrival
+		// order, so it never waits behind earlier newcomers' credit (100
+		// tenants at once: first releases up to 3.5s late without it)
 		w.tag = math.Inf(-1)
+	}
+	if front {
 		return q.PushFront(w)
 	}
 	return q.PushBack(w)

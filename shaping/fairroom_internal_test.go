@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -15,11 +14,9 @@ import (
 // came frees its place.
 func TestFairRoomSharesTheLookAhead(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	clk := clocktest.New(now)
-	d := &Dispatcher{cfg: Config{Clock: clk}}
-	r := &runner{d: d, ds: Downstream{Name: "api", MaxWait: time.Second, Fairness: &Fairness{}}}
 	rate := limiters.PerSecond(50)
-	r.rate.Store(&rate)
+	r, clk := testRunner(now, rate, Downstream{Name: "api", MaxWait: time.Second, Fairness: &Fairness{}})
+	d := r.d
 	l := &lane{r: r}
 	for _, c := range []struct {
 		procs int64

@@ -321,15 +321,12 @@ const fairRoomFloor = 20 * time.Millisecond
 
 // fairRoom is how many more slots of cost a fair lane may reserve now,
 // or, when none, how long until its oldest reserved slot comes. A fair
-// lane holds at most its process's part of the look-ahead (the live
-// processes share it), at least 2 slots and fairRoomFloor. Without the bound a lane with
-// many waiters took all the room each time it opened and a lane with few
-// got the rest, so the slots split between processes by how many tasks
-// each held, not evenly: a process holding a light key's last tasks
-// released them at 5-9/s while the others released the heavy key at
-// 30-40/s, and the light key finished seconds late. It stays
-// work-conserving: a lane alone keeps its slots coming, reserving the
-// next as each one comes.
+// lane holds at most its process's part of the look-ahead (shared by the
+// live processes), at least 2 slots and fairRoomFloor of them. Unbounded,
+// a lane with many waiters took each opening and the slots split by
+// tasks held: a process holding a light key's last tasks released them
+// at 5-9/s while the others released the heavy key at 30-40/s. A lane
+// alone still keeps its slots coming, reserving the next as each comes.
 func (l *lane) fairRoom(cost int64) (int, time.Duration) {
 	r := l.r
 	now := r.d.cfg.Clock.Now()

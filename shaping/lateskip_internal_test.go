@@ -14,10 +14,7 @@ import (
 // (shadow mode) is never skipped.
 func TestSkipLateAtTheRelease(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	clk := clocktest.New(now)
-	r := &runner{d: &Dispatcher{cfg: Config{Clock: clk}}, ds: Downstream{Name: "api"}}
-	rate := limiters.PerSecond(50)
-	r.rate.Store(&rate)
+	r, _ := testRunner(now, limiters.PerSecond(50), Downstream{Name: "api"})
 	tol := r.lateTolerance(1) // 10ms: half of a 20ms slot
 	if tol != 10*time.Millisecond {
 		t.Fatalf("late tolerance at 50/s = %v, want 10ms", tol)
@@ -34,4 +31,13 @@ func TestSkipLateAtTheRelease(t *testing.T) {
 	if r.skipLate(Reservation{OK: true, Count: 1, Now: now, cost: 1}) {
 		t.Error("skipLate without a due time (shadow mode) = true, want false")
 	}
+}
+
+// testRunner is a runner of ds at rate, its dispatcher on a fake clock at
+// now: enough for the runner's and lane's own arithmetic.
+func testRunner(now time.Time, rate limiters.Limit, ds Downstream) (*runner, *clocktest.Fake) {
+	clk := clocktest.New(now)
+	r := &runner{d: &Dispatcher{cfg: Config{Clock: clk}}, ds: ds}
+	r.rate.Store(&rate)
+	return r, clk
 }
