@@ -61,6 +61,9 @@ func (d *Dispatcher) controlLoop(runners []*runner) {
 				changed = r.refresh(ctx)
 			}
 			if changed {
+				if v != seen[r.ds.Name] {
+					r.wake() // a control change: sleeps sized by the old state end
+				}
 				seen[r.ds.Name] = v
 			} else {
 				r.apply()

@@ -79,6 +79,11 @@ type Downstream struct {
 	// at least 1. A batch may cost MaxCost × Batch.MaxRows. Its interval
 	// at the rate must be within MaxInterval.
 	MaxCost int64
+	// MaxHold is the longest one answer of the downstream may hold it: an
+	// announced reset, a Retry-After or a reported cost further ahead is
+	// cut to it (logged and counted). The quotas in Quotas are not cut.
+	// Zero means DefaultMaxHold; at most MaxInterval.
+	MaxHold time.Duration
 	// Concurrency caps the calls in flight to the downstream across every
 	// process sharing the Redis (a system that takes N calls at a time);
 	// 0 means no cap. A release needs a lease and a slot: a worker waits

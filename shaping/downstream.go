@@ -5,6 +5,11 @@ import (
 	"time"
 )
 
+// DefaultMaxHold is the longest one answer holds a downstream unless its
+// configuration says otherwise: an hour, so that one buggy header cannot
+// freeze a stream for a day.
+const DefaultMaxHold = time.Hour
+
 // prepare checks ds and fills in its defaults (MaxWait, Workers,
 // MaxCost); its errors name the downstream and the field.
 func (ds *Downstream) prepare() error {
@@ -47,6 +52,12 @@ func (ds *Downstream) prepare() error {
 		if ds.Batch != nil {
 			return fmt.Errorf("shaping: downstream %q: Fairness and Batch cannot be combined", ds.Name)
 		}
+	}
+	if ds.MaxHold < 0 || ds.MaxHold > MaxInterval {
+		return fmt.Errorf("shaping: downstream %q: MaxHold must be in (0, %s], got %s", ds.Name, MaxInterval, ds.MaxHold)
+	}
+	if ds.MaxHold == 0 {
+		ds.MaxHold = DefaultMaxHold
 	}
 	if ds.MaxWait == 0 {
 		ds.MaxWait = time.Second

@@ -374,15 +374,10 @@ func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
 	return max(d, iv) + time.Duration(rand.Int64N(int64(iv)+1))
 }
 
+// sleep waits d, or until a control change wakes the runner; false when
+// the dispatcher stops.
 func (l *lane) sleep(d time.Duration) bool {
-	t := l.r.d.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-l.r.d.stopping:
-		return false
-	}
+	return l.sleepOr(d, l.r.wakeCh())
 }
 
 // exchange shares a fair lane's service per key with the other processes'

@@ -45,6 +45,31 @@ type runner struct {
 	fstats fairStats // releases per key, last minute (fair downstreams)
 
 	limits limitState // quotas and announced limit as last seen
+
+	wmu   sync.Mutex
+	woken chan struct{} // closed (and replaced) by wake
+}
+
+// wakeCh returns a channel closed at the next wake: a lane sleeping until
+// a reply's wait (a bucket pushed a day ahead) selects on it, so that a
+// control change (reset, rate, resume) takes effect at once.
+func (r *runner) wakeCh() <-chan struct{} {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.woken == nil {
+		r.woken = make(chan struct{})
+	}
+	return r.woken
+}
+
+// wake ends every sleep on wakeCh.
+func (r *runner) wake() {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.woken != nil {
+		close(r.woken)
+	}
+	r.woken = make(chan struct{})
 }
 
 func (r *runner) setPaused(p bool) {
