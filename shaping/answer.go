@@ -18,14 +18,16 @@ type answer struct {
 	costSet bool
 }
 
-// ReportCost tells the dispatcher what the call really cost, in units (0
-// or more), when only the answer knows it (a GraphQL query's points). After
-// the handler returns, the bucket, the quotas and the announced limit are
+// ReportCost tells the dispatcher what the call really cost, in units,
+// when only the answer knows it (a GraphQL query's points). After the
+// handler returns, the bucket, the quotas and the announced limit are
 // charged the difference from t.Cost, or refunded it, for every process:
-// the spacing of the next releases follows the real cost. Call it before
-// the handler returns.
+// the spacing of the next releases follows the real cost. A cost below 1
+// is refused, as at enqueue (t.Cost stands); one above the downstream's
+// cap (its MaxCost, its smallest quota, what the rate spends in MaxHold)
+// is cut to it. Call it before the handler returns.
 func (t *Task) ReportCost(units int64) {
-	t.answer.cost, t.answer.costSet = max(units, 0), true
+	t.answer.cost, t.answer.costSet = units, true
 }
 
 // ReportHeader hands the dispatcher the header of the downstream's answer
@@ -44,13 +46,16 @@ func (r *runner) answered(t *Task) {
 	t.answer = answer{}
 	diff := int64(0)
 	if a.costSet {
-		diff = a.cost - t.Cost
+		if c, ok := r.settleCost(t, a.cost); ok {
+			diff = c - t.Cost
+		}
 	}
 	var ann *lua.Announcement
 	var src, effect string
 	if a.header != nil {
 		now := r.d.cfg.Clock.Now()
 		if l, ok := rlheader.Binding(rlheader.Parse(a.header, now)); ok && r.binds(l, t, now) {
+			l.Reset = r.capHold(l.Reset, l.Source)
 			// on the Redis clock, a margin after the reset (clocks differ)
 			until := now.Add(l.Reset + DefaultQuotaMargin - r.offset.get())
 			ann = &lua.Announcement{Remaining: l.Remaining, Until: until.UnixMicro(),

@@ -96,7 +96,7 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			return d.Err // nil completes; SkipRetry archives; others retry
 		}
 		if d.Pause > 0 {
-			r.pushBack(ctx, d.Pause)
+			r.pushBack(ctx, r.capHold(d.Pause, "Retry-After (refused call)"))
 		}
 		// the task waits for a slot after the pause; no attempt consumed
 	}

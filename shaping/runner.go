@@ -29,6 +29,7 @@ type runner struct {
 	releasing atomic.Int64
 	held      atomic.Int64
 	base      atomic.Pointer[limiters.Limit] // rate before the adaptive cap
+	refused   atomic.Pointer[limiters.Limit] // the override apply last ignored (logged once)
 	// offset estimates local time minus the Redis clock of this
 	// downstream's bucket (on a cluster, each master has its own clock).
 	offset  clockOffset
@@ -45,6 +46,7 @@ type runner struct {
 	fstats fairStats // releases per key, last minute (fair downstreams)
 
 	limits limitState // quotas and announced limit as last seen
+	clamp  clampState // the last answer cut to max_hold or a cost cap
 
 	wmu   sync.Mutex
 	woken chan struct{} // closed (and replaced) by wake

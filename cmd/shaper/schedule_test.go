@@ -169,11 +169,15 @@ downstreams:
 	if _, err := bs.PushBack(context.Background(), shaping.Bucket{Name: "api", Rate: limiters.PerSecond(10)}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(shaperBin, "ctl", "-config", path, "reset", "api").CombinedOutput(); err != nil || !strings.Contains(string(out), "bucket cleared") {
+	if out, err := exec.Command(shaperBin, "ctl", "-config", path, "reset", "api").CombinedOutput(); err != nil || !strings.Contains(string(out), "cleared bucket") {
 		t.Fatalf("shaper ctl reset api: %v: %s", err, out)
 	}
 	if n := rdb.Exists(context.Background(), bs.Key("api")).Val(); n != 0 {
 		t.Errorf("after ctl reset the bucket key still exists")
+	}
+	// a second reset finds nothing and says so, not "cleared"
+	if out, err := exec.Command(shaperBin, "ctl", "-config", path, "reset", "api").CombinedOutput(); err != nil || !strings.Contains(string(out), "nothing to clear") {
+		t.Fatalf("shaper ctl reset api, again: %v: %s", err, out)
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(shaperBin, "ctl", "-config", path, "pause", "nope")

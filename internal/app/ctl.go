@@ -27,7 +27,8 @@ commands:
   resume NAME            undo pause
   rate NAME RATE         override NAME's rate in every process, e.g. 20/s
   rate NAME clear        remove the override (back to the configured or scheduled rate)
-  reset NAME             clear NAME's shaping bucket (next_free): releases resume at the rate now
+  reset NAME             clear every hold on NAME (its bucket's next_free, the limit its answers
+                         announced, its quotas' counts): releases resume at the rate now
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
                          or clear (back to the config's mode); every process within a second`
 
@@ -112,10 +113,7 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		if err := need(2); err != nil {
 			return err
 		}
-		if err := shaping.NewBuckets(rdb, pl.Prefix).Reset(ctx, rest[1]); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: bucket cleared; the next release may start now\n", rest[1])
+		return ctlReset(ctx, pl, rdb, rest[1], out)
 	default:
 		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
 	}

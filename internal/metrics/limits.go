@@ -14,6 +14,7 @@ type LimitMetrics struct {
 	AnnouncedReset *prometheus.GaugeVec   // downstream
 	Announcements  *prometheus.CounterVec // downstream, source, effect
 	SettledCost    *prometheus.CounterVec // downstream, direction
+	Clamped        *prometheus.CounterVec // downstream, what
 }
 
 func newLimits(f factory) *LimitMetrics {
@@ -35,6 +36,9 @@ func newLimits(f factory) *LimitMetrics {
 		Announcements: f.counter("shaping", "announcements_total",
 			"Answers whose headers announced a limit that binds, by source (ratelimit, x-ratelimit, retry-after) and effect (hold: nothing left until the reset; pace: less left than the rate would spend; stale: a later answer's is in force).",
 			"downstream", "source", "effect"),
+		Clamped: f.counter("shaping", "answer_clamped_total",
+			"Answers whose hold or cost was cut or refused, by what: hold (an announced reset or Retry-After past max_hold), cost_high (a reported cost above its cap), cost_low (a reported cost below 1, refused as at enqueue).",
+			"downstream", "what"),
 		SettledCost: f.counter("shaping", "settled_cost_units_total",
 			"Cost units settled after the call: charged (the answer cost more than reserved) or refunded (less).", "downstream", "direction"),
 	}

@@ -1,0 +1,119 @@
+package shaping
+
+import (
+	"strconv"
+	"sync"
+	"time"
+)
+
+// What a downstream answers can hold it (an announced reset, a
+// Retry-After) and charge it (a reported cost). One answer, buggy or
+// hostile, must not freeze a stream or speed it up: a hold is cut to
+// MaxHold, a cost to its cap, and a cost below 1 is refused as it is at
+// enqueue. Each cut is logged (at most every clampLogEvery per downstream
+// and kind), counted (shaper_shaping_answer_clamped_total) and kept for
+// the status page (Limits.Clamp).
+
+// clampLogEvery bounds the log lines of one kind of cut per downstream.
+const clampLogEvery = 10 * time.Second
+
+// Clamp is the last answer of a downstream whose hold or cost was cut or
+// refused.
+type Clamp struct {
+	// What is hold, cost_high or cost_low.
+	What string
+	// Header is the answer's field that said it (e.g. "Retry-After:
+	// 99999999"); for costs, the reported cost.
+	Header string
+	// Said is what the answer asked for: the hold, or the cost in units.
+	Said string
+	// Applied is what was applied instead ("" for a refused cost).
+	Applied string
+	// At is when this process saw it.
+	At time.Time
+}
+
+// clampState is a runner's last Clamp and its log throttle.
+type clampState struct {
+	mu     sync.Mutex
+	last   Clamp
+	logged map[string]time.Time
+}
+
+// capHold cuts a hold of d, said by header, to the downstream's MaxHold.
+func (r *runner) capHold(d time.Duration, header string) time.Duration {
+	if d <= r.ds.MaxHold {
+		return d
+	}
+	r.clamped(Clamp{What: "hold", Header: header, Said: d.Round(time.Second).String(),
+		Applied: r.ds.MaxHold.String()})
+	return r.ds.MaxHold
+}
+
+// costCap is the most one settled call may cost: the task's MaxCost,
+// no more than the smallest quota's limit or what the rate spends in
+// MaxHold, and never less than the cost it was reserved at.
+func (r *runner) costCap(t *Task) int64 {
+	c := r.ds.maxReleaseCost()
+	if m := minQuota(r.ds.Quotas); m > 0 {
+		c = min(c, m)
+	}
+	c = min(c, max(r.rate.Load().UnitsIn(r.ds.MaxHold), 1))
+	return max(c, t.Cost)
+}
+
+// settleCost is what t's reported cost settles at; ok is false when it
+// is refused (below 1: the reservation's cost stands).
+func (r *runner) settleCost(t *Task, reported int64) (cost int64, ok bool) {
+	if reported < 1 {
+		r.clamped(Clamp{What: "cost_low", Header: "reported cost", Said: itoa(reported)})
+		return t.Cost, false
+	}
+	if c := r.costCap(t); reported > c {
+		r.clamped(Clamp{What: "cost_high", Header: "reported cost", Said: itoa(reported), Applied: itoa(c)})
+		return c, true
+	}
+	return reported, true
+}
+
+// clamped records, counts and (throttled) logs one cut.
+func (r *runner) clamped(c Clamp) {
+	c.At = r.d.cfg.Clock.Now()
+	if m := r.d.m; m != nil {
+		m.Limits.Clamped.WithLabelValues(r.ds.Name, c.What).Inc()
+	}
+	s := &r.clamp
+	s.mu.Lock()
+	s.last = c
+	if s.logged == nil {
+		s.logged = map[string]time.Time{}
+	}
+	log := c.At.Sub(s.logged[c.What]) >= clampLogEvery
+	if log {
+		s.logged[c.What] = c.At
+	}
+	s.mu.Unlock()
+	if !log {
+		return
+	}
+	switch c.What {
+	case "hold":
+		r.d.log.Warn("shaping: an answer asked to hold the downstream longer than max_hold; held for max_hold",
+			"downstream", r.ds.Name, "header", c.Header, "said", c.Said, "max_hold", c.Applied)
+	case "cost_high":
+		r.d.log.Warn("shaping: an answer reported a cost above its cap; settled at the cap",
+			"downstream", r.ds.Name, "reported", c.Said, "cap", c.Applied)
+	default:
+		r.d.log.Warn("shaping: an answer reported a cost below 1; the reserved cost stands",
+			"downstream", r.ds.Name, "reported", c.Said)
+	}
+}
+
+// lastClamp is the runner's last Clamp (the zero value: none).
+func (r *runner) lastClamp() Clamp {
+	r.clamp.mu.Lock()
+	defer r.clamp.mu.Unlock()
+	return r.clamp.last
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,171 @@
+package shaping_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// hostile is one answer a downstream should never be able to freeze, speed
+// up or empty a stream with.
+type hostile struct {
+	name   string
+	status int
+	header map[string]string
+	every  bool // every answer carries it (else only the first)
+}
+
+var hostileAnswers = []hostile{
+	{"ietf dictionary, reset 999999999", 200, map[string]string{"RateLimit": "remaining=0, reset=999999999"}, false},
+	{"Retry-After 99999999", 429, map[string]string{"Retry-After": "99999999"}, false},
+	{"Retry-After a date in 9999", 429, map[string]string{"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, false},
+	{"X-RateLimit-Reset 1e300", 200, map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1e300"}, false},
+	{"503 with RateLimit-Reset 86400", 503, map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "86400"}, false},
+	{"cost 1e18", 200, map[string]string{"X-Request-Cost": "1000000000000000000"}, false},
+	{"cost MaxInt64", 200, map[string]string{"X-Request-Cost": "9223372036854775807"}, false},
+	{"cost 0 on every answer", 200, map[string]string{"X-Request-Cost": "0"}, true},
+}
+
+// hostileAPI answers h (the first time, or every time) and 200 otherwise.
+func hostileAPI(h hostile) *standIn {
+	var n atomic.Int64
+	return newStandIn(func(_ time.Time, _ []time.Time, hd http.Header) int {
+		if n.Add(1) > 1 && !h.every {
+			return http.StatusOK
+		}
+		for k, v := range h.header {
+			hd.Set(k, v)
+		}
+		return h.status
+	})
+}
+
+// One hostile answer (a day-long reset, a huge Retry-After, a huge or a
+// zero reported cost) holds a downstream at most its MaxHold: every task
+// is delivered once within MaxHold and the time the rate needs, none is
+// archived, and no second has more than rate + 1 releases.
+func TestHostileAnswersHoldAtMostMaxHold(t *testing.T) {
+	t.Parallel()
+	for _, h := range hostileAnswers {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			const n, rate, maxHold = 20, 10, 1500 * time.Millisecond
+			api := hostileAPI(h)
+			defer api.Close()
+			rdb := redistest.Client(t)
+			prefix := redistest.Prefix(t)
+			reg := prometheus.NewRegistry()
+			d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Registerer: reg})
+			must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(rate), MaxHold: maxHold,
+				Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second,
+					CostHeader: "X-Request-Cost"})}))
+			defer d.Shutdown(context.Background())
+			must(t, d.Start())
+			p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+			defer p.Close()
+			for i := range n {
+				_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+				must(t, err)
+			}
+			// the rate's 2 s, the hold, and a margin for a loaded machine
+			waitFor(t, 2*time.Second+maxHold+4*time.Second, "every task accepted", func() bool {
+				ok, _ := api.counts()
+				return ok >= n
+			})
+			acc, _, seen := api.snapshot()
+			for i := range n {
+				if c := seen[fmt.Sprint(i)]; c != 1 {
+					t.Errorf("task %d delivered %d times, want once", i, c)
+				}
+			}
+			if c := maxInWindow(acc, time.Second); c > rate+1 {
+				t.Errorf("%d releases in one second, want at most %d", c, rate+1)
+			}
+			if got := clampedOf(t, reg, h); got < 1 {
+				t.Errorf("shaper_shaping_answer_clamped_total = %v, want the cut counted", got)
+			}
+		})
+	}
+}
+
+// clampedOf is shaper_shaping_answer_clamped_total for the cut h should
+// cause, as gathered from reg (0 when absent).
+func clampedOf(t *testing.T, reg *prometheus.Registry, h hostile) float64 {
+	t.Helper()
+	what := "hold"
+	switch h.header["X-Request-Cost"] {
+	case "":
+	case "0":
+		what = "cost_low"
+	default:
+		what = "cost_high"
+	}
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "shaper_shaping_answer_clamped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ls := map[string]string{}
+			for _, l := range m.GetLabel() {
+				ls[l.GetName()] = l.GetValue()
+			}
+			if ls["downstream"] == "api" && ls["what"] == what {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A hold within MaxHold (a Retry-After of 30 min under the default hour)
+// stays until an operator resets the downstream: Control.Reset clears the
+// bucket, says what it cleared, and the sleeping lane wakes at once (the
+// stream resumes well before the hold would end).
+func TestResetClearsAHoldAndWakesTheLane(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	api := hostileAPI(hostile{status: 429, header: map[string]string{"Retry-After": "1800"}})
+	defer api.Close()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20),
+		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
+	defer d.Shutdown(context.Background())
+	must(t, d.Start())
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	for i := range n {
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+		must(t, err)
+	}
+	waitFor(t, 10*time.Second, "the 429", func() bool { _, r := api.counts(); return r >= 1 })
+	ctl := shaping.NewControl(rdb, prefix)
+	c, err := ctl.Reset(context.Background(), "api", nil)
+	must(t, err)
+	if !c.Bucket {
+		t.Errorf("Reset found no bucket to clear after a 30 min pushback: %+v", c)
+	}
+	waitFor(t, 5*time.Second, "every task accepted after the reset", func() bool { ok, _ := api.counts(); return ok >= n })
+	_, _, seen := api.snapshot()
+	for i := range n {
+		if c := seen[fmt.Sprint(i)]; c != 1 {
+			t.Errorf("task %d delivered %d times, want once", i, c)
+		}
+	}
+}
