@@ -130,6 +130,14 @@ func (s Space) Issued(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":issued"
 }
 
+// KeyCeiling is the STRING tat of admission key key under downstream ds's
+// per-key ceiling: the earliest slot start (µs since the epoch, on the
+// Redis clock) its next release may take. Same slot as its bucket, so a
+// key's ceiling and the bucket live on one node and one clock.
+func (s Space) KeyCeiling(ds, key string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":kc:" + key
+}
+
 // ControlVersions is a HASH of downstream name → a counter bumped on
 // every change of that downstream's runtime state, so each process reads
 // one key per control tick and the state hashes only when they changed.
