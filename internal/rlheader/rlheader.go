@@ -1,68 +1,73 @@
-// Package rlheader reads the limits a downstream announces in the headers
-// of its answers, so that shaper paces itself before it is ever refused:
-//
-//   - the IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers) in
-//     each of their formats: RateLimit-Limit/-Remaining/-Reset (drafts
-//     00-06); RateLimit: limit=100, remaining=50, reset=30 (draft 07);
-//     RateLimit: "default";r=50;t=30 with RateLimit-Policy:
-//     "default";q=100;w=60 (draft 08 on);
-//   - X-RateLimit-Limit/-Remaining/-Reset (and X-Rate-Limit-*), whose
-//     Reset is delta seconds or a Unix time in seconds or milliseconds
-//     (told apart by size), or X-RateLimit-Reset-After in seconds;
-//   - Retry-After (seconds or an HTTP date), on any status: nothing left
-//     until then.
-//
-// Parse never fails: a field it cannot read is left out, a negative
-// remaining is 0, and resets are bounded by sizing.MaxInterval.
 package rlheader
 
 import (
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/shaper-io/shaper/internal/sizing"
+	"unicode/utf8"
 )
 
-// Where a Limit was read.
+// Where a Limit was read. A Mapping's limits carry its Name instead.
 const (
 	SourceRateLimit  = "ratelimit"   // the IETF RateLimit fields
 	SourceXRateLimit = "x-ratelimit" // X-RateLimit-* or X-Rate-Limit-*
 	SourceRetryAfter = "retry-after" // Retry-After
+	SourceMapping    = "mapping"     // a Mapping without a Name
 )
 
 // MaxUnits bounds Remaining and Limit (exact in a float64, as Lua keeps
 // numbers).
 const MaxUnits = 1 << 53
 
+// headerValueMax is the most bytes of one field's value Limit.Header
+// keeps.
+const headerValueMax = 80
+
 // Limit is one announced window.
 type Limit struct {
-	// Remaining is the units the window has left, 0 to MaxUnits.
+	// Remaining is the units the window has left, 0 to MaxUnits, and at
+	// most Limit when Limit is above 0.
 	Remaining int64
 	// Reset is how long until the window resets, 0 to sizing.MaxInterval
-	// (0: now, which constrains nothing).
+	// (0: now, which constrains nothing). It is above 0 when Remaining is
+	// 0.
 	Reset time.Duration
 	// Limit is the window's quota in units; 0 when not said.
 	Limit int64
-	// Window is the window's length (RateLimit-Policy's w); 0 when not
-	// said.
+	// Window is the window's length (RateLimit-Policy's w, a Mapping's
+	// window); 0 when not said.
 	Window time.Duration
-	// Source is SourceRateLimit, SourceXRateLimit or SourceRetryAfter.
+	// Source is SourceRateLimit, SourceXRateLimit, SourceRetryAfter, or
+	// the Name of the Mapping that read it (SourceMapping without one).
 	Source string
+	// Header is the header lines the limit was read from, "Name: value",
+	// lines joined by "; ", a repeated field's values by ", ", each value
+	// cut to 80 bytes (a cut ends in "…"); with the Date line when an
+	// absolute time was placed on it. It is what to show an operator about
+	// a hold.
+	Header string
 }
 
-// Parse reads every limit h announces; now places Unix-time resets and
-// HTTP dates.
+// Parse reads every limit h announces in the formats the package doc
+// lists; now is the local time (Unix times and HTTP dates are placed on
+// h's Date header when it has one).
 func Parse(h http.Header, now time.Time) []Limit {
-	var out []Limit
-	out = append(out, ietf(h)...)
-	if l, ok := xRateLimit(h, now); ok {
-		out = append(out, l)
+	r := newReader(h, now)
+	r.structured("RateLimit", "RateLimit-Policy", SourceRateLimit)
+	r.fields()
+	for _, p := range xPrefixes {
+		r.xRateLimit(p)
 	}
-	if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
-		out = append(out, Limit{Reset: d, Source: SourceRetryAfter})
+	r.retryAfter()
+	return r.out
+}
+
+// ParseWith is Parse followed by each Mapping's Parse: the limits of the
+// standard fields and of the vendor's own.
+func ParseWith(h http.Header, now time.Time, ms ...Mapping) []Limit {
+	out := Parse(h, now)
+	for _, m := range ms {
+		out = append(out, m.Parse(h, now)...)
 	}
 	return out
 }
@@ -94,211 +99,84 @@ func Binding(ls []Limit) (Limit, bool) {
 	return best, found
 }
 
-// ietf reads the RateLimit fields.
-func ietf(h http.Header) []Limit {
-	if v := h.Values("RateLimit"); len(v) > 0 {
-		if ls := rateLimitField(strings.Join(v, ","), policies(strings.Join(h.Values("RateLimit-Policy"), ","))); len(ls) > 0 {
-			return ls
+// reader reads the header of one answer; the limits it reads gather in
+// out.
+type reader struct {
+	h   http.Header
+	now time.Time
+	// base is the server's clock that absolute times are placed on: the
+	// Date header's time, or now without a readable one.
+	base time.Time
+	// date is the Date header's value when base is its time.
+	date string
+	out  []Limit
+}
+
+func newReader(h http.Header, now time.Time) *reader {
+	r := &reader{h: h, now: now, base: now}
+	if v := h.Get("Date"); v != "" && len(v) <= maxTime {
+		if t, err := http.ParseTime(v); err == nil {
+			r.base, r.date = t, v
 		}
 	}
-	rem, ok1 := units(h.Get("RateLimit-Remaining"))
-	reset, ok2 := seconds(h.Get("RateLimit-Reset"))
-	if !ok1 || !ok2 {
-		return nil
+	return r
+}
+
+// emit adds l, read from the lines header describes, under the rules
+// every limit keeps: Remaining at most a known Limit, and nothing left
+// waits at least until the next whole second of now.
+func (r *reader) emit(l Limit, header string) {
+	if l.Limit > 0 && l.Remaining > l.Limit {
+		l.Remaining = l.Limit
 	}
-	lim, _ := units(h.Get("RateLimit-Limit"))
-	return []Limit{{Remaining: rem, Reset: reset, Limit: lim, Source: SourceRateLimit}}
-}
-
-// policy is one RateLimit-Policy item: its quota and window.
-type policy struct {
-	quota  int64
-	window time.Duration
-}
-
-// policies reads RateLimit-Policy items by name (draft 08 on: "name";q=;w=).
-func policies(v string) map[string]policy {
-	out := map[string]policy{}
-	for _, m := range members(v) {
-		name, params := item(m)
-		var p policy
-		if q, ok := units(params["q"]); ok {
-			p.quota = q
-		}
-		if w, ok := seconds(params["w"]); ok {
-			p.window = w
-		}
-		out[name] = p
+	if l.Remaining == 0 && l.Reset < time.Second {
+		next := r.now.Truncate(time.Second).Add(time.Second)
+		l.Reset = max(l.Reset, next.Sub(r.now))
 	}
-	return out
+	l.Header = header
+	r.out = append(r.out, l)
 }
 
-// rateLimitField reads RateLimit: a dictionary (draft 07) or a list of
-// items with r and t parameters (draft 08 on).
-func rateLimitField(v string, pol map[string]policy) []Limit {
-	ms := members(v)
-	dict := map[string]string{}
-	for _, m := range ms {
-		k, val, ok := strings.Cut(m, "=")
-		if k = strings.ToLower(strings.TrimSpace(k)); ok && (k == "limit" || k == "remaining" || k == "reset") {
-			val, _, _ = strings.Cut(val, ";")
-			dict[k] = strings.TrimSpace(val)
+// lines describes the named fields h holds, and the Date line when abs
+// (an absolute time was placed on it), for Limit.Header.
+func (r *reader) lines(abs bool, names ...string) string {
+	var b strings.Builder
+	for _, n := range names {
+		if vs := r.h.Values(n); len(vs) > 0 {
+			line(&b, n, vs...)
 		}
 	}
-	if len(dict) > 0 {
-		rem, ok1 := units(dict["remaining"])
-		reset, ok2 := seconds(dict["reset"])
-		if !ok1 || !ok2 {
-			return nil
+	if abs && r.date != "" {
+		line(&b, "Date", r.date)
+	}
+	return b.String()
+}
+
+// line appends "name: values" to b, values joined by ", " and cut to
+// headerValueMax bytes on a rune boundary.
+func line(b *strings.Builder, name string, values ...string) {
+	if b.Len() > 0 {
+		b.WriteString("; ")
+	}
+	b.WriteString(name)
+	b.WriteString(": ")
+	var v strings.Builder
+	for i, s := range values {
+		if i > 0 {
+			v.WriteString(", ")
 		}
-		lim, _ := units(dict["limit"])
-		return []Limit{{Remaining: rem, Reset: reset, Limit: lim, Source: SourceRateLimit}}
-	}
-	var out []Limit
-	for _, m := range ms {
-		name, params := item(m)
-		rem, ok1 := units(params["r"])
-		reset, ok2 := seconds(params["t"])
-		if !ok1 || !ok2 {
-			continue
-		}
-		p := pol[name]
-		out = append(out, Limit{Remaining: rem, Reset: reset, Limit: p.quota, Window: p.window, Source: SourceRateLimit})
-	}
-	return out
-}
-
-// xRateLimit reads the X-RateLimit-* (or X-Rate-Limit-*) fields.
-func xRateLimit(h http.Header, now time.Time) (Limit, bool) {
-	for _, p := range []string{"X-RateLimit-", "X-Rate-Limit-"} {
-		rem, ok := units(h.Get(p + "Remaining"))
-		if !ok {
-			continue
-		}
-		reset, ok := resetTime(h.Get(p+"Reset"), now)
-		if !ok {
-			if reset, ok = seconds(h.Get(p + "Reset-After")); !ok {
-				continue
-			}
-		}
-		lim, _ := units(h.Get(p + "Limit"))
-		return Limit{Remaining: rem, Reset: reset, Limit: lim, Source: SourceXRateLimit}, true
-	}
-	return Limit{}, false
-}
-
-// Unix times from these on are not delta seconds (31 years): seconds from
-// 1e9 (2001), milliseconds from 1e12.
-const (
-	epochSeconds = 1e9
-	epochMillis  = 1e12
-)
-
-// resetTime reads an X-RateLimit-Reset: delta seconds, or a Unix time in
-// seconds or milliseconds, told apart by size.
-func resetTime(v string, now time.Time) (time.Duration, bool) {
-	f, ok := number(v)
-	if !ok {
-		return 0, false
-	}
-	switch {
-	case f >= epochMillis:
-		f = f/1000 - float64(now.UnixNano())/1e9
-	case f >= epochSeconds:
-		f -= float64(now.UnixNano()) / 1e9
-	}
-	return bound(f), true
-}
-
-// retryAfter reads Retry-After: delay seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if f, ok := number(v); ok {
-		return bound(f), true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return bound(t.Sub(now).Seconds()), true
-	}
-	return 0, false
-}
-
-// seconds reads a non-negative number of seconds.
-func seconds(v string) (time.Duration, bool) {
-	f, ok := number(v)
-	if !ok {
-		return 0, false
-	}
-	return bound(f), true
-}
-
-// bound turns seconds into a Duration in [0, sizing.MaxInterval].
-func bound(f float64) time.Duration {
-	f = min(max(f, 0), sizing.MaxInterval.Seconds())
-	return time.Duration(math.Ceil(f*1e6)) * time.Microsecond
-}
-
-// units reads a count of units: negative is 0, huge is MaxUnits, a
-// fraction is rounded down.
-func units(v string) (int64, bool) {
-	f, ok := number(v)
-	if !ok {
-		return 0, false
-	}
-	return int64(min(max(f, 0), MaxUnits)), true
-}
-
-// number reads a decimal number (a leading integer of a list such as
-// "100, 100;w=60" too); NaN and infinities are not numbers.
-func number(v string) (float64, bool) {
-	v = strings.TrimSpace(v)
-	if i := strings.IndexAny(v, ",;"); i >= 0 {
-		v = strings.TrimSpace(v[:i])
-	}
-	if v == "" || len(v) > 32 {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
-}
-
-// members splits a structured field's list at the commas outside quoted
-// strings.
-func members(v string) []string {
-	var out []string
-	start, quoted := 0, false
-	for i := 0; i < len(v); i++ {
-		switch v[i] {
-		case '\\':
-			if quoted {
-				i++
-			}
-		case '"':
-			quoted = !quoted
-		case ',':
-			if !quoted {
-				out = append(out, strings.TrimSpace(v[start:i]))
-				start = i + 1
-			}
+		v.WriteString(s)
+		if v.Len() > headerValueMax {
+			break
 		}
 	}
-	if s := strings.TrimSpace(v[min(start, len(v)):]); s != "" {
-		out = append(out, s)
+	s := v.String()
+	if len(s) > headerValueMax {
+		i := headerValueMax
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "…"
 	}
-	return out
-}
-
-// item splits a list member into its bare item (unquoted) and its
-// parameters (lower-case keys).
-func item(m string) (string, map[string]string) {
-	parts := strings.Split(m, ";")
-	name := strings.Trim(strings.TrimSpace(parts[0]), `"`)
-	params := map[string]string{}
-	for _, p := range parts[1:] {
-		k, v, _ := strings.Cut(p, "=")
-		params[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
-	}
-	return name, params
+	b.WriteString(s)
 }
