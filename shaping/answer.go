@@ -209,6 +209,9 @@ type Limits struct {
 	// Announced is the last binding limit this process's answers
 	// announced; the zero value when none did.
 	Announced Announced
+	// Clamp is the last answer whose hold or cost this process cut or
+	// refused; the zero value when none was.
+	Clamp Clamp
 }
 
 // Announced is a limit a downstream's answer announced.
@@ -258,5 +261,6 @@ func (d *Dispatcher) Limits(downstream string) (Limits, error) {
 	defer r.limits.mu.Unlock()
 	l := r.limits.l
 	l.Quotas = append([]QuotaUse(nil), l.Quotas...)
+	l.Clamp = r.lastClamp()
 	return l, nil
 }

@@ -57,6 +57,10 @@ type Decision struct {
 	// Pause is how long a Throttle pushes the bucket back; 0 with an
 	// adaptive rate and no Retry-After (the rate slows down instead).
 	Pause time.Duration
+	// Unsaid is true when the throttle's answer gave no wait (a bare 429):
+	// Pause is the default, and the dispatcher backs off further on each
+	// bare refusal in a row.
+	Unsaid bool
 	// Adapt is the event reported to the adaptive rate: "inc", "dec" or
 	// "" (none). Only used when the downstream has an adaptive rate.
 	Adapt string
@@ -100,11 +104,11 @@ func Classify(err error, b Budget, adaptive bool) Decision {
 	case err == nil:
 		return Decision{Action: Complete, Adapt: "inc", Outcome: "success"}
 	case errors.As(err, &th):
-		pause := th.After
-		if pause <= 0 && !adaptive {
+		pause, unsaid := th.After, th.After <= 0
+		if unsaid && !adaptive {
 			pause = time.Second
 		}
-		return Decision{Action: Throttle, Pause: pause, Adapt: "dec", Outcome: "throttled"}
+		return Decision{Action: Throttle, Pause: pause, Unsaid: unsaid, Adapt: "dec", Outcome: "throttled"}
 	case errors.Is(err, errPanic):
 		return Decision{Action: Archive, Outcome: "panic", Err: fmt.Errorf("%w: %w", err, asynq.SkipRetry)}
 	case errors.Is(err, ErrPermanent), errors.Is(err, asynq.SkipRetry):

@@ -70,6 +70,13 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			front = true
 			continue
 		}
+		if r.beforePushback(t.Slot) {
+			// reserved before a pushback: the downstream asked to wait
+			// past it, so the slot is given up (its quota units too)
+			r.wasted(t.Cost, grant{slot: t.Slot, issued: t.seq})
+			front = true
+			continue
+		}
 		herr, started := r.release(ctx, h, t)
 		if !started {
 			return r.giveBack(ctx)
@@ -93,7 +100,11 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 			r.adapt(d.Adapt)
 		}
 		if d.Action != Throttle {
+			r.bare.Store(0)
 			return d.Err // nil completes; SkipRetry archives; others retry
+		}
+		if d.Unsaid && d.Pause > 0 {
+			d.Pause = r.bareBackoff(d.Pause)
 		}
 		if d.Pause > 0 {
 			r.pushBack(ctx, r.capHold(d.Pause, "Retry-After (refused call)"))
@@ -155,9 +166,41 @@ func (r *runner) pushBack(ctx context.Context, pause time.Duration) {
 	if m := r.d.m; m != nil {
 		m.Pushbacks.WithLabelValues(r.ds.Name).Inc()
 	}
-	if _, err := r.d.buckets.PushBack(ctx, r.bucket(), pause); err != nil {
+	nf, err := r.d.buckets.PushBack(ctx, r.bucket(), pause)
+	if err != nil {
 		r.d.log.Warn("shaping: pushback failed", "downstream", r.ds.Name, "err", err)
+		return
 	}
+	r.pushed(nf)
+}
+
+// maxBareBackoff bounds the backoff of bare refusals in a row.
+const maxBareBackoff = time.Minute
+
+// bareBackoff is the pause after a refusal that gave no wait: base, then
+// doubled for each bare refusal in a row (up to maxBareBackoff), so a
+// downstream that answers a bare 429 forever gets ever fewer calls.
+func (r *runner) bareBackoff(base time.Duration) time.Duration {
+	n := min(r.bare.Add(1)-1, 16)
+	return min(base<<n, max(maxBareBackoff, base))
+}
+
+// pushed records that next_free was pushed to nf (Redis clock): slots
+// this process reserved before it start before nf.
+func (r *runner) pushed(nf time.Time) {
+	us := nf.UnixMicro()
+	for {
+		cur := r.pushUntil.Load()
+		if us <= cur || r.pushUntil.CompareAndSwap(cur, us) {
+			return
+		}
+	}
+}
+
+// beforePushback reports whether a slot (Redis clock) was reserved
+// before a pushback of this process that reaches past it.
+func (r *runner) beforePushback(slot time.Time) bool {
+	return slot.UnixMicro() < r.pushUntil.Load()
 }
 
 // hold counts the tasks this process holds for the downstream.

@@ -47,6 +47,11 @@ type runner struct {
 
 	limits limitState // quotas and announced limit as last seen
 	clamp  clampState // the last answer cut to max_hold or a cost cap
+	// bare counts refusals in a row that gave no wait (bareBackoff);
+	// pushUntil is the furthest next_free this process pushed to (µs,
+	// Redis clock): a slot before it was reserved before the pushback.
+	bare      atomic.Int64
+	pushUntil atomic.Int64
 
 	wmu   sync.Mutex
 	woken chan struct{} // closed (and replaced) by wake

@@ -36,6 +36,20 @@ type AnnouncedSnapshot struct {
 	Effect string `json:"effect"`
 }
 
+// ClampSnapshot is the last answer of the downstream whose hold or cost
+// this process cut (to max_hold, to the cost cap) or refused.
+type ClampSnapshot struct {
+	// What is hold, cost_high or cost_low.
+	What string `json:"what"`
+	// Header is the field that said it; Said what it asked; Applied what
+	// was applied instead ("" when refused).
+	Header  string `json:"header"`
+	Said    string `json:"said"`
+	Applied string `json:"applied,omitempty"`
+	// AgoSeconds is how long ago this process saw it.
+	AgoSeconds float64 `json:"ago_seconds"`
+}
+
 // limits fills d's quotas, what held the last reservation, the announced
 // limit and pace, and the settled cost, from the dispatcher's cache and
 // the metrics.
@@ -56,6 +70,10 @@ func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
 	if a := l.Announced; a.Source != "" {
 		d.Announced = &AnnouncedSnapshot{Source: a.Source, Remaining: a.Remaining, Limit: a.Limit, Left: a.Left,
 			ResetInSeconds: max(a.Reset.Sub(now).Seconds(), 0), Effect: a.Effect}
+	}
+	if c := l.Clamp; c.What != "" {
+		d.Clamp = &ClampSnapshot{What: c.What, Header: c.Header, Said: c.Said, Applied: c.Applied,
+			AgoSeconds: max(now.Sub(c.At).Seconds(), 0)}
 	}
 	ls := map[string]string{"downstream": d.Name}
 	ls["direction"] = "charged"
@@ -90,6 +108,14 @@ func limitCells(cells map[string]string, d DownstreamSnapshot) {
 	}
 	if d.AnnouncedPacePerSecond > 0 {
 		cells[k("announced")] = "paced at " + perSec(d.AnnouncedPacePerSecond) + " · " + cells[k("announced")]
+	}
+	cells[k("clamp")] = "none"
+	if c := d.Clamp; c != nil {
+		s := fmt.Sprintf("%s %s ago: %s said %s", c.What, secs(c.AgoSeconds), c.Header, c.Said)
+		if c.Applied != "" {
+			s += ", applied " + c.Applied
+		}
+		cells[k("clamp")] = s
 	}
 	cells[k("settled")] = fmt.Sprintf("+%s charged / −%s refunded", count(d.SettledChargedTotal), count(d.SettledRefundedTotal))
 }

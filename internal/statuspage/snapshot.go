@@ -109,6 +109,9 @@ type DownstreamSnapshot struct {
 	// imposed on the last reservation (0: the rate applies).
 	Announced              *AnnouncedSnapshot `json:"announced,omitempty"`
 	AnnouncedPacePerSecond float64            `json:"announced_pace_per_second"`
+	// Clamp is the last answer whose hold or cost was cut (max_hold, the
+	// cost cap) or refused, with the header that said it; nil when none.
+	Clamp *ClampSnapshot `json:"clamp,omitempty"`
 	// Settled…Total are cost units charged or refunded after calls.
 	SettledChargedTotal  float64 `json:"settled_charged_total"`
 	SettledRefundedTotal float64 `json:"settled_refunded_total"`
