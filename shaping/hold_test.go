@@ -169,3 +169,54 @@ func TestResetClearsAHoldAndWakesTheLane(t *testing.T) {
 		}
 	}
 }
+
+// An operator opens a breaker by hand (Control.SetBreaker): releases stop
+// in every process; closing it resumes them at once, well before the
+// cool-down would have ended, and the reply says what it was.
+func TestBreakerOpenAndCloseByHand(t *testing.T) {
+	t.Parallel()
+	api := newStandIn(func(time.Time, []time.Time, http.Header) int { return http.StatusOK })
+	defer api.Close()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	brk := &shaping.Breaker{Cooldown: time.Hour, MaxCooldown: 2 * time.Hour}
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Breaker: brk,
+		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
+	defer d.Shutdown(context.Background())
+	must(t, d.Start())
+	ctl := shaping.NewControl(rdb, prefix)
+	before, err := ctl.SetBreaker(context.Background(), "api", brk, true)
+	must(t, err)
+	if before != shaping.BreakerClosed {
+		t.Errorf("breaker was %s before the first open, want closed", before)
+	}
+	waitFor(t, 3*time.Second, "this process sees it open", func() bool {
+		b, err := d.Breaker("api")
+		return err == nil && b.Mode == shaping.BreakerOpen
+	})
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	const n = 10
+	for i := range n {
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+		must(t, err)
+	}
+	// the open breaker holds them: workers take them and wait (the close
+	// below is what releases them)
+	in := queue.NewInspector(rdb, prefix)
+	waitFor(t, 5*time.Second, "workers hold the tasks", func() bool {
+		b, err := in.Backlog("api")
+		return err == nil && b.Pending == 0 && b.Active > 0
+	})
+	if ok, _ := api.counts(); ok != 0 {
+		t.Fatalf("%d released while the breaker was open by hand", ok)
+	}
+	if before, err = ctl.SetBreaker(context.Background(), "api", brk, false); err != nil || before != shaping.BreakerOpen {
+		t.Fatalf("close: was %s, err %v; want open, nil", before, err)
+	}
+	waitFor(t, 5*time.Second, "every task accepted after the close", func() bool { ok, _ := api.counts(); return ok >= n })
+	if _, err := ctl.SetBreaker(context.Background(), "api", nil, true); err == nil {
+		t.Errorf("SetBreaker on a downstream without a breaker spec: no error")
+	}
+}

@@ -3,6 +3,7 @@ package shaping
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Cleared says which of a downstream's holds Reset found and cleared.
@@ -42,4 +43,24 @@ func (c *Control) Reset(ctx context.Context, ds string, quotas []Quota) (Cleared
 		}
 	}
 	return out, c.bump(ctx, ds)
+}
+
+// SetBreaker opens (open) or closes downstream ds's circuit breaker, whose
+// spec is b, for every process, and returns its mode before. Closing
+// forgets the window's counts; opening holds releases for b's cool-down,
+// then probes as after any opening.
+func (c *Control) SetBreaker(ctx context.Context, ds string, b *Breaker, open bool) (BreakerMode, error) {
+	if !dsName.MatchString(ds) {
+		return BreakerClosed, fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
+	}
+	if b == nil {
+		return BreakerClosed, fmt.Errorf("shaping: downstream %q has no circuit breaker", ds)
+	}
+	f := b.Filled()
+	us := func(d time.Duration) int64 { return max(int64(d/time.Microsecond), 1) }
+	before, _, err := c.store.SetBreaker(ctx, c.space.Breaker(ds), open, 0, us(f.Cooldown), us(max(f.MaxCooldown, f.Cooldown)))
+	if err != nil {
+		return BreakerClosed, fmt.Errorf("shaping: breaker %q: %w", ds, err)
+	}
+	return BreakerMode(before), c.bump(ctx, ds)
 }

@@ -29,6 +29,8 @@ commands:
   rate NAME clear        remove the override (back to the configured or scheduled rate)
   reset NAME             clear every hold on NAME (its bucket's next_free, the limit its answers
                          announced, its quotas' counts): releases resume at the rate now
+  breaker NAME open|close|clear
+                         open NAME's circuit breaker now, or close it (clear: the same), every process
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
                          or clear (back to the config's mode); every process within a second`
 
@@ -114,6 +116,11 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 			return err
 		}
 		return ctlReset(ctx, pl, rdb, rest[1], out)
+	case "breaker":
+		if err := need(3); err != nil {
+			return err
+		}
+		return ctlBreaker(ctx, pl, rdb, rest[1], rest[2], out)
 	default:
 		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
 	}

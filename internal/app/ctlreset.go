@@ -37,3 +37,31 @@ func ctlReset(ctx context.Context, pl *plan.Plan, rdb redis.UniversalClient, nam
 	fmt.Fprintf(out, "%s: cleared %s; every process releases at the rate within a second\n", name, strings.Join(did, ", "))
 	return nil
 }
+
+// ctlBreaker opens or closes downstream name's circuit breaker (`shaper
+// ctl breaker NAME open|close|clear`; clear is close: closed now, its
+// counts forgotten) and says what it was.
+func ctlBreaker(ctx context.Context, pl *plan.Plan, rdb redis.UniversalClient, name, op string, out io.Writer) error {
+	pd, _ := pl.Downstream(name)
+	if pd.Shaping.Breaker == nil {
+		return fmt.Errorf("%w: downstream %q has no circuit breaker (breaker: in its config)", ErrUsage, name)
+	}
+	var open bool
+	switch op {
+	case "open":
+		open = true
+	case "close", "clear":
+	default:
+		return fmt.Errorf("%w: breaker takes open, close or clear, got %q", ErrUsage, op)
+	}
+	before, err := shaping.NewControl(rdb, pl.Prefix).SetBreaker(ctx, name, pd.Shaping.Breaker, open)
+	if err != nil {
+		return err
+	}
+	now := "closed (counts forgotten)"
+	if open {
+		now = "open for its cool-down, then probing"
+	}
+	fmt.Fprintf(out, "%s: breaker was %s, now %s in every process within a second\n", name, before, now)
+	return nil
+}
