@@ -51,7 +51,8 @@
 //     number beyond them (1e300, 40 digits) is the bound, never ignored: a
 //     huge wait holds for sizing.MaxInterval. What is not a decimal number
 //     (words, NaN, Inf, hexadecimal) or is longer than 1024 bytes is not
-//     read.
+//     read, nor is a field's line longer than 8 KiB or past its 16th: an
+//     answer costs a bounded time to read.
 //   - Remaining is at most Limit when Limit is known (above 0).
 //   - Nothing left waits. A Limit with Remaining 0 has a Reset of at least
 //     the time to the next whole second of now, so above 0: servers

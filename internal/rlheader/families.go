@@ -12,7 +12,7 @@ var xPrefixes = []string{"X-RateLimit-", "X-Rate-Limit-"}
 // or a draft 08 list of items whose quotas and windows are the items of
 // the same name in policyField.
 func (r *reader) structured(field, policyField, source string) {
-	vs := r.h.Values(field)
+	vs := r.values(field)
 	if len(vs) == 0 {
 		return
 	}
@@ -20,7 +20,7 @@ func (r *reader) structured(field, policyField, source string) {
 	if r.dictionary(ms, field, source) {
 		return
 	}
-	pol := policies(r.h.Values(policyField))
+	pol := policies(r.values(policyField))
 	for _, m := range ms {
 		name, params, ok := item(m)
 		if !ok {
@@ -99,15 +99,15 @@ func policies(lines []string) map[string]policy {
 // fields reads RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
 // (drafts 00-06).
 func (r *reader) fields() {
-	rem, ok := fewest(r.h.Values("RateLimit-Remaining"))
+	rem, ok := fewest(r.values("RateLimit-Remaining"))
 	if !ok {
 		return
 	}
-	reset, abs, ok := r.longest(r.h.Values("RateLimit-Reset"), formAuto)
+	reset, abs, ok := r.longest(r.values("RateLimit-Reset"), formAuto)
 	if !ok {
 		return
 	}
-	lim, _ := quota(r.h.Values("RateLimit-Limit"))
+	lim, _ := quota(r.values("RateLimit-Limit"))
 	r.emit(Limit{Remaining: rem, Reset: reset, Limit: lim, Source: SourceRateLimit},
 		r.lines(abs, "RateLimit-Remaining", "RateLimit-Limit", "RateLimit-Reset"))
 }
@@ -115,26 +115,26 @@ func (r *reader) fields() {
 // xRateLimit reads the X-RateLimit family under prefix p: Reset-After,
 // a delay, when it reads, else Reset.
 func (r *reader) xRateLimit(p string) {
-	rem, ok := fewest(r.h.Values(p + "Remaining"))
+	rem, ok := fewest(r.values(p + "Remaining"))
 	if !ok {
 		return
 	}
 	resetName := p + "Reset-After"
-	reset, abs, ok := r.longest(r.h.Values(resetName), formS)
+	reset, abs, ok := r.longest(r.values(resetName), formS)
 	if !ok {
 		resetName = p + "Reset"
-		if reset, abs, ok = r.longest(r.h.Values(resetName), formAuto); !ok {
+		if reset, abs, ok = r.longest(r.values(resetName), formAuto); !ok {
 			return
 		}
 	}
-	lim, _ := quota(r.h.Values(p + "Limit"))
+	lim, _ := quota(r.values(p + "Limit"))
 	r.emit(Limit{Remaining: rem, Reset: reset, Limit: lim, Source: SourceXRateLimit},
 		r.lines(abs, p+"Remaining", p+"Limit", resetName))
 }
 
 // retryAfter reads Retry-After: nothing left until then.
 func (r *reader) retryAfter() {
-	if d, abs, ok := r.longest(r.h.Values("Retry-After"), formDelay); ok {
+	if d, abs, ok := r.longest(r.values("Retry-After"), formDelay); ok {
 		r.emit(Limit{Reset: d, Source: SourceRetryAfter}, r.lines(abs, "Retry-After"))
 	}
 }

@@ -139,13 +139,13 @@ func (m Mapping) window(r *reader, src string) {
 	var ok bool
 	var names []string
 	if m.UsedOf != "" {
-		rem, lim, ok = usedOf(r.h.Values(m.UsedOf), m.UsedKey)
+		rem, lim, ok = usedOf(r.values(m.UsedOf), m.UsedKey)
 		names = append(names, m.UsedOf)
 	} else {
-		rem, ok = fewest(r.h.Values(m.Remaining))
+		rem, ok = fewest(r.values(m.Remaining))
 		names = append(names, m.Remaining)
 		if m.Limit != "" {
-			lim, _ = quota(r.h.Values(m.Limit))
+			lim, _ = quota(r.values(m.Limit))
 			names = append(names, m.Limit)
 		}
 	}
@@ -158,7 +158,7 @@ func (m Mapping) window(r *reader, src string) {
 		if m.WindowUnit == "ms" {
 			f = formMS
 		}
-		if w, _, found := r.longest(r.h.Values(m.WindowHeader), f); found && w > 0 {
+		if w, _, found := r.longest(r.values(m.WindowHeader), f); found && w > 0 {
 			window = w
 			names = append(names, m.WindowHeader)
 		}
@@ -191,17 +191,17 @@ func (m Mapping) reset(r *reader) (d time.Duration, abs, ok bool) {
 	if m.Reset == "" || !known {
 		return 0, false, false
 	}
-	return r.longest(r.h.Values(m.Reset), f)
+	return r.longest(r.values(m.Reset), f)
 }
 
 // refused reads m's Refused header: present, nothing is left until the
 // longer of Retry-After and Reset, or for Hold.
 func (m Mapping) refused(r *reader, src string) {
-	if len(r.h.Values(m.Refused)) == 0 {
+	if len(r.values(m.Refused)) == 0 {
 		return
 	}
 	names := []string{m.Refused}
-	d, abs, ok := r.longest(r.h.Values("Retry-After"), formDelay)
+	d, abs, ok := r.longest(r.values("Retry-After"), formDelay)
 	if ok {
 		names = append(names, "Retry-After")
 	}

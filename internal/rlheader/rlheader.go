@@ -122,6 +122,26 @@ func newReader(h http.Header, now time.Time) *reader {
 	return r
 }
 
+// The most of a field read: its first maxLines lines, each of at most
+// maxLine bytes (a longer line is not read), so an answer's header costs
+// a bounded time to read.
+const (
+	maxLines = 16
+	maxLine  = 8 << 10
+)
+
+// values is the lines of the field name that are read.
+func (r *reader) values(name string) []string {
+	vs := r.h.Values(name)
+	var out []string
+	for _, v := range vs[:min(len(vs), maxLines)] {
+		if len(v) <= maxLine {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // emit adds l, read from the lines header describes, under the rules
 // every limit keeps: Remaining at most a known Limit, and nothing left
 // waits at least until the next whole second of now.
@@ -142,7 +162,7 @@ func (r *reader) emit(l Limit, header string) {
 func (r *reader) lines(abs bool, names ...string) string {
 	var b strings.Builder
 	for _, n := range names {
-		if vs := r.h.Values(n); len(vs) > 0 {
+		if vs := r.values(n); len(vs) > 0 {
 			line(&b, n, vs...)
 		}
 	}
