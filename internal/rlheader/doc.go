@@ -20,11 +20,11 @@
 //   - Retry-After (delay seconds or an HTTP date), on any status: nothing
 //     left until then.
 //
-// Mapping reads a limit from headers named in configuration, and Profile
+// Mapping reads limits from headers named in configuration, and Profile
 // gives the built-in Mappings for vendors whose headers none of the
-// families above name (Profiles lists them): shopify, salesforce, hubspot,
-// kong, atlassian and envoy; each profile's comment says how it reads its
-// vendor's headers. ParseWith is Parse followed by Mappings.
+// families above name: shopify, salesforce, hubspot, kong, atlassian and
+// envoy (Profiles lists them; Profile says how each reads its vendor's
+// headers). ParseWith is Parse followed by Mappings.
 //
 // # Rules
 //
