@@ -20,14 +20,17 @@ import (
 )
 
 const usageText = `Usage:
-  shaper -config shaper.yaml         run the dispatcher and the HTTP API for a config
+  shaper -config shaper.yaml [-listen ADDR]   run the dispatcher and the HTTP API for a config
+                                     (-listen replaces http.listen: several processes on one host, one file)
   shaper [-listen ADDR]              without -config: the quick start (embedded Redis, a demo downstream)
-  shaper ctl -config FILE COMMAND    runtime control through Redis: status, pause, resume, rate, mode (shaper ctl for more)
+  shaper ctl -config FILE COMMAND    runtime control through Redis: ` + app.CtlCommands + ` (shaper ctl help)
   shaper replay -config FILE ARRIVALS.jsonl   what the config would have done with a log of past arrivals (offline)
+  shaper version                     the version and the commit it was built from
 
 Subcommands:
   ctl        runtime control of every shaper process sharing the config's Redis
   replay     replay recorded arrivals through a config's admission and shaping, on an embedded Redis
+  version    print the version
 
 Exit status: 0 after a graceful stop, 1 on a config or start-up error, 2 on a usage error.
 
@@ -45,7 +48,7 @@ func parseArgs(args []string, stdout io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
 	fs.StringVar(&o.configPath, "config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
-	fs.StringVar(&o.listen, "listen", "", "HTTP listen address for the quick start (default 127.0.0.1:8080)")
+	fs.StringVar(&o.listen, "listen", "", "HTTP listen address: the quick start's (default 127.0.0.1:8080), or with -config in place of http.listen")
 	if err := cliflags.Parse(fs, args, stdout, usageText); err != nil {
 		return o, err
 	}
@@ -58,6 +61,10 @@ func parseArgs(args []string, stdout io.Writer) (options, error) {
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "help" {
 		os.Args[1] = "-h"
+	}
+	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
+		fmt.Println(app.Version())
+		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "ctl" {
 		if err := app.Ctl(context.Background(), os.Args[2:], os.Stdout); err != nil {
@@ -92,7 +99,7 @@ func main() {
 	if o.configPath == "" {
 		err = app.QuickStart(ctx, os.Stdout, app.QuickStartOptions{Listen: o.listen})
 	} else {
-		err = app.RunConfigFile(ctx, o.configPath)
+		err = app.RunConfigFile(ctx, o.configPath, o.listen)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "shaper:", err)

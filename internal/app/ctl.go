@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,31 +21,69 @@ import (
 // ErrUsage marks a command-line mistake (exit code 2).
 var ErrUsage = errors.New("usage")
 
-const ctlUsage = `usage: shaper ctl -config FILE COMMAND
+// CtlCommands names the ctl commands, for the daemon's usage line.
+const CtlCommands = "status, pause, resume, rate, reset, breaker, mode"
+
+const ctlUsage = `usage: shaper ctl -config FILE COMMAND [ARGS]   (flags may also follow the command)
 commands:
   status                 every downstream: rates, pause, backlog (JSON)
   pause NAME             stop releases of NAME in every process (tasks are held, never dropped)
   resume NAME            undo pause
-  rate NAME RATE         override NAME's rate in every process, e.g. 20/s
+  rate NAME RATE         override NAME's rate in every process, e.g. 20/s (a bare 20 is 20/s)
   rate NAME clear        remove the override (back to the configured or scheduled rate)
   reset NAME             clear every hold on NAME (its bucket's next_free, the limit its answers
                          announced, its quotas' counts): releases resume at the rate now
   breaker NAME open|close|clear
                          open NAME's circuit breaker now, or close it (clear: the same), every process
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
-                         or clear (back to the config's mode); every process within a second`
+                         or clear (back to the config's mode); every process within a second
+  help                   this text
+flags:
+  -config FILE           the YAML config every shaper process runs (required; its redis and downstreams)
+exit status: 0 done, 1 the command failed (Redis, the config), 2 a usage error`
+
+// ctlFlag is what hoistFlags moves to the front: a flag and, unless
+// given as -flag=value, its value.
+var ctlFlag = map[string]bool{"-config": true, "--config": true}
+
+// hoistFlags moves the flags found after the command to the front, so
+// that "ctl rate api 20 -config x.yaml" reads as "ctl -config x.yaml rate
+// api 20" (the flag package stops at the first argument).
+func hoistFlags(args []string) []string {
+	var flags, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, _, hasValue := strings.Cut(a, "=")
+		switch {
+		case ctlFlag[name] && hasValue:
+			flags = append(flags, a)
+		case ctlFlag[name] && i+1 < len(args):
+			flags = append(flags, a, args[i+1])
+			i++
+		case a == "-h" || a == "-help" || a == "--help":
+			flags = append(flags, a)
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return append(flags, rest...)
+}
 
 // Ctl runs "shaper ctl": runtime control straight through Redis, for an
 // operator on a machine that can reach it.
 func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("shaper ctl", flag.ContinueOnError)
 	path := fs.String("config", "", "path to the YAML config file (required)")
-	if help, err := parseSubcommand(fs, args, ctlUsage, out); help || err != nil {
+	if help, err := parseSubcommand(fs, hoistFlags(args), ctlUsage, out); help || err != nil {
 		return err
 	}
 	rest := fs.Args()
-	if *path == "" || len(rest) == 0 {
-		return fmt.Errorf("%w: -config and a command are required\n%s", ErrUsage, ctlUsage)
+	if len(rest) == 0 || rest[0] == "help" {
+		fmt.Fprintln(out, ctlUsage)
+		return nil
+	}
+	if *path == "" {
+		return fmt.Errorf("%w: -config FILE is required (see shaper ctl help)", ErrUsage)
 	}
 	pl, err := loadPlan(*path)
 	if err != nil {
@@ -68,10 +107,10 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 	ctl := shaping.NewControl(rdb, pl.Prefix)
 	need := func(n int) error {
 		if len(rest) != n {
-			return fmt.Errorf("%w: %q takes %d argument(s)\n%s", ErrUsage, rest[0], n-1, ctlUsage)
+			return fmt.Errorf("%w: %q takes %d argument(s) (see shaper ctl help)", ErrUsage, rest[0], n-1)
 		}
 		if _, ok := pl.Downstream(rest[1]); !ok {
-			return fmt.Errorf("%w: unknown downstream %q", ErrUsage, rest[1])
+			return fmt.Errorf("%w: unknown downstream %q (the config has %s)", ErrUsage, rest[1], downstreamNames(pl))
 		}
 		return nil
 	}
@@ -122,9 +161,18 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		}
 		return ctlBreaker(ctx, pl, rdb, rest[1], rest[2], out)
 	default:
-		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, rest[0], ctlUsage)
+		return fmt.Errorf("%w: unknown command %q (commands: %s, help)", ErrUsage, rest[0], CtlCommands)
 	}
 	return nil
+}
+
+// downstreamNames lists pl's downstreams for an error message.
+func downstreamNames(pl *plan.Plan) string {
+	var ns []string
+	for _, d := range pl.Downstreams {
+		ns = append(ns, d.Shaping.Name)
+	}
+	return strings.Join(ns, ", ")
 }
 
 // ctlStatus prints every downstream's rates, pause and backlog as JSON.

@@ -31,10 +31,17 @@ type Options struct {
 }
 
 // RunConfigFile loads the config at path and runs shaper until ctx ends.
-func RunConfigFile(ctx context.Context, path string) error {
+func RunConfigFile(ctx context.Context, path, listen string) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
+	}
+	if listen != "" {
+		// every process of a host runs the same file; each its own address
+		cfg.HTTP.Listen = listen
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("-listen: %w", err)
+		}
 	}
 	return Run(ctx, cfg, Options{})
 }
