@@ -157,8 +157,9 @@ func (r *reader) emit(l Limit, header string) {
 	r.out = append(r.out, l)
 }
 
-// lines describes the named fields h holds, and the Date line when abs
-// (an absolute time was placed on it), for Limit.Header.
+// lines describes, for Limit.Header, the lines of the named fields that
+// are read, and the Date line when abs (an absolute time was placed on
+// it).
 func (r *reader) lines(abs bool, names ...string) string {
 	var b strings.Builder
 	for _, n := range names {

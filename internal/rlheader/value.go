@@ -158,8 +158,8 @@ func fewest(lines []string) (int64, bool) {
 // its members when none is plain (a member with parameters, 10;w=1, is a
 // policy, not a limit of its own).
 func quota(lines []string) (int64, bool) {
-	var plain, any int64
-	okPlain, okAny := false, false
+	var plain, every int64
+	okPlain, okEvery := false, false
 	for _, t := range tokens(lines) {
 		bare, params, _ := item(t)
 		f, ok := number(bare)
@@ -167,8 +167,8 @@ func quota(lines []string) (int64, bool) {
 			continue
 		}
 		n := toUnits(f)
-		if !okAny || n < any {
-			any, okAny = n, true
+		if !okEvery || n < every {
+			every, okEvery = n, true
 		}
 		if len(params) == 0 && (!okPlain || n < plain) {
 			plain, okPlain = n, true
@@ -177,7 +177,7 @@ func quota(lines []string) (int64, bool) {
 	if okPlain {
 		return plain, true
 	}
-	return any, okAny
+	return every, okEvery
 }
 
 // longest reads a time from a field's lines in form f: the longest of
