@@ -63,7 +63,7 @@ func validateRate(l limiters.Limit) error {
 // declares its own: what its bucket holds, i.e. the units rate × maxWait
 // lets through, or its burst, and at least 1.
 func DefaultMaxCost(rate limiters.Limit, maxWait time.Duration, burst int64) int64 {
-	return max(rate.UnitsIn(maxWait), burst, 1)
+	return sizing.DefaultMaxCost(rate, maxWait, burst)
 }
 
 // Reservation is the answer of Reserve.

@@ -40,6 +40,9 @@ type Control struct {
 	rdb   redis.Scripter
 	store *lua.Store
 	space keys.Space
+	// served finds a downstream the dispatcher owning this Control
+	// serves (nil for a Control from NewControl), for SetRate's check.
+	served func(name string) (Downstream, bool)
 }
 
 // NewControl returns a Control for keys under prefix.
@@ -98,13 +101,25 @@ func (c *Control) Resume(ctx context.Context, ds string) error { return c.set(ct
 
 // SetRate overrides ds's rate in every process; the zero Limit removes the
 // override (back to the configured or scheduled rate). Only l.Rate and
-// l.Period are read.
+// l.Period are read. The Control of a Dispatcher refuses, for a
+// downstream it serves, a rate that fails Downstream.CheckRate (the error
+// wraps ErrRateTooSlow or limiters.ErrInvalidLimit); a Control from
+// NewControl knows no downstream and checks only that l is a valid rate,
+// so check with the downstream's CheckRate first. Either way the control
+// loop ignores an override that fails CheckRate.
 func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) error {
 	if l.IsZero() {
 		return c.set(ctx, ds, "override_rate", "", "override_period_us", "")
 	}
 	if err := validateRate(l); err != nil {
 		return err
+	}
+	if c.served != nil {
+		if d, ok := c.served(ds); ok {
+			if err := d.CheckRate(l); err != nil {
+				return err
+			}
+		}
 	}
 	return c.set(ctx, ds, "override_rate", strconv.FormatInt(l.Rate, 10),
 		"override_period_us", strconv.FormatInt(int64(l.Period/time.Microsecond), 10))
@@ -190,4 +205,14 @@ func (c *Control) adaptiveEvent(ctx context.Context, ds string, a *Adaptive, sta
 		return limiters.Limit{}, fmt.Errorf("shaping: adaptive %q: %w", ds, err)
 	}
 	return fromMilli(m), nil
+}
+
+// served is the downstream called name as the dispatcher runs it
+// (defaults filled); false when it does not serve one of that name.
+func (d *Dispatcher) served(name string) (Downstream, bool) {
+	r, err := d.runner(name)
+	if err != nil {
+		return Downstream{}, false
+	}
+	return r.ds, true
 }

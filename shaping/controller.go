@@ -93,7 +93,11 @@ func (r *runner) refresh(ctx context.Context) bool {
 
 // apply computes the rate in force from the cached state: the schedule's
 // (or the configured) rate, replaced by a runtime override, capped by the
-// adaptive rate.
+// adaptive rate (never below this downstream's floor). An override that
+// fails Downstream.CheckRate (written into Redis by anything that did not
+// check: another config, a script) is ignored and logged once, rather
+// than let the bucket archive every task: the schedule's or the
+// configured rate holds instead.
 func (r *runner) apply() {
 	r.smu.Lock()
 	st := r.st
@@ -104,7 +108,7 @@ func (r *runner) apply() {
 			base = l
 		}
 	}
-	if !st.Override.IsZero() {
+	if err := r.checkOverride(st.Override); err == nil && !st.Override.IsZero() {
 		base = st.Override
 	}
 	r.base.Store(&base)
@@ -112,7 +116,10 @@ func (r *runner) apply() {
 	if a := r.ds.Adaptive; a != nil {
 		ar := r.clampAdaptive(base)
 		if st.Adaptive > 0 {
-			ar = fromMilli(int64(st.Adaptive*1000 + 0.5))
+			// another process's floor may be lower: this one's holds
+			if ar = fromMilli(int64(st.Adaptive*1000 + 0.5)); ar.PerSec() < a.Floor.PerSec() {
+				ar = a.Floor
+			}
 		}
 		eff = slower(eff, ar)
 	}
@@ -126,6 +133,25 @@ func (r *runner) apply() {
 		}
 		m.Paused.WithLabelValues(r.ds.Name).Set(v)
 	}
+}
+
+// checkOverride applies CheckRate to an override (none passes) and logs
+// one that fails it once, until the override changes.
+func (r *runner) checkOverride(l limiters.Limit) error {
+	if l.IsZero() {
+		r.refused.Store(nil)
+		return nil
+	}
+	err := r.ds.CheckRate(l)
+	if err == nil {
+		r.refused.Store(nil)
+		return nil
+	}
+	if prev := r.refused.Swap(&l); prev == nil || *prev != l {
+		r.d.log.Error("shaping: ignoring the rate override in Redis: the downstream cannot run at it", "downstream", r.ds.Name,
+			"override", l.RateString(), "err", err)
+	}
+	return err
 }
 
 func (r *runner) setRate(l limiters.Limit) {

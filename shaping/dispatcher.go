@@ -255,6 +255,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	d.m = metrics.New(cfg.Registerer)
 	d.control = NewControl(rdb, cfg.Prefix)
+	d.control.served = d.served
 	d.fair = NewFairQueue(rdb, cfg.Prefix)
 	d.buckets = NewBuckets(rdb, cfg.Prefix, WithTimeout(cfg.RedisTimeout),
 		WithObserver(func(dur time.Duration, err error) { d.m.ObserveScript("shaping", dur, err) }))

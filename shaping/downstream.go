@@ -1,14 +1,18 @@
 package shaping
 
 import (
+	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/sizing"
+	"github.com/shaper-io/shaper/limiters"
 )
 
 // DefaultMaxHold is the longest one answer holds a downstream unless its
 // configuration says otherwise: an hour, so that one buggy header cannot
 // freeze a stream for a day.
-const DefaultMaxHold = time.Hour
+const DefaultMaxHold = sizing.DefaultMaxHold
 
 // prepare checks ds and fills in its defaults (MaxWait, Workers,
 // MaxCost); its errors name the downstream and the field.
@@ -66,16 +70,89 @@ func (ds *Downstream) prepare() error {
 		ds.Workers = DefaultWorkers(ds.Rate, ds.MaxWait)
 	}
 	if ds.MaxCost == 0 {
-		ds.MaxCost = DefaultMaxCost(ds.Rate, ds.MaxWait, ds.Burst)
-		if m := minQuota(ds.Quotas); m > 0 {
-			ds.MaxCost = min(ds.MaxCost, m)
-		}
+		ds.MaxCost = ds.defaultMaxCost()
 	}
 	if err := validateQuotas(ds.Quotas, ds.maxReleaseCost()); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
-	if iv := ds.Rate.Interval(ds.maxReleaseCost()); iv > MaxInterval {
-		return fmt.Errorf("shaping: downstream %q: MaxCost %d at %s is %s of the bucket, more than %s", ds.Name, ds.MaxCost, ds.Rate.RateString(), iv, MaxInterval)
+	return ds.checkRates()
+}
+
+// defaultMaxCost is MaxCost when it is zero: DefaultMaxCost at the rate,
+// within the smallest quota and what a spread quota paces within
+// MaxInterval (sizing.SpreadUnits).
+func (ds *Downstream) defaultMaxCost() int64 {
+	m := DefaultMaxCost(ds.Rate, cmp.Or(ds.MaxWait, time.Second), ds.Burst)
+	if q := minQuota(ds.Quotas); q > 0 {
+		m = min(m, q)
+	}
+	for _, q := range ds.Quotas {
+		if q.Spread && q.Per > 0 {
+			m = min(m, sizing.SpreadUnits(q.Limit, q.Per))
+		}
+	}
+	return m
+}
+
+// ErrRateTooSlow is wrapped by Downstream.CheckRate's error (and so by
+// Dispatcher.Add's and Control.SetRate's) for a rate at which the
+// downstream's largest release would hold it for longer than MaxInterval.
+var ErrRateTooSlow = sizing.ErrRateTooSlow
+
+// SlowRateError is the error CheckRate wraps for such a rate: the rate,
+// the largest release's cost and how long it would hold the downstream.
+type SlowRateError = sizing.SlowRateError
+
+// CheckRate reports whether ds may run at l: l must be a valid rate (Rate
+// and Period; its Burst is not read), and ds's largest release (MaxCost,
+// or MaxCost × Batch.MaxRows for a batch) must fit in one reservation at
+// it, MaxInterval; at a slower rate the bucket refuses every such task
+// (limiters.ErrCostExceedsCapacity) and it is archived instead of waiting.
+// A zero MaxCost counts as the default Dispatcher.Add fills in.
+//
+// It is the one rule for every rate a downstream runs at: Dispatcher.Add
+// applies it to Rate, the Schedule's rates and the Adaptive floor and
+// ceiling; Control.SetRate to an override of a downstream the dispatcher
+// serves; the control loop ignores an override in Redis that fails it;
+// internal/config applies the same rule (sizing.CheckRate) to the file.
+func (ds Downstream) CheckRate(l limiters.Limit) error {
+	if err := ds.checkRate(l); err != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+	}
+	return nil
+}
+
+func (ds Downstream) checkRate(l limiters.Limit) error {
+	if err := validateRate(l); err != nil {
+		return err
+	}
+	if ds.MaxCost == 0 {
+		ds.MaxCost = ds.defaultMaxCost()
+	}
+	return sizing.CheckRate(l, ds.maxReleaseCost())
+}
+
+// checkRates applies CheckRate to every rate ds is configured to run at.
+func (ds *Downstream) checkRates() error {
+	check := func(what string, l limiters.Limit) error {
+		if err := ds.checkRate(l); err != nil {
+			return fmt.Errorf("shaping: downstream %q: %s%w", ds.Name, what, err)
+		}
+		return nil
+	}
+	if err := check("", ds.Rate); err != nil {
+		return err
+	}
+	for _, c := range ds.Schedule {
+		if err := check(fmt.Sprintf("schedule %q: ", c.Spec), c.Rate); err != nil {
+			return err
+		}
+	}
+	if a := ds.Adaptive; a != nil {
+		if err := check("adaptive floor: ", a.Floor); err != nil {
+			return err
+		}
+		return check("adaptive ceiling: ", a.Ceiling)
 	}
 	return nil
 }

@@ -124,7 +124,8 @@ type QuotaUse struct {
 }
 
 // validateQuotas checks a downstream's quotas: each valid, no two of one
-// shape, each at least the largest cost of a release.
+// shape, each at least the largest cost of a release, and a spread one
+// pacing that release within MaxInterval (sizing.CheckSpread).
 func validateQuotas(qs []Quota, maxCost int64) error {
 	seen := map[string]bool{}
 	for _, q := range qs {
@@ -137,6 +138,11 @@ func validateQuotas(qs []Quota, maxCost int64) error {
 		seen[q.shape()] = true
 		if maxCost > q.Limit {
 			return fmt.Errorf("quota %s: MaxCost %d is above the limit: such a task could never be released", q, maxCost)
+		}
+		if q.Spread {
+			if err := sizing.CheckSpread(q.Limit, q.Per, maxCost); err != nil {
+				return fmt.Errorf("quota %s: %w", q, err)
+			}
 		}
 	}
 	return nil

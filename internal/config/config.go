@@ -10,8 +10,11 @@
 //
 // A field left out of the file gets its default; a field written with a
 // zero value keeps it, so "workers: 0" is an error rather than the default
-// and "max_retry: 0" means no retries. A field written as null ("timeout:"
-// or "timeout: ~") counts as left out.
+// and "max_retry: 0" means no retries (a zero outside a field's range is
+// an error even where a Config built in code reads zero as the default,
+// e.g. "concurrency: 0"). A field written as null ("timeout:" or
+// "timeout: ~") counts as left out. An integer field written with a
+// fraction ("limit: 2.5") is an error, not truncated.
 //
 // Secrets never live in the file or in a Config: Redis.Password and
 // HTTP.Token read the environment (or a file) each time they are called.
@@ -22,6 +25,8 @@ package config
 import (
 	"errors"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/sizing"
 )
 
 // ErrInvalid is wrapped by every error about a configuration's content;
@@ -40,6 +45,7 @@ const (
 	DefaultMaxRetry        = 25
 	DefaultHandlerTimeout  = 10 * time.Second
 	DefaultMethod          = "POST"
+	DefaultMaxHold         = sizing.DefaultMaxHold
 )
 
 // ListenOff is the HTTP.Listen value that disables the HTTP server. An

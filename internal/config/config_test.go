@@ -55,6 +55,7 @@ func TestLoadExample(t *testing.T) {
 				Rate:     MustRate("50/s"),
 				Burst:    1,
 				MaxWait:  Duration(2 * time.Second),
+				MaxHold:  Duration(DefaultMaxHold),
 				Workers:  160,
 				MaxRetry: 10,
 				Handler: Handler{
@@ -81,6 +82,7 @@ func TestLoadExample(t *testing.T) {
 				Rate:        MustRate("3000/m"),
 				Burst:       1,
 				MaxWait:     Duration(time.Second),
+				MaxHold:     Duration(DefaultMaxHold),
 				Workers:     51, // ceil(50/s × 1s) + 1
 				MaxRetry:    25,
 				Handler:     Handler{Type: HandlerGo, Timeout: Duration(10 * time.Second)},
@@ -91,6 +93,7 @@ func TestLoadExample(t *testing.T) {
 				Rate:        MustRate("2.5/s"),
 				Burst:       1,
 				Capacity:    10,
+				MaxHold:     Duration(DefaultMaxHold),
 				Workers:     11, // ceil(2.5/s × 4s) + 1
 				MaxRetry:    0,
 				Handler:     Handler{Type: HandlerLog, Timeout: Duration(10 * time.Second)},
@@ -156,7 +159,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout: Duration(DefaultShutdownTimeout),
 		Downstreams: []Downstream{{
 			Name: "api", Rate: MustRate("50/s"), Burst: 1, MaxWait: Duration(time.Second),
-			Workers: 51, MaxRetry: 25,
+			MaxHold: Duration(DefaultMaxHold), Workers: 51, MaxRetry: 25,
 			Handler:     Handler{Type: HandlerLog, Timeout: Duration(DefaultHandlerTimeout)},
 			ShapingMode: ModeEnforce, OnLate: LateArchive,
 		}},

@@ -55,6 +55,12 @@ func (c *Config) fill(set func(path string) bool) *Error {
 		case !hasWait && !hasCap:
 			d.MaxWait = Duration(DefaultMaxWait)
 		}
+		if e := d.refuseZeros(p, set); e != nil {
+			return e
+		}
+		if !set(p + ".max_hold") {
+			d.MaxHold = Duration(DefaultMaxHold)
+		}
 		if !set(p + ".workers") {
 			d.Workers = sizing.DefaultWorkers(d.Limit(), d.MaxWaitDuration())
 		}
@@ -82,6 +88,42 @@ func (c *Config) fill(set func(path string) bool) *Error {
 				l.Algorithm = cmp.Or(l.Algorithm, limiters.TokenBucket)
 				l.Key = cmp.Or(l.Key, KeyTenant)
 			}
+		}
+	}
+	return nil
+}
+
+// refuseZeros reports a field the file sets to zero where zero is outside
+// its range but means "the default" (or "none") in a Config built in code:
+// written in the file, a zero would silently become something else.
+func (d *Downstream) refuseZeros(p string, set func(path string) bool) *Error {
+	type field struct {
+		path   string
+		zero   bool
+		got    string
+		reason string
+	}
+	fields := []field{
+		{".max_cost", d.MaxCost == 0, "0", "must be at least 1 (leave it out for what the bucket holds)"},
+		{".max_hold", d.MaxHold == 0, "0s", fmt.Sprintf("must be more than 0 and at most %s (leave it out for %s)", sizing.MaxInterval, DefaultMaxHold)},
+		{".concurrency", d.Concurrency == 0, "0", fmt.Sprintf("must be 1-%d (leave it out for no cap)", maxConcurrency)},
+		{".key_concurrency", d.KeyConcurrency == 0, "0", fmt.Sprintf("must be 1-%d (leave it out for no cap)", maxConcurrency)},
+		{".lease", d.Lease == 0, "0s", "must be 1s to 1h (leave it out for 10s)"},
+	}
+	if f := d.Fairness; f != nil {
+		fields = append(fields, field{".fairness.default_weight", f.DefaultWeight == 0, "0", fmt.Sprintf("must be in (0, %g] (leave it out for 1)", float64(maxFairWeight))})
+	}
+	if a := d.Adaptive; a != nil {
+		fields = append(fields,
+			field{".adaptive.decrease", a.Decrease == 0, "0", "must be between 0 and 1, exclusive (leave it out for 0.75)"},
+			field{".adaptive.interval", a.Interval == 0, "0s", "must be positive (leave it out for 1s)"})
+	}
+	for j, qt := range d.Quotas {
+		fields = append(fields, field{fmt.Sprintf(".quotas[%d].margin", j), qt.Margin == 0, "0s", "must be more than 0 and at most per/4 (leave it out for 20ms)"})
+	}
+	for _, f := range fields {
+		if f.zero && set(p+f.path) {
+			return errf(p+f.path, "%s, got %s", f.reason, f.got)
 		}
 	}
 	return nil

@@ -2,12 +2,15 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -56,6 +59,9 @@ func Parse(data []byte) (*Config, error) {
 			return nil, idx.decodeError(err)
 		}
 	}
+	if e := idx.checkWhole(); e != nil {
+		return nil, e
+	}
 	if e := c.fill(idx.isSet); e != nil {
 		e.Line = idx.line(e.Path)
 		return nil, e
@@ -90,10 +96,11 @@ func syntaxError(err error) *Error {
 // index maps the fields of a YAML node tree to their lines, and lines back
 // to fields, so that errors can name both.
 type index struct {
-	lines   map[string]int  // path → line of its key or sequence item
-	set     map[string]bool // paths the file sets to something other than null
-	entries []entry         // every node and key, in document order
-	budget  int             // nodes left to visit (aliases can multiply them)
+	lines   map[string]int    // path → line of its key or sequence item
+	set     map[string]bool   // paths the file sets to something other than null
+	frac    map[string]string // paths set to a number that is not whole → its text
+	entries []entry           // every node and key, in document order
+	budget  int               // nodes left to visit (aliases can multiply them)
 }
 
 type entry struct {
@@ -106,7 +113,7 @@ type entry struct {
 }
 
 func newIndex(root *yaml.Node) *index {
-	x := &index{lines: map[string]int{}, set: map[string]bool{}, budget: 1 << 16}
+	x := &index{lines: map[string]int{}, set: map[string]bool{}, frac: map[string]string{}, budget: 1 << 16}
 	x.walk(root, "", 0)
 	return x
 }
@@ -193,6 +200,65 @@ func (x *index) mark(p string, v *yaml.Node) {
 	if v.ShortTag() != "!!null" {
 		x.set[p] = true
 	}
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+		if f, err := strconv.ParseFloat(v.Value, 64); err != nil || f != math.Trunc(f) {
+			x.frac[p] = v.Value
+		}
+	}
+}
+
+// checkWhole refuses a number with a fraction (or .inf, .nan) written
+// for an integer field: the decoder would truncate it (limit: 2.5 is 2).
+func (x *index) checkWhole() *Error {
+	var bad []string
+	for p := range x.frac {
+		if isIntField(p) {
+			bad = append(bad, p)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.SortFunc(bad, func(a, b string) int { return cmp.Compare(x.line(a), x.line(b)) })
+	e := errf(bad[0], "must be a whole number, got %s", x.frac[bad[0]])
+	e.Line = x.line(bad[0])
+	return e
+}
+
+// rePathStep is one step of a field path: a key or a [index].
+var rePathStep = regexp.MustCompile(`\[[0-9]+\]|[^.\[]+`)
+
+// isIntField reports whether path names an integer field of Config.
+func isIntField(path string) bool {
+	t := reflect.TypeFor[Config]()
+	for _, step := range rePathStep.FindAllString(path, -1) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case step[0] == '[' && t.Kind() == reflect.Slice:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			f, ok := yamlField(t, step)
+			if !ok {
+				return false
+			}
+			t = f.Type
+		default: // maps (keys may hold dots) and any: no integer fields
+			return false
+		}
+	}
+	return t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64
+}
+
+// yamlField is the field of struct type t that the file calls name.
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if n, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); n == name {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // line is the line of path, or of its nearest ancestor in the file.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/sizing"
 )
 
 // Quota is a budget the downstream's releases never pass, beside its rate:
@@ -123,12 +125,14 @@ func (d *Downstream) validateQuotas(p string) *Error {
 			return errf(qp, "same period and alignment as %s: merge them (the smaller limit binds)", first)
 		}
 		seen[shape] = qp
-		rows := int64(1)
-		if d.Batch != nil && d.Batch.MaxRows > 1 {
-			rows = int64(d.Batch.MaxRows)
-		}
+		rows := d.batchRows()
 		if d.MaxCost*rows > qt.Limit || rows > qt.Limit {
 			return errf(qp+".limit", "%d is below the largest release's cost (max_cost %d × %d rows): such a task could never be released", qt.Limit, max(d.MaxCost, 1), rows)
+		}
+		if qt.Spread {
+			if err := sizing.CheckSpread(qt.Limit, per, d.MaxReleaseCost()); err != nil {
+				return errf(qp, "limit %d per %s with spread: %v", qt.Limit, qt.Per, err)
+			}
 		}
 	}
 	return d.Handler.validateCost(p + ".handler")

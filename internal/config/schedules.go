@@ -95,6 +95,9 @@ func (d *Downstream) validateSchedule(p string) *Error {
 		if e := checkRate(cp+".rate", c.Rate); e != nil {
 			return e
 		}
+		if e := d.checkRelease(cp+".rate", c.Rate); e != nil {
+			return e
+		}
 		spec := cronspec.InZone(c.Cron, loc)
 		s, err := cronspec.Parser.Parse(spec)
 		if err != nil {
@@ -119,9 +122,15 @@ func (d *Downstream) validateAdaptive(ap string) *Error {
 	if e := checkRate(ap+".floor", a.Floor); e != nil {
 		return e
 	}
+	if e := d.checkRelease(ap+".floor", a.Floor); e != nil {
+		return e
+	}
 	ceiling := d.Limit()
 	if !a.Ceiling.IsZero() {
 		if e := checkRate(ap+".ceiling", a.Ceiling); e != nil {
+			return e
+		}
+		if e := d.checkRelease(ap+".ceiling", a.Ceiling); e != nil {
 			return e
 		}
 		ceiling = a.Ceiling.Limit()

@@ -3,9 +3,11 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -93,6 +95,12 @@ type Downstream struct {
 	// refused at enqueue. Default: what the bucket holds, rate × MaxWait
 	// (or Burst), at least 1 (shaping.DefaultMaxCost).
 	MaxCost int64 `yaml:"max_cost,omitempty"`
+	// MaxHold is the longest one answer of the downstream (an announced
+	// reset, a Retry-After, a reported cost) may hold it; a longer one is
+	// cut to it. The quotas in Quotas are not cut. Default 1h
+	// (DefaultMaxHold), more than 0 and at most 24h; zero in a Config built
+	// in code means the default.
+	MaxHold Duration `yaml:"max_hold,omitempty"`
 	// Concurrency caps the calls in flight across every process; 0 (the
 	// default) means no cap.
 	Concurrency int `yaml:"concurrency,omitempty"`
@@ -293,6 +301,40 @@ func (d Downstream) MaxWaitDuration() time.Duration {
 		return d.Limit().Interval(d.Capacity)
 	}
 	return time.Duration(d.MaxWait)
+}
+
+// DefaultMaxCost is the downstream's max cost when MaxCost is left out:
+// what the bucket holds (sizing.DefaultMaxCost: rate × the max wait, or
+// Burst, at least 1), within the smallest quota and what a spread quota
+// paces in a day (sizing.SpreadUnits), per row of a batch.
+func (d Downstream) DefaultMaxCost() int64 {
+	m := sizing.DefaultMaxCost(d.Limit(), d.MaxWaitDuration(), d.Burst)
+	rows := d.batchRows()
+	for _, q := range d.Quotas {
+		m = min(m, max(q.Limit/rows, 1))
+		if q.Spread && q.Per > 0 {
+			m = min(m, max(sizing.SpreadUnits(q.Limit, time.Duration(q.Per))/rows, 1))
+		}
+	}
+	return m
+}
+
+// MaxReleaseCost is the most one release may cost: MaxCost (or its
+// default), times MaxRows for a batch.
+func (d Downstream) MaxReleaseCost() int64 {
+	c, rows := cmp.Or(d.MaxCost, d.DefaultMaxCost()), d.batchRows()
+	if c > math.MaxInt64/rows {
+		return math.MaxInt64
+	}
+	return c * rows
+}
+
+// batchRows is the rows of a full batch (1 without a batch).
+func (d Downstream) batchRows() int64 {
+	if d.Batch != nil && d.Batch.MaxRows > 1 {
+		return int64(d.Batch.MaxRows)
+	}
+	return 1
 }
 
 // Limit is the limiter's rate: Rate, with capacity Burst (the rate's count

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -268,8 +269,8 @@ func (d *Downstream) validate(p string) *Error {
 	if d.MaxCost < 0 {
 		return errf(p+".max_cost", "must be at least 1, got %d", d.MaxCost)
 	}
-	if d.MaxCost > 0 && d.Limit().Interval(d.MaxCost) > sizing.MaxInterval {
-		return errf(p+".max_cost", "%d at rate %s would hold the downstream for %s, over the limit of %s", d.MaxCost, q(d.Rate.String()), d.Limit().Interval(d.MaxCost).Round(time.Second), sizing.MaxInterval)
+	if d.MaxHold < 0 || time.Duration(d.MaxHold) > sizing.MaxInterval {
+		return errf(p+".max_hold", "must be more than 0 and at most %s, got %s", sizing.MaxInterval, d.MaxHold)
 	}
 	if e := d.validateConcurrency(p); e != nil {
 		return e
@@ -292,6 +293,17 @@ func (d *Downstream) validate(p string) *Error {
 	if e := d.validateQuotas(p); e != nil {
 		return e
 	}
+	if e := d.checkRelease(p+".rate", d.Rate); e != nil {
+		if d.MaxCost == 0 {
+			return e
+		}
+		cost := strconv.FormatInt(d.MaxCost, 10) // the file's max_cost, rather than its rate, is what to change
+		if rows := d.batchRows(); rows > 1 {
+			cost += fmt.Sprintf(" (× %d rows of a batch)", rows)
+		}
+		return errf(p+".max_cost", "%s at rate %s would hold the downstream for %s, over the limit of %s", cost, q(d.Rate.String()),
+			d.Limit().Interval(d.MaxReleaseCost()).Round(time.Second), sizing.MaxInterval)
+	}
 	if e := d.validateRollout(p); e != nil {
 		return e
 	}
@@ -302,6 +314,27 @@ func (d *Downstream) validate(p string) *Error {
 		return d.Admission.validate(p + ".admission")
 	}
 	return nil
+}
+
+// checkRelease reports a rate the downstream could not run at: its
+// largest release would hold it for longer than one reservation may
+// (sizing.CheckRate, the rule the dispatcher applies to every rate, and
+// to runtime overrides), so every task that costs that much would be
+// archived instead of waiting.
+func (d *Downstream) checkRelease(path string, r Rate) *Error {
+	var se *sizing.SlowRateError
+	if !errors.As(sizing.CheckRate(r.Limit(), d.MaxReleaseCost()), &se) {
+		return nil
+	}
+	cost := fmt.Sprintf("max_cost %d", cmp.Or(d.MaxCost, d.DefaultMaxCost()))
+	if d.MaxCost == 0 {
+		cost += ", its default"
+	}
+	if rows := d.batchRows(); rows > 1 {
+		cost += fmt.Sprintf(", × %d rows of a batch", rows)
+	}
+	return errf(path, "%s is too slow for the largest release (%s): it would hold the downstream for %s, over the limit of %s (such tasks would be archived, not wait)",
+		q(r.String()), cost, se.Hold.Round(time.Second), sizing.MaxInterval)
 }
 
 // checkRate reports a rate that limiters.ParseLimit rejected, in its words.
@@ -463,8 +496,17 @@ func (d *Downstream) validateFairness(p string) *Error {
 		return errf(p+".default_weight", "must be in (0, %g], got %g", float64(maxFairWeight), f.DefaultWeight)
 	case d.Batch != nil:
 		return errf(p, "cannot be combined with batch (a batch mixes keys)")
-	case !f.KeyRate.IsZero() && f.KeyRate.Limit().PerSec() > d.Limit().PerSec():
-		return errf(p+".key_rate", "%s is above the downstream's rate %s: it would never bind", q(f.KeyRate.String()), q(d.Rate.String()))
+	}
+	if !f.KeyRate.IsZero() {
+		if e := checkRate(p+".key_rate", f.KeyRate); e != nil {
+			return e
+		}
+		if f.KeyRate.Limit().PerSec() > d.Limit().PerSec() {
+			return errf(p+".key_rate", "%s is above the downstream's rate %s: it would never bind", q(f.KeyRate.String()), q(d.Rate.String()))
+		}
+		if sizing.CheckRate(f.KeyRate.Limit(), 1) != nil {
+			return errf(p+".key_rate", "%s is slower than one task per key in %s", q(f.KeyRate.String()), sizing.MaxInterval)
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.Weights)) {
 		if w := f.Weights[k]; !(w > 0 && w <= maxFairWeight) {

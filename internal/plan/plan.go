@@ -241,7 +241,7 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		return shaping.Downstream{}, err
 	}
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
-		MaxCost: cmp.Or(dc.MaxCost, defaultMaxCost(dc)), Workers: dc.Workers,
+		MaxCost: cmp.Or(dc.MaxCost, dc.DefaultMaxCost()), MaxHold: time.Duration(dc.MaxHold), Workers: dc.Workers,
 		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
@@ -270,21 +270,6 @@ func quotas(dc config.Downstream) []shaping.Quota {
 			Spread: q.Spread, Margin: time.Duration(q.Margin)})
 	}
 	return out
-}
-
-// defaultMaxCost is dc's max cost when the file leaves it out: what the
-// bucket holds (shaping.DefaultMaxCost), within the smallest quota (per
-// row of a batch).
-func defaultMaxCost(dc config.Downstream) int64 {
-	m := shaping.DefaultMaxCost(dc.Limit(), dc.MaxWaitDuration(), dc.Burst)
-	rows := int64(1)
-	if dc.Batch != nil {
-		rows = int64(max(dc.Batch.MaxRows, 1))
-	}
-	for _, q := range dc.Quotas {
-		m = min(m, max(q.Limit/rows, 1))
-	}
-	return m
 }
 
 // rateSchedule is dc's schedule, each change read in dc's time zone.

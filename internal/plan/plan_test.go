@@ -37,9 +37,9 @@ func TestBuildExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []shaping.Downstream{
-		{Name: "billing-api", Rate: limiters.Limit{Rate: 50, Period: time.Second, Burst: 1}, Burst: 1, MaxWait: 2 * time.Second, MaxCost: 100, Workers: 160},
-		{Name: "legacy-db", Rate: limiters.Limit{Rate: 3000, Period: time.Minute, Burst: 1}, Burst: 1, MaxWait: time.Second, MaxCost: 50, Workers: 51},
-		{Name: "audit-log", Rate: limiters.Limit{Rate: 5, Period: 2 * time.Second, Burst: 1}, Burst: 1, MaxWait: 4 * time.Second, MaxCost: 10, Workers: 11},
+		{Name: "billing-api", Rate: limiters.Limit{Rate: 50, Period: time.Second, Burst: 1}, Burst: 1, MaxWait: 2 * time.Second, MaxCost: 100, MaxHold: time.Hour, Workers: 160},
+		{Name: "legacy-db", Rate: limiters.Limit{Rate: 3000, Period: time.Minute, Burst: 1}, Burst: 1, MaxWait: time.Second, MaxCost: 50, MaxHold: time.Hour, Workers: 51},
+		{Name: "audit-log", Rate: limiters.Limit{Rate: 5, Period: 2 * time.Second, Burst: 1}, Burst: 1, MaxWait: 4 * time.Second, MaxCost: 10, MaxHold: time.Hour, Workers: 11},
 	} {
 		if got := p.Downstreams[i].Shaping; !reflect.DeepEqual(got, want) {
 			t.Errorf("downstreams[%d]:\n got %+v\nwant %+v", i, got, want)
@@ -257,5 +257,21 @@ func TestBuildHoldTimeout(t *testing.T) {
 		if got := p.Producer.Shaping[name].HoldTimeout; got != want {
 			t.Errorf("%s: HoldTimeout %v, want %v", name, got, want)
 		}
+	}
+}
+
+// max_hold reaches the dispatcher's Downstream.MaxHold (default 1h), and
+// the default max cost stays within what a spread quota paces in a day.
+func TestBuildMaxHoldAndSpreadCost(t *testing.T) {
+	t.Parallel()
+	p := build(t, "downstreams:\n  - {name: a, rate: 10/s, max_hold: 10m, handler: {type: log}}\n  - {name: b, rate: 10/s, handler: {type: log}}\n"+
+		"  - {name: c, rate: 10/s, quotas: [{limit: 7, per: 7d, spread: true}], handler: {type: log}}\n")
+	for name, want := range map[string]time.Duration{"a": 10 * time.Minute, "b": shaping.DefaultMaxHold, "c": time.Hour} {
+		if pd, _ := p.Downstream(name); pd.Shaping.MaxHold != want {
+			t.Errorf("%s: MaxHold %s, want %s", name, pd.Shaping.MaxHold, want)
+		}
+	}
+	if pd, _ := p.Downstream("c"); pd.Shaping.MaxCost != 1 || p.Producer.MaxCost["c"] != 1 {
+		t.Errorf("max cost under a spread quota of one unit a day: dispatcher %d, producer %d; want 1", pd.Shaping.MaxCost, p.Producer.MaxCost["c"])
 	}
 }
