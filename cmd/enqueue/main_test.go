@@ -224,7 +224,7 @@ func TestThousandTasksRejected(t *testing.T) {
 	}
 	// The second run gets nothing in, and says so on stderr without --json.
 	r = run(t, input[:strings.Index(input, "\n")+1], "--config", cfg)
-	if r.code != 1 || !strings.Contains(r.stderr, "1 tasks in") || !strings.Contains(r.stderr, "0 accepted, 0 deferred, 1 rejected (first Retry-After") {
+	if r.code != 1 || !strings.Contains(r.stderr, "1 task in") || !strings.Contains(r.stderr, "0 accepted, 0 deferred, 1 rejected (first Retry-After") {
 		t.Errorf("second run: %s, want exit 1 and a summary line", r)
 	}
 }
@@ -394,7 +394,7 @@ func TestBadInput(t *testing.T) {
 		if tc.stdin != "" {
 			// The summary line follows the error line.
 			first, rest, _ := strings.Cut(msg, "\n")
-			if !strings.HasPrefix(rest, "enqueue: 1 tasks in ") || strings.Contains(rest, "\n") {
+			if !strings.HasPrefix(rest, "enqueue: 1 task in ") || strings.Contains(rest, "\n") {
 				t.Errorf("case %d: stderr %q, want the error and then one summary line", i, r.stderr)
 			}
 			msg = first
@@ -592,6 +592,11 @@ func TestRedisFlagAndDryRun(t *testing.T) {
 	}
 	if r := run(t, input+"{\n", "--dry-run", "--json"); r.code != 2 || num(t, r, "invalid") != 1 {
 		t.Errorf("dry run with a bad line: %s, want exit 2", r)
+	}
+	// one task from flags: the dry run says what it checked, in one line
+	if r := run(t, "", "--dry-run", "--downstream", "anything", "--payload", "{}", "--key", "t1"); r.code != 0 ||
+		!strings.Contains(r.stderr, `dry run: the task for anything is valid (cost 1, key "t1")`) {
+		t.Errorf("dry run of one task: %s, want exit 0 and a line saying it is valid", r)
 	}
 	r = run(t, input, "--redis", redistest.URL(t), "--prefix", prefix, "--concurrency", "3", "--json")
 	if r.code != 0 || num(t, r, "accepted") != 3 {

@@ -10,14 +10,21 @@
 #
 #   go run ./cmd/shaper -config examples/enqueue-session/shaper.yaml
 #
-# Environment: ENQUEUE (the command; default "go run ./cmd/enqueue"),
+# Environment: ENQUEUE (the command; default: ./cmd/enqueue, built first),
 # CONFIG, REDIS_URL (overrides the config's redis.url), PREFIX.
 # Exit codes of enqueue: 0 all enqueued, 1 some rejected by admission,
 # 2 bad input, 3 Redis unreachable, 4 other failures (e.g. a duplicate
 # unique key). See docs/enqueue.md.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-ENQUEUE=${ENQUEUE:-go run ./cmd/enqueue}
+if [ -z "${ENQUEUE:-}" ]; then
+  # a built binary, not `go run`: go run reports every non-zero exit as
+  # its own "exit status N" and exits 1, hiding the codes shown here
+  bin=$(mktemp -d "${TMPDIR:-/tmp}/enqueue-session-bin-XXXXXX")
+  trap 'rm -rf "$bin"' EXIT
+  (cd "$here/../.." && go build -o "$bin/enqueue" ./cmd/enqueue) || exit 1
+  ENQUEUE="$bin/enqueue"
+fi
 CONFIG=${CONFIG:-$here/shaper.yaml}
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 PREFIX=${PREFIX:-session-example}

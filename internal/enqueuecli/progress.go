@@ -101,7 +101,7 @@ func renderProgress(s progressStats, elapsed time.Duration) string {
 		}
 		fmt.Fprintf(&b, "] %3d%%  ", int(frac*100))
 	}
-	fmt.Fprintf(&b, "%d tasks  %d accepted  %d deferred  %d rejected", s.tasks, s.accepted, s.deferred, s.rejected)
+	fmt.Fprintf(&b, "%d %s  %d accepted  %d deferred  %d rejected", s.tasks, plural(s.tasks, "task", "tasks"), s.accepted, s.deferred, s.rejected)
 	if s.invalid > 0 {
 		fmt.Fprintf(&b, "  %d invalid", s.invalid)
 	}

@@ -262,9 +262,9 @@ func (r *runner) exitCode(s Summary) int {
 
 func humanSummary(s Summary) string {
 	var b strings.Builder
-	verb := "tasks"
+	verb := plural(s.Tasks, "task", "tasks")
 	if s.DryRun {
-		verb = "tasks checked (dry run, nothing enqueued)"
+		verb += " checked (dry run, nothing enqueued)"
 	}
 	fmt.Fprintf(&b, "%d %s in %s: %d accepted, %d deferred, %d rejected", s.Tasks, verb,
 		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(time.Millisecond), s.Accepted, s.Deferred, s.Rejected)
@@ -332,6 +332,10 @@ func (r *runner) runSingle(ctx context.Context) {
 		return
 	}
 	if r.o.dryRun {
+		if !r.o.json && !r.o.quiet {
+			r.con.line("enqueue: dry run: the task for %s is valid (cost %d, key %q); nothing enqueued, no Redis contacted",
+				task.Downstream, max(task.Cost, 1), task.Key)
+		}
 		return
 	}
 	r.enqueue(ctx, job{spec: spec, task: task})
@@ -586,4 +590,12 @@ func lateReason(err error) string {
 	return fmt.Sprintf("refused: predicted start %s is %s past the deadline %s (on_late: reject)",
 		le.ExpectedStart.UTC().Format(time.RFC3339Nano), le.ExpectedStart.Sub(le.Deadline).Round(time.Millisecond),
 		le.Deadline.UTC().Format(time.RFC3339Nano))
+}
+
+// plural is one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
