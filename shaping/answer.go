@@ -51,16 +51,16 @@ func (r *runner) answered(t *Task) {
 		}
 	}
 	var ann *lua.Announcement
-	var src, effect string
+	var src, effect, header string
 	if a.header != nil {
 		now := r.d.cfg.Clock.Now()
-		if l, ok := rlheader.Binding(rlheader.Parse(a.header, now)); ok && r.binds(l, t, now) {
-			l.Reset = r.capHold(l.Reset, l.Source)
+		if l, ok := rlheader.Binding(rlheader.ParseWith(a.header, now, r.ds.RateHeaders...)); ok && r.binds(l, t, now) {
+			l.Reset = r.capHold(l.Reset, l.Header)
 			// on the Redis clock, a margin after the reset (clocks differ)
 			until := now.Add(l.Reset + DefaultQuotaMargin - r.offset.get())
 			ann = &lua.Announcement{Remaining: l.Remaining, Until: until.UnixMicro(),
 				Limit: l.Limit, Source: l.Source}
-			src, effect = l.Source, "pace"
+			src, effect, header = l.Source, "pace", l.Header
 			if l.Remaining == 0 {
 				effect = "hold"
 			}
@@ -88,7 +88,7 @@ func (r *runner) answered(t *Task) {
 		if !rep.Stored {
 			effect = "stale"
 		}
-		r.limits.announced(*ann, rep.Left, effect)
+		r.limits.announced(*ann, rep.Left, effect, header)
 	}
 	m := r.d.m
 	if m == nil {
@@ -229,6 +229,8 @@ type Announced struct {
 	// Effect is hold (nothing left until Reset), pace (less left than the
 	// rate would spend) or stale (a later answer's is in force).
 	Effect string
+	// Header is the answer's field lines it was read from.
+	Header string
 }
 
 // limitState holds a runner's Limits.
@@ -243,11 +245,11 @@ func (s *limitState) reserved(res Reservation) {
 	s.l.Quotas, s.l.HeldBy, s.l.Pace = res.Quotas, res.HeldBy, res.pace()
 }
 
-func (s *limitState) announced(a lua.Announcement, left int64, effect string) {
+func (s *limitState) announced(a lua.Announcement, left int64, effect, header string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.l.Announced = Announced{Source: a.Source, Remaining: a.Remaining, Limit: a.Limit, Left: left,
-		Reset: time.UnixMicro(a.Until), Effect: effect}
+		Reset: time.UnixMicro(a.Until), Effect: effect, Header: header}
 }
 
 // Limits is downstream's quota and announced-limit state as this process

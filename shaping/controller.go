@@ -62,7 +62,11 @@ func (d *Dispatcher) controlLoop(runners []*runner) {
 			}
 			if changed {
 				if v != seen[r.ds.Name] {
-					r.wake() // a control change: sleeps sized by the old state end
+					// a control change (a reset, a rate, a resume): sleeps
+					// and pushback records sized by the old state end
+					r.pushUntil.Store(0)
+					r.bare.Store(0)
+					r.wake()
 				}
 				seen[r.ds.Name] = v
 			} else {

@@ -18,6 +18,7 @@ import (
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -79,6 +80,10 @@ type Downstream struct {
 	// at least 1. A batch may cost MaxCost × Batch.MaxRows. Its interval
 	// at the rate must be within MaxInterval.
 	MaxCost int64
+	// RateHeaders read limits the downstream announces in fields of its
+	// own (rlheader.Mapping, or a vendor's rlheader.Profile), beside the
+	// standard ones.
+	RateHeaders []rlheader.Mapping
 	// MaxHold is the longest one answer of the downstream may hold it: an
 	// announced reset, a Retry-After or a reported cost further ahead is
 	// cut to it (logged and counted). The quotas in Quotas are not cut.
@@ -207,6 +212,7 @@ type Dispatcher struct {
 	buckets *Buckets
 	fair    *FairQueue
 	log     *slog.Logger
+	alog    *logThrottle // asynq's repeated warnings, shared by every server
 	m       *metrics.Metrics
 
 	mu       sync.Mutex
@@ -254,6 +260,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
 	}
 	d.m = metrics.New(cfg.Registerer)
+	d.alog = &logThrottle{every: asynqLogEvery, last: map[string]time.Time{}, dropped: map[string]int{}}
 	d.control = NewControl(rdb, cfg.Prefix)
 	d.control.served = d.served
 	d.fair = NewFairQueue(rdb, cfg.Prefix)
@@ -366,7 +373,7 @@ func (d *Dispatcher) Start() error {
 				}
 				return asynq.DefaultRetryDelayFunc(n, err, t)
 			},
-			Logger:   asynqLogger{d.log.With("downstream", name)},
+			Logger:   asynqLogger{l: d.log.With("downstream", name), t: d.alog},
 			LogLevel: asynq.WarnLevel,
 		}
 		if b := r.ds.Batch; b != nil {
@@ -567,12 +574,3 @@ func cmpOr(d, def time.Duration) time.Duration {
 	}
 	return d
 }
-
-// asynqLogger adapts slog to asynq.Logger.
-type asynqLogger struct{ l *slog.Logger }
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
-func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
-func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

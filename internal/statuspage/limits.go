@@ -34,6 +34,8 @@ type AnnouncedSnapshot struct {
 	ResetInSeconds float64 `json:"reset_in_seconds"`
 	// Effect is hold, pace or stale.
 	Effect string `json:"effect"`
+	// Header is the answer's field lines it was read from.
+	Header string `json:"header,omitempty"`
 }
 
 // ClampSnapshot is the last answer of the downstream whose hold or cost
@@ -69,7 +71,7 @@ func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
 	d.HeldBy, d.AnnouncedPacePerSecond = l.HeldBy, l.Pace
 	if a := l.Announced; a.Source != "" {
 		d.Announced = &AnnouncedSnapshot{Source: a.Source, Remaining: a.Remaining, Limit: a.Limit, Left: a.Left,
-			ResetInSeconds: max(a.Reset.Sub(now).Seconds(), 0), Effect: a.Effect}
+			ResetInSeconds: max(a.Reset.Sub(now).Seconds(), 0), Effect: a.Effect, Header: a.Header}
 	}
 	if c := l.Clamp; c.What != "" {
 		d.Clamp = &ClampSnapshot{What: c.What, Header: c.Header, Said: c.Said, Applied: c.Applied,
@@ -104,6 +106,9 @@ func limitCells(cells map[string]string, d DownstreamSnapshot) {
 			s = fmt.Sprintf("%s: %d of %d left", a.Source, a.Remaining, a.Limit)
 		}
 		s += fmt.Sprintf(" (%d after what was reserved since), resets in %s: %s", a.Left, secs(a.ResetInSeconds), a.Effect)
+		if a.Header != "" {
+			s += " · " + a.Header
+		}
 		cells[k("announced")] = s
 	}
 	if d.AnnouncedPacePerSecond > 0 {
