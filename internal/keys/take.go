@@ -1,0 +1,46 @@
+package keys
+
+import "time"
+
+// The keys of asynq v0.26 (internal/base/base.go) that the take engine
+// (shaping/take) reads and writes besides those in keys.go. asynq stays
+// their owner: their types, formats and expiry follow asynq's own
+// scripts, and the take scripts write them exactly as asynq's processor
+// would.
+
+// Paused is the STRING whose existence pauses the queue
+// (asynq.Inspector.PauseQueue sets it).
+func (a AsynqQueue) Paused() string { return a.base() + "paused" }
+
+// ProcessedTotal is the STRING count of tasks processed (done or failed)
+// since the queue began, wrapped to 1 at MaxInt64 as asynq does.
+func (a AsynqQueue) ProcessedTotal() string { return a.base() + "processed" }
+
+// FailedTotal is the STRING count of failed tasks since the queue began.
+func (a AsynqQueue) FailedTotal() string { return a.base() + "failed" }
+
+// Processed is the STRING count of tasks processed on t's UTC day
+// (asynq expires it 90 days after the day's first count).
+func (a AsynqQueue) Processed(t time.Time) string {
+	return a.base() + "processed:" + t.UTC().Format("2006-01-02")
+}
+
+// Failed is the STRING count of tasks failed on t's UTC day.
+func (a AsynqQueue) Failed(t time.Time) string {
+	return a.base() + "failed:" + t.UTC().Format("2006-01-02")
+}
+
+// GroupPrefix is the prefix of the queue's aggregation group ZSETs; the
+// forwarder moves a due task that names a group there, as asynq's does.
+func (a AsynqQueue) GroupPrefix() string { return a.base() + "g:" }
+
+// TakeBucket is the next_free STRING (µs since the epoch, the format of
+// Bucket and shaping.lua) that the take engine reserves slots on for
+// downstream ds. It carries the queue's hash tag, as asynq's keys do, so
+// that take.lua reserves the slot and moves the task on one cluster
+// slot. Bucket's tag ({ds:<name>:}) hashes elsewhere, so a downstream
+// served by the take engine keeps its bucket here; shaping.lua's Store
+// methods (Reserve, PushBack, Reset) work on this key unchanged.
+func (s Space) TakeBucket(ds string) string {
+	return s.prefix() + ":take:{" + s.Queue(ds) + "}:next_free"
+}

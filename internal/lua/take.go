@@ -1,0 +1,239 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/keys"
+)
+
+// The take engine's scripts (shaping/take): take a task with its slot, and
+// finish it in asynq's storage as asynq's own processor would.
+var (
+	takeScript    = script("take.lua")
+	takeDone      = script("take_done.lua")
+	takeFail      = script("take_fail.lua")
+	takeRequeue   = script("take_requeue.lua")
+	takeExtend    = script("take_extend.lua")
+	maxInt64Field = int64(math.MaxInt64)
+)
+
+// TakeArgs are take.lua's arguments for one downstream's queue.
+type TakeArgs struct {
+	// Bucket is KEYS[1], the downstream's next_free (keys.Space.TakeBucket).
+	Bucket string
+	// Queue names asynq's keys of the downstream's queue (KEYS[2..7]).
+	Queue keys.AsynqQueue
+	// Interval is ARGV[1]: µs between slots; 0 is no rate limit.
+	Interval int64
+	// Burst is ARGV[2]: the burst allowance in µs; 0 is none.
+	Burst int64
+	// LookAhead is ARGV[3]: take only slots starting within this many µs.
+	LookAhead int64
+	// Slots is ARGV[4]: the most tasks to take (1 to 1000); 0 means 1.
+	Slots int64
+	// Budget is ARGV[5]: the most unexpired leases the queue may hold; 0
+	// means 1.
+	Budget int64
+	// Lease is ARGV[6]: the lease of each task taken; under a second means
+	// one second.
+	Lease time.Duration
+	// Maintain is ARGV[9]: forward due scheduled and retry tasks and put
+	// back tasks whose lease expired, before taking.
+	Maintain bool
+	// Now is ARGV[10]: µs since the epoch; 0 reads Redis TIME (tests only).
+	Now int64
+}
+
+// TakeStatus says what a take did.
+type TakeStatus int64
+
+// The statuses of a take (take.lua's reply field 1).
+const (
+	TakeTaken  TakeStatus = 0 // at least one task taken
+	TakeEmpty  TakeStatus = 1 // pending had no task
+	TakePaused TakeStatus = 2 // the queue is paused
+	TakeFull   TakeStatus = 3 // the budget of leases is spent
+	TakeEarly  TakeStatus = 4 // the next slot starts past the look-ahead
+)
+
+// TakeReply is take.lua's reply.
+type TakeReply struct {
+	// Status says what happened; only TakeTaken moved tasks.
+	Status TakeStatus
+	// Now is the script's now, µs since the epoch on the Redis clock.
+	Now int64
+	// Next is, for TakeTaken and TakeEarly, when the next slot enters the
+	// look-ahead (µs since the epoch): the earliest a new take can succeed.
+	Next int64
+	// Drained is true when pending ran out during the call.
+	Drained bool
+	// Recovered and Forwarded count the tasks Maintain put back from
+	// expired leases and moved from scheduled or retry to pending.
+	Recovered, Forwarded int64
+	// Tasks are the tasks taken, in slot order.
+	Tasks []TakenTask
+}
+
+// TakenTask is one task taken: its id, its encoded asynq TaskMessage
+// (empty when the task hash has none) and the start of its slot (µs since
+// the epoch on the Redis clock).
+type TakenTask struct {
+	ID   string
+	Msg  []byte
+	Slot int64
+}
+
+// Take runs take.lua: up to a.Slots tasks, each with its own slot.
+func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
+	q := a.Queue
+	ks := []string{a.Bucket, q.Pending(), q.Active(), q.Lease(), q.Paused(), q.Scheduled(), q.Retry()}
+	lease := max(int64(a.Lease/time.Second), 1)
+	maintain := 0
+	if a.Maintain {
+		maintain = 1
+	}
+	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
+		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now).Slice()
+	if err != nil {
+		return TakeReply{}, fmt.Errorf("take: %w", err)
+	}
+	return parseTake(v)
+}
+
+func parseTake(v []any) (TakeReply, error) {
+	if len(v) < 6 || (len(v)-6)%3 != 0 {
+		return TakeReply{}, fmt.Errorf("take: reply has %d fields", len(v))
+	}
+	var h [6]int64
+	for i := range h {
+		n, ok := v[i].(int64)
+		if !ok {
+			return TakeReply{}, fmt.Errorf("take: reply field %d is %T, want an integer", i+1, v[i])
+		}
+		h[i] = n
+	}
+	r := TakeReply{Status: TakeStatus(h[0]), Now: h[1], Next: h[2], Drained: h[3] == 1,
+		Recovered: h[4], Forwarded: h[5]}
+	for i := 6; i < len(v); i += 3 {
+		id, ok1 := v[i].(string)
+		msg, ok2 := v[i+1].(string)
+		slot, ok3 := v[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-6)/3+1)
+		}
+		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot})
+	}
+	return r, nil
+}
+
+// TakeDoneArgs finish a task that succeeded (take_done.lua).
+type TakeDoneArgs struct {
+	Queue keys.AsynqQueue
+	ID    string
+	// Day is the day whose processed counter counts the task (asynq names
+	// it by the finishing process's clock, in UTC).
+	Day time.Time
+	// Retention keeps the task as completed for this long; 0 deletes it.
+	Retention time.Duration
+	// Msg is the message with completed_at set; used only with Retention.
+	Msg []byte
+	// UniqueKey is the message's unique_key; its lock is released when it
+	// still holds ID. Empty: none.
+	UniqueKey string
+}
+
+// TakeDone finishes a task that succeeded, as asynq's Done or
+// MarkAsComplete. It reports false when the task was not active any more
+// (nothing written).
+func (s *Store) TakeDone(ctx context.Context, a TakeDoneArgs) (bool, error) {
+	q := a.Queue
+	ks := []string{q.Active(), q.Lease(), q.Task(a.ID), q.Processed(a.Day), q.ProcessedTotal(), q.Completed()}
+	if a.UniqueKey != "" {
+		ks = append(ks, a.UniqueKey)
+	}
+	ret := int64(a.Retention / time.Second)
+	n, err := takeDone.Run(ctx, s.rdb, ks, a.ID, ret, a.Msg, maxInt64Field).Int64()
+	if err != nil {
+		return false, fmt.Errorf("take: done %s: %w", a.ID, err)
+	}
+	return n == 1, nil
+}
+
+// TakeFailArgs finish a task that failed (take_fail.lua).
+type TakeFailArgs struct {
+	Queue keys.AsynqQueue
+	ID    string
+	// Day is the day whose processed and failed counters count the task.
+	Day time.Time
+	// Msg is the message rewritten with error_msg, last_failed_at and, for
+	// a retry that counts, retried+1.
+	Msg []byte
+	// Archive moves the task to archived; else to retry after RetryIn.
+	Archive bool
+	// RetryIn is how long until the retry (whole seconds, as asynq).
+	RetryIn time.Duration
+	// Failure counts the failure in the processed and failed counters
+	// (asynq's isFailure); an archive always counts.
+	Failure bool
+}
+
+// TakeFail finishes a task that failed, as asynq's Retry or Archive. It
+// reports false when the task was not active any more (nothing written).
+func (s *Store) TakeFail(ctx context.Context, a TakeFailArgs) (bool, error) {
+	q := a.Queue
+	dest, mode := q.Retry(), 0
+	if a.Archive {
+		dest, mode = q.Archived(), 1
+	}
+	ks := []string{q.Task(a.ID), q.Active(), q.Lease(), dest, q.Processed(a.Day), q.Failed(a.Day),
+		q.ProcessedTotal(), q.FailedTotal(), q.TaskPrefix()}
+	failure := 0
+	if a.Failure {
+		failure = 1
+	}
+	n, err := takeFail.Run(ctx, s.rdb, ks, a.ID, a.Msg, mode, int64(a.RetryIn/time.Second), failure,
+		maxInt64Field).Int64()
+	if err != nil {
+		return false, fmt.Errorf("take: fail %s: %w", a.ID, err)
+	}
+	return n == 1, nil
+}
+
+// TakeRequeue gives back tasks that were taken but never started: each to
+// the head of pending, no attempt consumed, in the order given (the first
+// id given is taken again first). It returns how many were still active.
+func (s *Store) TakeRequeue(ctx context.Context, q keys.AsynqQueue, ids ...string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[len(ids)-1-i] = id // the script pushes each to the head: last pushed is next
+	}
+	n, err := takeRequeue.Run(ctx, s.rdb, []string{q.Active(), q.Lease(), q.Pending(), q.TaskPrefix()}, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("take: requeue: %w", err)
+	}
+	return n, nil
+}
+
+// TakeExtend extends the leases of ids by lease on the Redis clock. It
+// returns the new expiry and, per id, whether its lease still existed.
+func (s *Store) TakeExtend(ctx context.Context, q keys.AsynqQueue, lease time.Duration, ids ...string) (time.Time, []bool, error) {
+	args := []any{max(int64(lease/time.Second), 1)}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	v, err := s.ints(ctx, takeExtend, []string{q.Lease()}, 1+len(ids), args...)
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("take: extend: %w", err)
+	}
+	held := make([]bool, len(ids))
+	for i := range ids {
+		held[i] = v[1+i] == 1
+	}
+	return time.Unix(v[0], 0), held, nil
+}

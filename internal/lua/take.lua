@@ -1,0 +1,152 @@
+-- take.lua: reserve up to N slots on one downstream's bucket and take one
+-- task from asynq's pending list for each, atomically (shaping/take).
+--
+-- A task leaves pending only with a slot: nothing moves when the queue is
+-- paused, the downstream's budget of leased tasks is spent, or its next slot
+-- starts later than the look-ahead. The bucket is shaping.lua's next_free
+-- (GCRA in shaping mode): slot j starts at max(base + j*interval, now) with
+-- base = max(next_free, now - burst), and next_free becomes base +
+-- taken*interval. Each task taken moves exactly as asynq v0.26's dequeueCmd
+-- moves it: RPOPLPUSH pending -> active, state "active", pending_since
+-- deleted, a lease in the lease ZSET (score: expiry in Unix seconds).
+--
+-- With ARGV[9] = 1 the call first does what asynq's forwarder and
+-- recoverer would do for this queue: due tasks of the scheduled and retry
+-- ZSETs become pending (asynq's forwardCmd, at most 100 each), and tasks
+-- whose lease expired go back to the head of pending in state "pending"
+-- with no attempt consumed (at most 100).
+--
+-- KEYS[1] -> <prefix>:take:{<q>}:next_free  STRING, µs since the epoch
+-- KEYS[2] -> asynq:{<q>}:pending             LIST
+-- KEYS[3] -> asynq:{<q>}:active              LIST
+-- KEYS[4] -> asynq:{<q>}:lease               ZSET
+-- KEYS[5] -> asynq:{<q>}:paused              STRING (exists: paused)
+-- KEYS[6] -> asynq:{<q>}:scheduled           ZSET
+-- KEYS[7] -> asynq:{<q>}:retry               ZSET
+-- ARGV[1] -> interval in µs between slots (0: no rate limit)
+-- ARGV[2] -> burst allowance in µs ((burst-1) * interval; 0: none)
+-- ARGV[3] -> look-ahead in µs: take only slots that start within it
+-- ARGV[4] -> most slots (tasks) to take, 1..1000
+-- ARGV[5] -> budget: most unexpired leases the queue may hold, >= 1
+-- ARGV[6] -> lease duration in seconds, >= 1
+-- ARGV[7] -> task key prefix, asynq:{<q>}:t:
+-- ARGV[8] -> group key prefix, asynq:{<q>}:g:
+-- ARGV[9] -> 1: forward due tasks and recover expired leases first; 0: not
+-- ARGV[10] -> now in µs, or 0 to read Redis TIME (explicit now: tests only)
+--
+-- Output: {status, now_us, next_us, drained, recovered, forwarded,
+--          then per task taken: id, msg, slot_us}
+--   status: 0 taken (at least one task), 1 empty (pending had none),
+--           2 paused, 3 full (budget spent), 4 early (the first slot starts
+--           later than the look-ahead).
+--   next_us: taken and early, when the next slot enters the look-ahead
+--            (next_free - look-ahead); 0 for the other statuses.
+--   drained: 1 when pending ran out during this call.
+--   msg is the task hash's "msg" field, or "" when the hash has none (the
+--   caller archives such a task with the reason).
+-- Errors: an argument out of range.
+-- TTL: next_free until it (plus the burst allowance) is past, plus a margin
+-- of 1 s, as shaping.lua sets it. asynq's keys follow asynq: no TTL.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local MARGIN_MS = 1000
+local MAX_US = 86400000000
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local ahead = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local budget = tonumber(ARGV[5])
+local lease = tonumber(ARGV[6])
+local tprefix, gprefix = ARGV[7], ARGV[8]
+local function bounded(v)
+  return v ~= nil and v >= 0 and v <= MAX_US and v == math.floor(v)
+end
+if not bounded(interval) or not bounded(burst) or not bounded(ahead) then
+  return redis.error_reply('take: interval, burst and look-ahead must be integers in [0, ' .. MAX_US .. '] us')
+end
+if n == nil or n < 1 or n > 1000 or budget == nil or budget < 1 or lease == nil or lease < 1 then
+  return redis.error_reply('take: slots must be in [1, 1000], budget and lease at least 1')
+end
+local now = tonumber(ARGV[10])
+if now == nil or now <= 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local now_s = math.floor(now / 1000000)
+
+-- forward: asynq's forwardCmd for one delayed ZSET
+local function forward(src)
+  local ids = redis.call('ZRANGEBYSCORE', src, '-inf', now_s, 'LIMIT', 0, 100)
+  for _, id in ipairs(ids) do
+    local tk = tprefix .. id
+    local group = redis.call('HGET', tk, 'group')
+    if group and group ~= '' then
+      redis.call('ZADD', gprefix .. group, now_s, id)
+      redis.call('ZREM', src, id)
+      redis.call('HSET', tk, 'state', 'aggregating')
+    else
+      redis.call('LPUSH', KEYS[2], id)
+      redis.call('ZREM', src, id)
+      redis.call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%d', now * 1000))
+    end
+  end
+  return #ids
+end
+
+local recovered, forwarded = 0, 0
+if ARGV[9] == '1' then
+  forwarded = forward(KEYS[6]) + forward(KEYS[7])
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now_s, 'LIMIT', 0, 100)
+  for _, id in ipairs(ids) do
+    if redis.call('LREM', KEYS[3], 0, id) > 0 then
+      redis.call('RPUSH', KEYS[2], id)
+      redis.call('HSET', tprefix .. id, 'state', 'pending')
+      recovered = recovered + 1
+    end
+    redis.call('ZREM', KEYS[4], id)
+  end
+end
+
+local function reply(status, nxt, drained)
+  return {status, now, nxt, drained, recovered, forwarded}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then return reply(2, 0, 0) end
+local free = budget - redis.call('ZCOUNT', KEYS[4], now_s, '+inf')
+if free <= 0 then return reply(3, 0, 0) end
+if n > free then n = free end
+
+local nf = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local base = nf
+if base < now - burst then base = now - burst end
+local start = base
+if start < now then start = now end
+if start - now > ahead then return reply(4, start - ahead, 0) end
+
+local out = reply(0, 0, 0)
+local exp = now_s + lease
+local count, drained = 0, 0
+for j = 0, n - 1 do
+  local s = base + j * interval
+  if s < now then s = now end
+  if s - now > ahead then break end
+  local id = redis.call('RPOPLPUSH', KEYS[2], KEYS[3])
+  if not id then
+    drained = 1
+    break
+  end
+  local tk = tprefix .. id
+  redis.call('HSET', tk, 'state', 'active')
+  redis.call('HDEL', tk, 'pending_since')
+  redis.call('ZADD', KEYS[4], exp, id)
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', tk, 'msg') or ''
+  out[#out + 1] = s
+  count = count + 1
+end
+if count == 0 then return reply(1, 0, 1) end
+
+local nxt = base + count * interval
+redis.call('SET', KEYS[1], nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
+out[3] = nxt - ahead
+out[4] = drained
+return out
