@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // mSettled is the settled-cost counter the page reads.
@@ -14,8 +16,11 @@ const mSettled = "shaper_shaping_settled_cost_units_total"
 type QuotaSnapshot struct {
 	// Quota reads like "5000/1h0m0s" (sliding) or "100000/24h0m0s@0s".
 	Quota string `json:"quota"`
-	Used  int64  `json:"used"`
-	Limit int64  `json:"limit"`
+	// Display reads it as a person would: "100000 per 24h, windows from
+	// 00:00:00 UTC".
+	Display string `json:"display"`
+	Used    int64  `json:"used"`
+	Limit   int64  `json:"limit"`
 	// ResetInSeconds is how long until the use next falls; nil when
 	// nothing counts.
 	ResetInSeconds *float64 `json:"reset_in_seconds,omitempty"`
@@ -61,7 +66,7 @@ func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
 		return
 	}
 	for _, q := range l.Quotas {
-		qs := QuotaSnapshot{Quota: q.Quota.String(), Used: q.Used, Limit: q.Quota.Limit}
+		qs := QuotaSnapshot{Quota: q.Quota.String(), Display: humanQuota(q.Quota), Used: q.Used, Limit: q.Quota.Limit}
 		if !q.Reset.IsZero() {
 			s := max(q.Reset.Sub(now).Seconds(), 0)
 			qs.ResetInSeconds = &s
@@ -84,7 +89,42 @@ func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
 	d.SettledRefundedTotal = f.counter(mSettled, ls)
 }
 
-func secs(v float64) string { return fmt.Sprintf("%.0f s", v) }
+// secs reads a number of seconds as a person would: "45 s", "3m 20s",
+// "17h 2m", "2d 4h".
+func secs(v float64) string {
+	d := time.Duration(max(v, 0) * float64(time.Second)).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// humanQuota reads a quota as a person would: "100000 per 24h, windows
+// from 00:00 UTC", "5000 per 1h sliding".
+func humanQuota(q shaping.Quota) string {
+	s := fmt.Sprintf("%d per %s", q.Limit, shortDuration(q.Per))
+	if !q.Aligned {
+		return s + " sliding"
+	}
+	return s + ", windows from " + time.Unix(0, 0).UTC().Add(q.Offset).Format("15:04:05 UTC")
+}
+
+// shortDuration drops a Duration's zero units: 24h, 1h30m, 90s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
 
 // limitCells formats the quotas, the announced limit and the settled
 // cost.
@@ -92,9 +132,9 @@ func limitCells(cells map[string]string, d DownstreamSnapshot) {
 	k := func(f string) string { return DownstreamKey(d.Name, f) }
 	var qs []string
 	for _, q := range d.Quotas {
-		s := fmt.Sprintf("%s: %d of %d used", q.Quota, q.Used, q.Limit)
+		s := fmt.Sprintf("%s: %d of %d used", cmpOr(q.Display, q.Quota), q.Used, q.Limit)
 		if q.ResetInSeconds != nil {
-			s += ", falls in " + secs(*q.ResetInSeconds)
+			s += ", use falls in " + secs(*q.ResetInSeconds)
 		}
 		qs = append(qs, s)
 	}

@@ -37,7 +37,7 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the quota spent and the page showing it", func() bool {
 		s = b.snapshot(t)
-		return strings.HasPrefix(k("quotas"), "6/1m0s: 6 of 6 used, falls in ") && strings.HasPrefix(k("state"), "held by")
+		return strings.HasPrefix(k("quotas"), "6 per 1m sliding: 6 of 6 used, use falls in ") && strings.HasPrefix(k("state"), "held by")
 	})
 	if got := k("announced"); !strings.Contains(got, "x-ratelimit: 3000 of 10000 left") || !strings.Contains(got, "resets in") {
 		t.Errorf("announced cell %q, want the x-ratelimit limit of 3 of 10 and its reset", got)
@@ -48,5 +48,17 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 	d := ds(s, "api")
 	if len(d.Quotas) != 1 || d.Quotas[0].Limit != 6 || d.Quotas[0].ResetInSeconds == nil || d.Announced == nil || d.SettledChargedTotal < 1 {
 		t.Errorf("JSON: quotas %+v, announced %+v, charged %v", d.Quotas, d.Announced, d.SettledChargedTotal)
+	}
+}
+
+func TestHumanDurations(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    float64
+		want string
+	}{{0, "0 s"}, {45.4, "45 s"}, {200, "3m 20s"}, {61330, "17h 2m"}, {2*86400 + 4*3600, "2d 4h"}} {
+		if got := statuspage.Secs(c.s); got != c.want {
+			t.Errorf("secs(%v) = %q, want %q", c.s, got, c.want)
+		}
 	}
 }

@@ -93,6 +93,9 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 		cells[k("adaptive")] = fmt.Sprintf("%s (%s … %s)", cur, a.Floor, a.Ceiling)
 	}
 	cells[k("achieved")] = perSec(d.AchievedPerSecond)
+	if d.Paused {
+		cells[k("achieved")] = "paused (" + perSec(d.AchievedPerSecond) + " over the last minute)"
+	}
 	cells[k("releases")] = count(d.ReleasesTotal)
 	for _, st := range BacklogStates {
 		if b, ok := d.Backlog[st]; ok {
