@@ -3,9 +3,12 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
@@ -104,8 +107,18 @@ func mountControl(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector
 				server.WriteError(w, http.StatusBadRequest, "rate: "+rateReason(err))
 				return
 			}
+			pd, _ := pl.Downstream(name)
+			if err := pd.Shaping.CheckRate(l); err != nil {
+				server.WriteError(w, http.StatusBadRequest, refusedRate(name, *body.Rate, err))
+				return
+			}
 		}
-		respond(w, d.Control().SetRate(r.Context(), name, l), map[string]any{"downstream": name, "override_rate": *body.Rate})
+		err := d.Control().SetRate(r.Context(), name, l)
+		if errors.Is(err, shaping.ErrRateTooSlow) || errors.Is(err, limiters.ErrInvalidLimit) {
+			server.WriteError(w, http.StatusBadRequest, refusedRate(name, *body.Rate, err))
+			return
+		}
+		respond(w, err, map[string]any{"downstream": name, "override_rate": *body.Rate})
 	}))
 }
 
@@ -120,6 +133,18 @@ func respond(w http.ResponseWriter, err error, ok any) {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// refusedRate says why downstream name cannot run at the rate written as
+// text (Downstream.CheckRate's err), in the words ctl and the HTTP API
+// answer with.
+func refusedRate(name, text string, err error) string {
+	var se *shaping.SlowRateError
+	if !errors.As(err, &se) {
+		return rateReason(err)
+	}
+	return fmt.Sprintf("rate %s is too slow for %s: one release of its largest cost (%d) would hold it for %s, over the limit of %s (such tasks would be archived, not wait)",
+		quote(text), name, se.Cost, se.Hold.Round(time.Second), shaping.MaxInterval)
 }
 
 // rateReason is a limiters.ParseLimit error without the package's prefix:

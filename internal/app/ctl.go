@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/cliflags"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -136,8 +137,12 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		var l limiters.Limit
 		if rest[2] != "clear" {
 			var err error
-			if l, err = limiters.ParseLimit(rest[2]); err != nil {
-				return fmt.Errorf("%w: %s", ErrUsage, rateReason(err))
+			if l, err = cliflags.ParseRate(rest[2]); err != nil {
+				return fmt.Errorf("%w: %v", ErrUsage, err)
+			}
+			pd, _ := pl.Downstream(rest[1])
+			if err := pd.Shaping.CheckRate(l); err != nil {
+				return fmt.Errorf("%w: %s", ErrUsage, refusedRate(rest[1], rest[2], err))
 			}
 		}
 		if err := ctl.SetRate(ctx, rest[1], l); err != nil {

@@ -1,6 +1,7 @@
 // Package cliflags parses a command's flags the way shaper's commands
 // agree on: -h prints the usage text and the flags on stdout, and any
-// other mistake is one line that points at -h.
+// other mistake is one line that points at -h. ParseRate reads a rate
+// argument the same way in every command.
 package cliflags
 
 import (
@@ -8,6 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+
+	"github.com/shaper-io/shaper/limiters"
 )
 
 // Parse parses args into fs. On -h or -help it writes usage and fs's flag
@@ -27,4 +32,22 @@ func Parse(fs *flag.FlagSet, args []string, help io.Writer, usage string) error 
 		return flag.ErrHelp
 	}
 	return fmt.Errorf("%v (see %s -h)", err, fs.Name())
+}
+
+// ParseRate reads a rate as shaper's commands take it: limiters.ParseLimit's
+// "100/s", "5000/m", "10/500ms", or a bare number per second ("20" is
+// 20/s). Its errors are ParseLimit's without the package's prefix, e.g.
+// `invalid rate "fast" (want <number>/<unit>, e.g. 50/s)`.
+func ParseRate(s string) (limiters.Limit, error) {
+	if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+		if f <= 0 {
+			return limiters.Limit{}, fmt.Errorf("rate must be positive, got %q", s)
+		}
+		s += "/s"
+	}
+	l, err := limiters.ParseLimit(s)
+	if err != nil {
+		return l, errors.New(strings.TrimPrefix(err.Error(), limiters.ErrInvalidLimit.Error()+": "))
+	}
+	return l, nil
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -147,7 +146,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		}
 	}
 	if set["rate"] {
-		l, err := parseRate(tf.rate)
+		l, err := cliflags.ParseRate(tf.rate)
 		if err != nil {
 			return nil, fmt.Errorf("--rate: %v", err)
 		}
@@ -309,21 +308,6 @@ func (o *options) check(set map[string]bool) error {
 		return fmt.Errorf("--redis-timeout must be positive, got %s", o.redisTimeout)
 	}
 	return nil
-}
-
-// parseRate reads "100/s", "5000/m", "10/500ms" or a bare number per second.
-func parseRate(s string) (limiters.Limit, error) {
-	if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
-		if f <= 0 {
-			return limiters.Limit{}, fmt.Errorf("rate must be positive, got %q", s)
-		}
-		s += "/s"
-	}
-	l, err := limiters.ParseLimit(s)
-	if err != nil {
-		return l, errors.New(strings.TrimPrefix(err.Error(), limiters.ErrInvalidLimit.Error()+": "))
-	}
-	return l, nil
 }
 
 type quietLogger struct{}

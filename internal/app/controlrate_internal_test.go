@@ -1,0 +1,71 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/plan"
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/server"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// PUT /v1/downstreams/NAME/rate answers 400 with the reason for a rate the
+// downstream cannot run at (its largest release would hold it past a
+// day: every task archived), and writes nothing.
+func TestRateRouteRefusesSlowRates(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
+	cfg, err := config.Parse([]byte("redis: {prefix: " + prefix + "}\ndownstreams:\n  - {name: api, rate: 1/s, handler: {type: log}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
+	ds := pl.Downstreams[0].Shaping
+	ds.Handler = func(context.Context, *shaping.Task) error { return nil }
+	if err := d.Add(ds); err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(server.Options{Addr: "127.0.0.1:0", Logger: quiet})
+	mountControl(srv, d, queue.NewInspector(rdb, prefix), pl)
+	addr, err := srv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	put := func(body string) (int, string) {
+		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/downstreams/api/rate", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		msg, _ := v["error"].(string)
+		return resp.StatusCode, msg
+	}
+	for _, body := range []string{`{"rate":"1/100h"}`, `{"rate":"1/25h"}`} {
+		if code, msg := put(body); code != 400 || !strings.Contains(msg, "is too slow for api") || !strings.Contains(msg, "over the limit of 24h0m0s") {
+			t.Errorf("PUT %s: %d %q, want 400 saying the rate is too slow", body, code, msg)
+		}
+	}
+	if st, _ := d.Control().State(context.Background(), "api"); !st.Override.IsZero() {
+		t.Errorf("a refused rate was written: override %v", st.Override)
+	}
+	if code, msg := put(`{"rate":"1/24h"}`); code != 200 {
+		t.Errorf("PUT 1/24h: %d %q, want 200", code, msg)
+	}
+}
