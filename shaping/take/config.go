@@ -1,0 +1,136 @@
+package take
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+)
+
+// Config configures an Engine. Zero values take the defaults named.
+type Config struct {
+	// Redis is the client every script runs on; required.
+	Redis redis.UniversalClient
+	// Keys names the keys (zero: keys.DefaultPrefix).
+	Keys keys.Space
+	// LookAhead is how far ahead of its slot a task may be taken (default
+	// 150ms): a take serves every slot that starts within it, so a
+	// downstream at rate r costs about one take per LookAhead·r releases,
+	// and a crash strands at most that many tasks besides those in calls.
+	LookAhead time.Duration
+	// Lease is each taken task's lease (default 30s, asynq's); the engine
+	// extends it every Lease/3 while it holds the task, and a task whose
+	// lease expired is put back to pending by the next maintenance take.
+	Lease time.Duration
+	// IdlePoll is how often a downstream with nothing to take is checked
+	// again (default 1s): one LLEN, pipelined with the others. A
+	// downstream that just emptied is checked sooner, backing off to it.
+	IdlePoll time.Duration
+	// Maintain is how often each downstream's take also forwards due
+	// scheduled and retry tasks and recovers expired leases (default 5s,
+	// asynq's forwarder interval).
+	Maintain time.Duration
+	// ShutdownTimeout is how long Run waits, once its context ends, for
+	// calls in progress before it cancels their contexts (default 8s,
+	// asynq's).
+	ShutdownTimeout time.Duration
+	// Workers is how many goroutines run takes, probes and lease
+	// extensions (default 4); it bounds the idle engine's connections.
+	Workers int
+	// Logger receives errors the engine handles (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.LookAhead = cmp.Or(c.LookAhead, 150*time.Millisecond)
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.IdlePoll = cmp.Or(c.IdlePoll, time.Second)
+	c.Maintain = cmp.Or(c.Maintain, 5*time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 8*time.Second)
+	c.Workers = cmp.Or(c.Workers, 4)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Redis == nil:
+		return errors.New("take: Config.Redis is required")
+	case c.LookAhead < 0 || c.LookAhead > time.Minute:
+		return fmt.Errorf("take: Config.LookAhead must be in [0, 1m], got %v", c.LookAhead)
+	case c.Lease < 2*time.Second:
+		return fmt.Errorf("take: Config.Lease must be at least 2s (leases count whole seconds), got %v", c.Lease)
+	case c.IdlePoll < 0 || c.Maintain < 0 || c.ShutdownTimeout < 0 || c.Workers < 0:
+		return errors.New("take: Config.IdlePoll, Maintain, ShutdownTimeout and Workers must not be negative")
+	}
+	return nil
+}
+
+// Downstream is one downstream served by an Engine: its asynq queue is
+// Keys.Queue(Name).
+type Downstream struct {
+	// Name is the downstream's name (keys.NameRule); required.
+	Name string
+	// Rate is the releases per second across every process; 0 is no rate
+	// limit (the budget alone paces).
+	Rate float64
+	// Burst is how many releases may go at once after an idle spell
+	// (default 1: evenly spaced).
+	Burst int
+	// InFlight is the budget of tasks the downstream's queue may hold
+	// leased across every process (taken and waiting for a slot, or in a
+	// call), default 1. It isolates the downstream from the others and
+	// caps what a pause or a throttle leaves active.
+	InFlight int
+	// Handler calls the downstream; required.
+	Handler Handler
+	// RetryDelay is the wait before retry n+1 after err (default asynq's
+	// DefaultRetryDelayFunc).
+	RetryDelay func(n int, err error, t *Task) time.Duration
+	// IsFailure reports whether err counts as a failure: a retry that is
+	// not one consumes no attempt (default: every error is one).
+	IsFailure func(err error) bool
+}
+
+// interval is the µs between two slots (0: no rate limit).
+func (d Downstream) interval() int64 {
+	if d.Rate <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(1e6 / d.Rate))
+}
+
+func (d Downstream) withDefaults() Downstream {
+	d.Burst = max(d.Burst, 1)
+	d.InFlight = max(d.InFlight, 1)
+	if d.RetryDelay == nil {
+		d.RetryDelay = func(n int, err error, t *Task) time.Duration {
+			return asynq.DefaultRetryDelayFunc(n, err, asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers))
+		}
+	}
+	if d.IsFailure == nil {
+		d.IsFailure = func(err error) bool { return err != nil }
+	}
+	return d
+}
+
+func (d Downstream) validate() error {
+	switch {
+	case !keys.ValidName(d.Name):
+		return fmt.Errorf("take: Downstream.Name %q must be %s", d.Name, keys.NameRule)
+	case d.Handler == nil:
+		return fmt.Errorf("take: downstream %s: Downstream.Handler is required", d.Name)
+	case d.Rate < 0 || d.Rate > 1e6 || math.IsNaN(d.Rate):
+		return fmt.Errorf("take: downstream %s: Downstream.Rate must be in [0, 1e6], got %v", d.Name, d.Rate)
+	case d.Burst < 0 || d.Burst > 1000 || d.InFlight < 0 || d.InFlight > 100000:
+		return fmt.Errorf("take: downstream %s: Downstream.Burst must be in [0, 1000] and InFlight in [0, 100000]", d.Name)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package take releases tasks to downstreams with this rule: a task leaves
+// its queue only when its slot is reserved (DESIGN invariants 11 and 12).
+//
+// # What it owns
+//
+// An Engine serves every downstream added to it from one loop per process,
+// with no asynq.Server. For each downstream it owns, on the downstream's
+// asynq queue (keys.Space.Queue): taking (asynq's dequeue), the leases of
+// the tasks it took, finishing them (done, completed, retry, archive,
+// requeue), forwarding due scheduled and retry tasks to pending, and
+// recovering tasks whose lease expired. asynq's storage stays the system of
+// record: asynq.Client enqueues, and asynq.Inspector and asynqmon show each
+// task as pending, active, retry, archived or completed, with asynq's
+// counters. Do not run an asynq.Server on a queue an Engine serves: it
+// would dequeue without a slot, and its recoverer would race the engine's
+// (see Recovery).
+//
+// # The scripts (internal/lua)
+//
+//   - take.lua, once per LookAhead·Rate releases or so: on the Redis clock,
+//     it reserves consecutive slots on the downstream's bucket (shaping.lua's
+//     next_free format, under keys.Space.TakeBucket in the queue's hash
+//     tag) that start within the look-ahead, at most as many as the budget
+//     of unexpired leases leaves room for, and moves one pending task to
+//     active under a lease per slot, exactly as asynq's dequeue does. When
+//     nothing may go (paused, budget spent, next slot beyond the
+//     look-ahead, queue empty) nothing moves and the reply says which, and
+//     when the next slot enters the look-ahead.
+//   - take_done.lua, take_fail.lua, take_requeue.lua: asynq v0.26's doneCmd
+//     / markAsCompleteCmd (with the unique lock), retryCmd / archiveCmd
+//     (with asynq's archive trimming and daily counters) and requeueCmd,
+//     each guarded by the task still being active.
+//   - take_extend.lua: lease extension on the Redis clock.
+//
+// The engine decodes asynq's TaskMessage with protowire (message.go) and
+// rewrites only retried, error_msg, last_failed_at and completed_at,
+// keeping every other field's bytes.
+//
+// # Loop, budget and cost
+//
+// The loop calls take.lua for a downstream when its next check is due and
+// this process holds fewer than InFlight of its tasks; each task's job
+// sleeps until its slot, calls the handler and finishes the task. The
+// budget counts tasks leased across every process, taken or in a call, so
+// a paused or throttled downstream holds at most InFlight active tasks,
+// and it must cover Rate × (LookAhead + call time) to keep up. A
+// downstream whose queue is empty is probed with one LLEN (all probes of a
+// tick in one pipeline), soon after it emptied and backing off to
+// IdlePoll; every Maintain its check is a take that also forwards and
+// recovers. Wake skips the wait when a producer in the process knows of
+// new work.
+//
+// # Leases and recovery
+//
+// A task taken is in asynq's lease ZSET (score: expiry in Unix seconds),
+// extended every Lease/3 while this process holds it. A take with
+// maintenance puts a task whose lease expired back at the head of pending,
+// with no attempt consumed: it belonged to a process that stopped without
+// finishing it, and at most its InFlight tasks are delivered twice. The
+// engine owns recovery for its queues. asynq's recoverer would also find
+// them, 30s after expiry, but only an asynq.Server serving the queue runs
+// one, and it would retry them with an attempt consumed: hence the rule
+// above. A finishing write finds a recovered task inactive and writes
+// nothing (Stats.Lost).
+//
+// # Left to do
+//
+// Fair share and priority pickers (a picker interface over their own index
+// in the take), per-key ceilings and concurrency caps, release quotas and
+// announced limits (shaping.lua's, in the take), downstream feedback
+// (pushback on TakeBucket), control (pause from shaper's state, rate
+// changes, schedules, breaker) as gates before the take, unique-lock and
+// group aggregation beyond forwarding, metrics, and wiring into cmd/shaper
+// in place of the per-downstream asynq servers.
+package take

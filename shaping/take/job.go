@@ -1,0 +1,157 @@
+package take
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/internal/lua"
+)
+
+// job is one task taken: it waits for its slot, calls the handler and
+// finishes the task in asynq's storage. It never touches its lane's fields;
+// it posts its end to the loop.
+type job struct {
+	e    *Engine
+	l    *lane
+	tt   lua.TakenTask
+	slot time.Time
+}
+
+func (j *job) run() {
+	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
+	m, reason := j.decode()
+	if reason != "" {
+		j.quarantine(reason)
+		return
+	}
+	if !j.waitSlot() {
+		j.requeue()
+		return
+	}
+	t := newTask(m, j.slot)
+	ctx, cancel := context.WithDeadline(j.e.callCtx, m.deadline(time.Now()))
+	err := j.call(ctx, t)
+	cancel()
+	if err != nil && j.e.callCtx.Err() != nil {
+		j.requeue() // cut by shutdown: no attempt consumed
+		return
+	}
+	j.finish(t, m, err)
+}
+
+// decode reads the task's message, or says why it cannot be delivered.
+func (j *job) decode() (*message, string) {
+	if len(j.tt.Msg) == 0 {
+		return nil, "shaper: task hash has no message"
+	}
+	m, err := decodeMessage(j.tt.Msg)
+	if err != nil {
+		return nil, "shaper: " + err.Error()
+	}
+	if m.ID != j.tt.ID {
+		return nil, fmt.Sprintf("shaper: message id %q is not the task id", m.ID)
+	}
+	return m, ""
+}
+
+// waitSlot sleeps until the slot; false when shutdown began first.
+func (j *job) waitSlot() bool {
+	if d := time.Until(j.slot); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-j.e.stopCh:
+			return false
+		}
+	}
+	return !j.e.stopping.Load()
+}
+
+// call runs the handler; a panic is an error of the task, not a crash.
+func (j *job) call(ctx context.Context, t *Task) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("take: handler panic: %v", p)
+		}
+	}()
+	return j.l.d.Handler(ctx, t)
+}
+
+// finish writes the outcome as asynq's processor would: done (completed
+// when the task has a retention), archived once retries are spent or on
+// asynq.SkipRetry, else retried after the downstream's RetryDelay.
+func (j *job) finish(t *Task, m *message, err error) {
+	now := time.Now()
+	q, id, d := j.l.q, j.tt.ID, j.l.d
+	if err == nil {
+		a := lua.TakeDoneArgs{Queue: q, ID: id, Day: now, UniqueKey: m.UniqueKey,
+			Retention: time.Duration(m.Retention) * time.Second}
+		if m.Retention > 0 {
+			a.Msg = m.completed(now.Unix())
+		}
+		j.settle("done", &j.e.stats.done, func(ctx context.Context) (bool, error) { return j.e.store.TakeDone(ctx, a) })
+		return
+	}
+	a := lua.TakeFailArgs{Queue: q, ID: id, Day: now, Failure: true}
+	if m.Retried >= m.Retry || errors.Is(err, asynq.SkipRetry) {
+		a.Archive, a.Msg = true, m.failed(err.Error(), now.Unix(), false)
+		j.settle("archive", &j.e.stats.archived, func(ctx context.Context) (bool, error) { return j.e.store.TakeFail(ctx, a) })
+		return
+	}
+	a.Failure = d.IsFailure(err)
+	a.Msg = m.failed(err.Error(), now.Unix(), a.Failure)
+	a.RetryIn = time.Duration(math.Ceil(d.RetryDelay(m.Retried, err, t).Seconds())) * time.Second
+	j.settle("retry", &j.e.stats.retried, func(ctx context.Context) (bool, error) { return j.e.store.TakeFail(ctx, a) })
+}
+
+// quarantine archives a task whose message cannot be read, with the
+// reason, under a message asynq's Inspector can read.
+func (j *job) quarantine(reason string) {
+	a := lua.TakeFailArgs{Queue: j.l.q, ID: j.tt.ID, Day: time.Now(), Archive: true, Failure: true,
+		Msg: quarantined(j.tt.ID, j.l.q.Name, j.tt.Msg, reason, time.Now().Unix())}
+	j.e.cfg.Logger.Warn("take: malformed task archived", "downstream", j.l.d.Name, "task", j.tt.ID, "reason", reason)
+	j.settle("archive", &j.e.stats.archived, func(ctx context.Context) (bool, error) { return j.e.store.TakeFail(ctx, a) })
+}
+
+func (j *job) requeue() {
+	j.settle("requeue", &j.e.stats.requeued, func(ctx context.Context) (bool, error) {
+		n, err := j.e.store.TakeRequeue(ctx, j.l.q, j.tt.ID)
+		return n == 1, err
+	})
+}
+
+// settleTries is how often a finishing write is tried: each is guarded by
+// the task being active, so a repeat after a lost reply writes nothing.
+const settleTries = 4
+
+// settle runs a finishing write, again after a failure, and counts it. A
+// write that never lands leaves the task leased: once the lease expires,
+// the next maintenance take puts it back to pending (delivered again).
+func (j *job) settle(what string, c interface{ Add(int64) int64 }, write func(context.Context) (bool, error)) {
+	var err error
+	for try := range settleTries {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 100 * time.Millisecond) // backoff between tries of one write
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		var ok bool
+		ok, err = write(ctx)
+		cancel()
+		if err == nil {
+			if ok {
+				c.Add(1)
+			} else {
+				j.e.stats.lost.Add(1)
+			}
+			return
+		}
+	}
+	j.e.stats.errors.Add(1)
+	j.e.cfg.Logger.Warn("take: finishing write failed", "what", what, "downstream", j.l.d.Name, "task", j.tt.ID, "err", err)
+}

@@ -1,0 +1,108 @@
+package take
+
+import (
+	"time"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
+)
+
+// laneState is what a lane's next check is.
+type laneState int
+
+const (
+	busy   laneState = iota // take at next: the queue had work
+	idle                    // probe (LLEN) at next: the queue was empty
+	paused                  // take at next: the queue was paused
+)
+
+// lane is one downstream as the loop sees it. Only the loop goroutine reads
+// or writes a lane's fields (jobs and ops post their results to it).
+type lane struct {
+	d      Downstream
+	q      keys.AsynqQueue
+	args   lua.TakeArgs // the take's arguments but Slots, Maintain
+	slots  int          // the most tasks one take asks for
+	minGap time.Duration
+
+	state        laneState
+	next         time.Time     // when the lane's next take or probe is due
+	gap          time.Duration // the idle probe's current backoff
+	errGap       time.Duration // the backoff after a failed call
+	pending      bool          // a take or probe of the lane is in flight
+	lastMaintain time.Time
+	nextExtend   time.Time
+	extending    bool
+	held         map[string]*job // tasks this process took and has not finished
+}
+
+func newLane(cfg Config, d Downstream) *lane {
+	iv := d.interval()
+	ahead := cfg.LookAhead.Microseconds()
+	slots := 1000
+	if iv > 0 {
+		slots = min(int(ahead/iv)+1, 1000)
+	}
+	// A lane that just emptied is checked again after about one slot
+	// (never more often than every 10ms), backing off to IdlePoll.
+	minGap := min(max(time.Duration(iv)*time.Microsecond, 10*time.Millisecond), cfg.IdlePoll)
+	q := cfg.Keys.Asynq(d.Name)
+	return &lane{d: d, q: q, slots: slots, minGap: minGap, held: map[string]*job{},
+		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
+			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease}}
+}
+
+// free is how many more tasks this process may take for the lane.
+func (l *lane) free() int { return l.d.InFlight - len(l.held) }
+
+// toIdle makes the lane probe from at on, backing off from minGap.
+func (l *lane) toIdle(at time.Time) {
+	if l.state != idle {
+		l.gap = l.minGap
+	} else {
+		l.gap = min(2*l.gap, max(l.minGap, l.gap))
+	}
+	l.state = idle
+	l.next = at.Add(l.gap)
+}
+
+// wake makes the lane take at once.
+func (l *lane) wake(now time.Time) {
+	l.state = busy
+	l.next = now
+}
+
+// failed backs the lane off after a failed Redis call (fail closed: nothing
+// is released without a reservation).
+func (l *lane) failed(now time.Time, poll time.Duration) {
+	l.errGap = min(max(2*l.errGap, 50*time.Millisecond), poll)
+	l.next = now.Add(l.errGap)
+}
+
+// applyTake sets the lane's next check from take.lua's reply r, received
+// at local time at. It returns the local time of Redis time us.
+func (l *lane) applyTake(r lua.TakeReply, at time.Time, poll time.Duration) func(us int64) time.Time {
+	local := func(us int64) time.Time { return at.Add(time.Duration(us-r.Now) * time.Microsecond) }
+	l.errGap = 0
+	switch r.Status {
+	case lua.TakeTaken:
+		l.state, l.next = busy, local(r.Next)
+		if r.Drained {
+			l.toIdle(at)
+			if n := local(r.Next); n.After(l.next) {
+				l.next = n
+			}
+		}
+	case lua.TakeEarly:
+		l.state, l.next = busy, local(r.Next)
+	case lua.TakeEmpty:
+		l.toIdle(at)
+	case lua.TakePaused:
+		l.state, l.next = paused, at.Add(poll)
+	case lua.TakeFull:
+		// Other processes hold the budget (this one's finishes wake the
+		// lane through free): check again after a slot or two.
+		l.state, l.next = busy, at.Add(min(max(2*l.minGap, 50*time.Millisecond), poll))
+	}
+	return local
+}

@@ -1,0 +1,193 @@
+package take
+
+import (
+	"context"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/lua"
+)
+
+// opTimeout bounds one take, probe or extension.
+const opTimeout = 5 * time.Second
+
+// loop is the engine's one scheduling goroutine: it starts each lane's
+// take, probe or lease extension when due, applies their results, and
+// sleeps until the earliest next check. It runs until ctx ends.
+func (e *Engine) loop(ctx context.Context) {
+	var lanes []*lane
+	byName := map[string]*lane{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		lanes = e.adopt(lanes, byName)
+		now := time.Now()
+		timer.Reset(e.dispatch(lanes, now).Sub(now))
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-e.events:
+			f()
+			e.drain()
+		case name := <-e.wakes:
+			if l := byName[name]; l != nil {
+				l.wake(time.Now())
+			}
+		case <-e.addSig:
+		case <-timer.C:
+		}
+	}
+}
+
+// drain applies the events already queued, so that one dispatch follows a
+// burst of finishes.
+func (e *Engine) drain() {
+	for range 256 {
+		select {
+		case f := <-e.events:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+// adopt moves lanes added since the last call into the loop.
+func (e *Engine) adopt(lanes []*lane, byName map[string]*lane) []*lane {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.added {
+		l.next = time.Now()
+		byName[l.d.Name] = l
+		lanes = append(lanes, l)
+	}
+	e.added = nil
+	return lanes
+}
+
+// dispatch starts every call that is due and returns when the next one
+// is. Probes of idle lanes go out as one pipeline.
+func (e *Engine) dispatch(lanes []*lane, now time.Time) time.Time {
+	wake := now.Add(e.cfg.IdlePoll)
+	var probes []*lane
+	for _, l := range lanes {
+		if len(l.held) > 0 && !l.extending {
+			if !now.Before(l.nextExtend) {
+				e.startExtend(l, now)
+			} else if l.nextExtend.Before(wake) {
+				wake = l.nextExtend
+			}
+		}
+		if l.pending || e.stopping.Load() {
+			continue
+		}
+		if l.next.After(now) {
+			if l.next.Before(wake) {
+				wake = l.next
+			}
+			continue
+		}
+		maintain := now.Sub(l.lastMaintain) >= e.cfg.Maintain
+		switch {
+		case l.free() <= 0:
+			// a finish of this process frees the budget and dispatches again
+		case l.state == idle && !maintain:
+			l.pending = true
+			probes = append(probes, l)
+		default:
+			e.startTake(l, now, maintain)
+		}
+	}
+	if len(probes) > 0 {
+		e.startProbes(probes)
+	}
+	return wake
+}
+
+// submit queues op for a worker; false when the queue is full (the caller
+// tries again at its next dispatch).
+func (e *Engine) submit(op func()) bool {
+	select {
+	case e.ops <- op:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *Engine) startTake(l *lane, now time.Time, maintain bool) {
+	a := l.args
+	a.Slots = int64(min(l.slots, l.free()))
+	a.Maintain = maintain
+	ok := e.submit(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		r, err := e.store.Take(ctx, a)
+		cancel()
+		at := time.Now()
+		e.post(func() { e.applyTake(l, r, err, at) })
+	})
+	if !ok {
+		l.next = now.Add(10 * time.Millisecond)
+		return
+	}
+	l.pending = true
+	if maintain {
+		l.lastMaintain = now
+	}
+	e.stats.takes.Add(1)
+}
+
+// applyTake runs in the loop: it starts a job per task taken and sets the
+// lane's next check.
+func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
+	l.pending = false
+	if err != nil {
+		e.stats.errors.Add(1)
+		e.cfg.Logger.Warn("take: take failed", "downstream", l.d.Name, "err", err)
+		l.failed(at, e.cfg.IdlePoll)
+		return
+	}
+	e.stats.recovered.Add(r.Recovered)
+	e.stats.forwarded.Add(r.Forwarded)
+	local := l.applyTake(r, at, e.cfg.IdlePoll)
+	if r.Recovered+r.Forwarded > 0 && l.state == idle {
+		l.wake(at)
+	}
+	for _, tt := range r.Tasks {
+		j := &job{e: e, l: l, tt: tt, slot: local(tt.Slot)}
+		if len(l.held) == 0 {
+			l.nextExtend = at.Add(e.cfg.Lease / 3)
+		}
+		l.held[tt.ID] = j
+		e.stats.taken.Add(1)
+		e.jobs.Add(1)
+		go j.run()
+	}
+}
+
+// finished runs in the loop when a job of l is over.
+func (e *Engine) finished(l *lane, id string) {
+	delete(l.held, id)
+	e.jobs.Done()
+}
+
+func (e *Engine) startProbes(ls []*lane) {
+	ok := e.submit(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		pipe := e.cfg.Redis.Pipeline()
+		for _, l := range ls {
+			pipe.LLen(ctx, l.q.Pending())
+		}
+		cmds, err := pipe.Exec(ctx)
+		at := time.Now()
+		e.post(func() { e.applyProbes(ls, cmds, err, at) })
+	})
+	if !ok {
+		for _, l := range ls {
+			l.pending = false
+			l.next = time.Now().Add(10 * time.Millisecond)
+		}
+		return
+	}
+	e.stats.probes.Add(int64(len(ls)))
+}

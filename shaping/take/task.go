@@ -1,0 +1,54 @@
+package take
+
+import (
+	"context"
+	"time"
+)
+
+// Handler calls the downstream for one task. nil finishes the task as
+// done; an error retries it with backoff, or archives it once its retries
+// are spent or when the error wraps asynq.SkipRetry. ctx ends at the task's
+// Timeout or Deadline (asynq's rule; 30 minutes when it has neither) and
+// when the engine's shutdown timeout passes.
+type Handler func(ctx context.Context, t *Task) error
+
+// Task is a task taken with its slot. The handler owns it for the call.
+type Task struct {
+	// ID, Type, Queue, Payload and Headers are the asynq task's.
+	ID      string
+	Type    string
+	Queue   string
+	Payload []byte
+	Headers map[string]string
+	// Retried is how many attempts failed before this one; MaxRetry is the
+	// task's asynq MaxRetry.
+	Retried, MaxRetry int
+	// Slot is the start of the slot reserved for this call, on the local
+	// clock; the handler is called at or just after it.
+	Slot time.Time
+
+	msg *message
+}
+
+func newTask(m *message, slot time.Time) *Task {
+	return &Task{ID: m.ID, Type: m.Type, Queue: m.Queue, Payload: m.Payload, Headers: m.Headers,
+		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, msg: m}
+}
+
+// defaultTimeout is asynq's timeout for a task with neither Timeout nor
+// Deadline (asynq v0.26 processor.go).
+const defaultTimeout = 30 * time.Minute
+
+// deadline is when a call of m started at now must end, as asynq's
+// processor.computeDeadline: the earlier of now+Timeout and Deadline.
+func (m *message) deadline(now time.Time) time.Time {
+	switch {
+	case m.Timeout == 0 && m.Deadline == 0:
+		return now.Add(defaultTimeout)
+	case m.Timeout == 0:
+		return time.Unix(m.Deadline, 0)
+	case m.Deadline == 0:
+		return now.Add(time.Duration(m.Timeout) * time.Second)
+	}
+	return time.Unix(min(now.Unix()+m.Timeout, m.Deadline), 0)
+}
