@@ -98,7 +98,7 @@ func runPlan(ctx context.Context, pl *plan.Plan, opts Options, log *slog.Logger)
 		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
 		mountAPI(srv, producer, d, inspector, pl.MaxBody, log)
 		mountControl(srv, d, inspector, pl)
-		mountStatus(ctx, srv, d, pl, reg)
+		mountStatus(ctx, srv, d, pl, reg, rdb)
 		if addr, err = srv.Start(); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
@@ -19,9 +20,12 @@ import (
 // page view never reaches Redis.
 //
 // The page's sampler (one Gather of reg a second, and one read of each
-// downstream's runtime state) runs until ctx ends.
-func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, pl *plan.Plan, reg *prometheus.Registry) {
-	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Plan: pl})
+// downstream's runtime state) runs until ctx ends. Every process publishes
+// its summary to the others (statuspage.Fleet: an HSET every 2s and an
+// HGETALL a second), so any process's page shows the whole fleet.
+func mountStatus(ctx context.Context, srv *server.Server, d *shaping.Dispatcher, pl *plan.Plan, reg *prometheus.Registry, rdb redis.UniversalClient) {
+	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Plan: pl,
+		Fleet: statuspage.NewFleet(rdb, pl.Prefix, pl.Listen)})
 	page.Mount(srv)
 	go page.Run(ctx)
 }

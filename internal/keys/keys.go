@@ -263,3 +263,10 @@ func (s Space) Fair(ds string) FairKeys {
 func (f FairKeys) List() []string {
 	return []string{f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore}
 }
+
+// Fleet is the HASH where every process's status page publishes its
+// summary (field: process id, value: JSON with its time), so that any
+// process's page shows the whole fleet.
+func (s Space) Fleet() string {
+	return s.prefix() + ":fleet"
+}

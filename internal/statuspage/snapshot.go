@@ -26,6 +26,11 @@ type Snapshot struct {
 	// Redis is whether the sampler's last read of Redis worked; while it
 	// does not, the backlog and runtime state on the page are stale.
 	Redis RedisState `json:"redis"`
+	// Fleet is every live process sharing the Redis (this one included),
+	// as their pages last published (Options.Fleet; nil without it);
+	// Self is this process's ID among them.
+	Fleet []ProcessSnapshot `json:"fleet,omitempty"`
+	Self  string            `json:"self,omitempty"`
 	// View is the page's formatted text, by element key, and the
 	// sparklines' SVG points; the page's script copies it into the DOM.
 	View View `json:"view"`
@@ -269,6 +274,12 @@ func (p *Page) Snapshot() Snapshot {
 		snap.Limiters = []LimiterSnapshot{}
 	}
 	snap.Scripts = scripts(f, w)
+	p.mu.Lock()
+	snap.Fleet = p.fleet
+	p.mu.Unlock()
+	if fl := p.opts.Fleet; fl != nil {
+		snap.Self = fl.self.ID
+	}
 	snap.View = view(snap)
 	return snap
 }

@@ -104,6 +104,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Fleet, when set, shares this process's summary with the others
+	// sharing its Redis and shows theirs (NewFleet).
+	Fleet *Fleet
 }
 
 // Page serves the status page. Safe for concurrent use.
@@ -118,6 +121,7 @@ type Page struct {
 	control map[string]shaping.State
 	ctlAt   time.Time
 	ctlErr  string
+	fleet   []ProcessSnapshot // as Run last read it
 }
 
 type configured struct {
@@ -190,8 +194,27 @@ func (p *Page) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			p.record(p.take(p.opts.Now()))
+			p.readFleet(ctx)
 		}
 	}
+}
+
+// readFleet publishes this process's summary and caches the fleet's.
+func (p *Page) readFleet(ctx context.Context) {
+	fl := p.opts.Fleet
+	if fl == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(p.opts.Interval, time.Second))
+	defer cancel()
+	all, err := fl.exchange(ctx, p.Snapshot())
+	if err != nil {
+		p.opts.Logger.Debug("status page: cannot share the fleet's summaries", "err", err)
+		return
+	}
+	p.mu.Lock()
+	p.fleet = all
+	p.mu.Unlock()
 }
 
 // readControl caches the runtime state kept in Redis (override, adaptive

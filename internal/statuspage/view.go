@@ -46,6 +46,7 @@ func view(s Snapshot) View {
 	v.Cells["window"] = strconv.FormatFloat(math.Round(s.WindowSeconds), 'f', 0, 64) + " s"
 	v.Cells["warning"] = s.Warning
 	v.Cells["live"] = "live"
+	fleetCells(v.Cells, s)
 	if !s.Redis.Reachable {
 		since := "start"
 		if s.Redis.LastOK != nil {

@@ -1,0 +1,132 @@
+package statuspage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/keys"
+)
+
+// Fleet shares every process's page summary through Redis, so that one
+// page shows every process sharing the config: each publishes its own
+// every fleetPublish (an HSET and a PEXPIRE) and reads the others' (an
+// HGETALL), dropping those not refreshed within fleetStale.
+type Fleet struct {
+	rdb    redis.UniversalClient
+	key    string
+	self   ProcessSnapshot
+	pubbed time.Time
+}
+
+// How often a process publishes its summary, and when an unrefreshed one
+// is gone (a process stopped or dead).
+const (
+	fleetPublish = 2 * time.Second
+	fleetStale   = 10 * time.Second
+)
+
+// ProcessSnapshot is one process's summary on the fleet's page.
+type ProcessSnapshot struct {
+	// ID is the process (host:pid), Listen its HTTP address.
+	ID     string    `json:"id"`
+	Listen string    `json:"listen,omitempty"`
+	At     time.Time `json:"at"`
+	// Downstreams are its figures by downstream.
+	Downstreams map[string]ProcessDownstream `json:"downstreams"`
+}
+
+// ProcessDownstream is one process's figures for a downstream.
+type ProcessDownstream struct {
+	AchievedPerSecond float64 `json:"achieved_per_second"`
+	Held              float64 `json:"held"`
+	Paused            bool    `json:"paused"`
+}
+
+// NewFleet returns the fleet of processes under prefix; this one listens
+// on listen.
+func NewFleet(rdb redis.UniversalClient, prefix, listen string) *Fleet {
+	host, _ := os.Hostname()
+	return &Fleet{rdb: rdb, key: keys.New(prefix).Fleet(),
+		self: ProcessSnapshot{ID: fmt.Sprintf("%s:%d", host, os.Getpid()), Listen: listen}}
+}
+
+// exchange publishes s (this process's snapshot) when due and returns the
+// fleet's live processes, this one included, by ID.
+func (f *Fleet) exchange(ctx context.Context, s Snapshot) ([]ProcessSnapshot, error) {
+	me := f.self
+	me.At = s.GeneratedAt
+	me.Downstreams = map[string]ProcessDownstream{}
+	for _, d := range s.Downstreams {
+		me.Downstreams[d.Name] = ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused}
+	}
+	if s.GeneratedAt.Sub(f.pubbed) >= fleetPublish {
+		b, _ := json.Marshal(me)
+		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, f.key, me.ID, b)
+			p.PExpire(ctx, f.key, fleetStale)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.pubbed = s.GeneratedAt
+	}
+	all, err := f.rdb.HGetAll(ctx, f.key).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := []ProcessSnapshot{me}
+	var gone []string
+	for id, v := range all {
+		var ps ProcessSnapshot
+		if id == me.ID {
+			continue
+		}
+		if json.Unmarshal([]byte(v), &ps) != nil || s.GeneratedAt.Sub(ps.At) > fleetStale {
+			gone = append(gone, id)
+			continue
+		}
+		out = append(out, ps)
+	}
+	if len(gone) > 0 {
+		f.rdb.HDel(ctx, f.key, gone...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// fleetCells formats the fleet: the header's process count and, per
+// downstream, the rate every process achieved together, each one's
+// share and what they hold.
+func fleetCells(cells map[string]string, s Snapshot) {
+	cells["fleet"] = "this process"
+	if len(s.Fleet) > 1 {
+		cells["fleet"] = fmt.Sprintf("fleet of %d processes (this one %s)", len(s.Fleet), s.Self)
+	}
+	for _, d := range s.Downstreams {
+		k := DownstreamKey(d.Name, "fleet")
+		if len(s.Fleet) < 2 {
+			cells[k] = "this process only"
+			continue
+		}
+		var sum, held float64
+		var parts []string
+		for _, p := range s.Fleet {
+			pd, ok := p.Downstreams[d.Name]
+			if !ok {
+				continue
+			}
+			sum += pd.AchievedPerSecond
+			held += pd.Held
+			parts = append(parts, fmt.Sprintf("%s %s", p.ID, perSec(pd.AchievedPerSecond)))
+		}
+		cells[k] = fmt.Sprintf("%s together, held %s · %s", perSec(sum), count(held), strings.Join(parts, ", "))
+	}
+}
