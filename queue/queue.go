@@ -277,6 +277,9 @@ func (p *Producer) Validate(t Task) error {
 	if err := checkDeadline(t); err != nil {
 		return err
 	}
+	if err := checkStart(t, time.Now()); err != nil {
+		return err
+	}
 	return checkText(t)
 }
 

@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -36,6 +37,28 @@ func checkText(t Task) error {
 		if why := badText(t.Type); why != "" {
 			return fmt.Errorf("%w: type %s: %s", ErrInvalidTask, quote(t.Type), why)
 		}
+	}
+	return nil
+}
+
+// checkStart refuses a deadline the task could never meet: one before the
+// time it may first run (ProcessAt, or now), such as a deadline in 1970 or
+// before ProcessAt, or a TTL that ends before ProcessAt. Enqueued, such a
+// task would only be archived unsent ("deadline passed").
+func checkStart(t Task, now time.Time) error {
+	dl := t.deadline(now)
+	if dl.IsZero() {
+		return nil
+	}
+	field := "deadline " + dl.UTC().Format(time.RFC3339Nano)
+	if t.TTL > 0 {
+		field = fmt.Sprintf("ttl %s (a deadline of %s)", t.TTL, dl.UTC().Format(time.RFC3339Nano))
+	}
+	switch {
+	case t.ProcessAt.After(now) && dl.Before(t.ProcessAt):
+		return fmt.Errorf("%w: %s is before the task's process-at time %s: it could never start in time", ErrInvalidTask, field, t.ProcessAt.UTC().Format(time.RFC3339Nano))
+	case dl.Before(now):
+		return fmt.Errorf("%w: %s has already passed (now %s): the task could never start in time", ErrInvalidTask, field, now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
