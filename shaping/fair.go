@@ -27,8 +27,14 @@ type Fairness struct {
 	Weights map[string]float64
 	// DefaultWeight is the weight of keys not in Weights; zero means 1.
 	DefaultWeight float64
-	// KeyRate, when set (Rate > 0), caps each key's rate: its tasks are
-	// promoted at most that fast, even when it is alone.
+	// KeyRate, when set (Rate > 0), caps each key's rate, even when it is
+	// alone, across every process: counted at the release, a key's units
+	// released in any one-second window are at most KeyRate's units in a
+	// second plus one task's cost (for tasks of cost 1: at most KeyRate + 1
+	// releases). The lane decides it before it reserves a key's slot
+	// (keyCeiling); its tasks are also promoted at most that fast (fair.lua),
+	// so workers seldom hold a task that must wait for it. Only Rate and
+	// Period are read: a key has no burst.
 	KeyRate limiters.Limit
 }
 

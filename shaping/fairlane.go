@@ -22,22 +22,20 @@ import (
 // the lane's part is to let a key that was served little here pass the
 // tasks a big backlog filled the workers with before it arrived, so a late
 // key is released at once and after that as its tasks come, while keys
-// that each hold several waiters here share the lane by weight. Unlike an
-// order by waiters (which this replaced) it cannot starve: a key that
-// waits is not served, so its service decays below that of every key that
-// is, and it goes first within about fairMemory. Unlike start-time tags
-// fixed when a waiter queues it keeps credit across the moments a key
-// has no waiter, so a key arriving at its share does not queue like a
-// random walk.
+// that each hold several waiters here share the lane by weight. It cannot
+// starve a key: a key that waits is not served, so its service decays
+// below that of every key that is, and it goes first within about
+// fairMemory. It keeps a key's credit across the moments the key has no
+// waiter (start-time tags fixed when a waiter queues would not), so a key
+// arriving at its share does not queue like a random walk.
 //
 // A key's service counts the other processes' too (others, from the
 // shared count in Redis: fairsvc.lua, exchanged on every feed, about four
-// times a second): with only its own, a process holding the last tasks of
-// a light key served them at that key's share of its own slots while the
-// other processes served the heavy key with all of theirs; in
-// shaperbench's round B's last tasks trickled at 2–4/s from one process
-// for seconds. The lane stays work-conserving: it orders, never holds a
-// slot back.
+// times a second), so that the last tasks of a light key, held by one
+// process, go at the light key's share of every process's slots rather
+// than of that process's alone. The order is work-conserving: it never
+// holds a slot back (a key ceiling, keyCeiling, does: a key past its
+// ceiling waits).
 type fairOrder struct {
 	f       *Fairness
 	waiting map[string]int      // key → waiters queued
@@ -109,12 +107,12 @@ func (o *fairOrder) served(key string, cost int64, now time.Time) {
 
 // lift starts key, new to the lane (no service lately, no waiter), at the
 // least service of the keys waiting here less a credit: start-time fair
-// queueing's virtual start. Started at none, a newcomer was owed a
-// backlog's whole faded service and took every slot until it caught up
-// (A 12% short over 10s); with no credit it never made up the time its
-// first tasks took to reach the lanes (A 13% over). The credit is its
-// share over liftCredit, among the keys waiting here or parked at the
-// last feed (activeKeys), whichever are more. The least counts the
+// queueing's virtual start. Started at none, a newcomer would be owed a
+// backlog's whole faded service and take every slot until it caught up;
+// with no credit it would never make up the time its first tasks take to
+// reach the lanes. The credit is its share over liftCredit, among the
+// keys waiting here or parked at the last feed (activeKeys), whichever
+// are more. The least counts the
 // earlier newcomers' credit back (service + credit), so a stream of
 // newcomers start from one point; a waiting key with no service keeps
 // newcomers at none. docs/algorithms.md has the measurements.
@@ -193,8 +191,9 @@ func (o *fairOrder) insert(q *list.List, w *waiter, front bool, now time.Time, r
 	o.waiting[w.key]++
 	if front || newcomer {
 		// a retry goes first; a newcomer's first waiter next, in arrival
-		// order, so it never waits behind earlier newcomers' credit (100
-		// tenants at once: first releases up to 3.5s late without it)
+		// order, so it never waits behind earlier newcomers' credit (with
+		// many keys arriving at once, their waiters would hold its first
+		// release back for seconds)
 		w.tag = math.Inf(-1)
 	}
 	if front {

@@ -34,6 +34,12 @@ type lane struct {
 	// ahead: a fair lane's reserved slots not yet come, on the local
 	// clock, oldest first (the run loop's alone; see fairRoom)
 	ahead []time.Time
+	// kc: nil, or the per-key ceiling of a fair lane (Fairness.KeyRate),
+	// which then serves its waiters (keyCeiling.serve) and keeps no stock
+	kc *keyCeiling
+	// backoff and lastLog pace the run loop through Redis errors (its alone)
+	backoff time.Duration
+	lastLog time.Time
 }
 
 // maxStock bounds the slots a lane reserves ahead of its waiters.
@@ -64,8 +70,11 @@ const maxBatch = 256
 
 func newLane(r *runner) *lane {
 	l := &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
-	if r.ds.Fairness != nil {
-		l.fair = newFairOrder(r.ds.Fairness)
+	if f := r.ds.Fairness; f != nil {
+		l.fair = newFairOrder(f)
+		if f.KeyRate.Rate > 0 {
+			l.kc = newKeyCeiling(l, f.KeyRate)
+		}
 	}
 	return l
 }
@@ -224,10 +233,15 @@ func (l *lane) backlogged(key string) bool {
 // run serves the waiters until the dispatcher stops.
 func (l *lane) run() {
 	r := l.r
-	backoff := 50 * time.Millisecond
-	var lastLog time.Time
+	l.backoff = minBackoff
 	for {
-		cost, n := l.head()
+		var cost int64
+		var n int
+		if l.kc != nil {
+			n = l.waiting()
+		} else {
+			cost, n = l.head()
+		}
 		if n == 0 {
 			select {
 			case <-l.kick:
@@ -255,6 +269,12 @@ func (l *lane) run() {
 			}
 			seq, probe = g.seq, g.probe
 		}
+		if l.kc != nil {
+			if !l.kc.serve(seq, probe) {
+				return
+			}
+			continue
+		}
 		ask := n
 		if probe {
 			ask = 1 // a half-open probe
@@ -271,46 +291,90 @@ func (l *lane) run() {
 			}
 			ask = min(ask, room)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-		res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, r.lookahead())
-		cancel()
+		res, err := l.reserve(cost, ask, r.lookahead())
 		switch {
 		case errors.Is(err, limiters.ErrCostExceedsCapacity):
 			l.refuse(cost, err) // no wait will make room: the task is refused
 			continue
 		case err != nil:
-			if time.Since(lastLog) > 10*time.Second {
-				r.d.log.Warn("shaping: cannot reserve a slot; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
-				lastLog = time.Now()
-			}
-			if !l.sleep(backoff) {
+			if !l.trouble("cannot reserve a slot", err) {
 				return
 			}
-			backoff = min(backoff*2, 2*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
-		recv := r.d.cfg.Clock.Now()
-		r.offset.observe(recv.Sub(res.Now), recv)
-		r.observeReservation(res)
-		l.setBehind(res.Count > 0 && res.Wait == 0)
 		if res.Count > 0 {
-			r.observeWaits(res)
 			l.hand(cost, res, seq)
-			if l.fair != nil {
-				for j := range res.Count {
-					l.ahead = append(l.ahead, res.SlotN(j).Add(r.offset.get()))
-				}
-			}
 			continue
 		}
-		if m := r.d.m; m != nil {
-			m.BucketFull.WithLabelValues(r.ds.Name).Inc()
-		}
-		if !l.sleep(l.roomIn(res, cost, n)) {
+		if !l.full(res, cost, n) {
 			return
 		}
 	}
+}
+
+// minBackoff is the run loop's first wait after a Redis error; it
+// doubles up to maxBackoff while the errors last.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// reserve reserves up to ask slots of cost starting within maxWait, and
+// records what the reply says (the clock offset, the reservation's
+// metrics, and a fair lane's slots ahead). The run loop's alone.
+func (l *lane) reserve(cost int64, ask int, maxWait time.Duration) (Reservation, error) {
+	r := l.r
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, maxWait)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	l.backoff = minBackoff
+	recv := r.d.cfg.Clock.Now()
+	r.offset.observe(recv.Sub(res.Now), recv)
+	r.observeReservation(res)
+	l.setBehind(res.Count > 0 && res.Wait == 0)
+	if res.Count > 0 {
+		r.observeWaits(res)
+		if l.fair != nil {
+			for j := range res.Count {
+				l.ahead = append(l.ahead, res.SlotN(j).Add(r.offset.get()))
+			}
+		}
+	}
+	return res, nil
+}
+
+// trouble logs a Redis error (at most every 10s) and waits the backoff,
+// doubling it; false when the dispatcher stops.
+func (l *lane) trouble(what string, err error) bool {
+	r := l.r
+	if time.Since(l.lastLog) > 10*time.Second {
+		r.d.log.Warn("shaping: "+what+"; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
+		l.lastLog = time.Now()
+	}
+	if !l.sleep(l.backoff) {
+		return false
+	}
+	l.backoff = min(l.backoff*2, maxBackoff)
+	return true
+}
+
+// full waits, after a reservation that found the bucket full (res), until
+// it has room for n waiters of cost; false when the dispatcher stops.
+func (l *lane) full(res Reservation, cost int64, n int) bool {
+	if m := l.r.d.m; m != nil {
+		m.BucketFull.WithLabelValues(l.r.ds.Name).Inc()
+	}
+	return l.sleep(l.roomIn(res, cost, n))
+}
+
+// waiting is how many waiters are queued.
+func (l *lane) waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.q.Len()
 }
 
 // fairRoomFloor: a fair lane may always hold this much of its slots
@@ -322,11 +386,12 @@ const fairRoomFloor = 20 * time.Millisecond
 // fairRoom is how many more slots of cost a fair lane may reserve now,
 // or, when none, how long until its oldest reserved slot comes. A fair
 // lane holds at most its process's part of the look-ahead (shared by the
-// live processes), at least 2 slots and fairRoomFloor of them. Unbounded,
-// a lane with many waiters took each opening and the slots split by
-// tasks held: a process holding a light key's last tasks released them
-// at 5-9/s while the others released the heavy key at 30-40/s. A lane
-// alone still keeps its slots coming, reserving the next as each comes.
+// live processes), at least 2 slots and fairRoomFloor of them, so that
+// the slots split evenly between processes: unbounded, a lane with many
+// waiters would take each opening and the slots would split by tasks
+// held, and a process holding a light key's last tasks would release them
+// at a fraction of that key's share. A lane alone still keeps its slots
+// coming, reserving the next as each comes.
 func (l *lane) fairRoom(cost int64) (int, time.Duration) {
 	r := l.r
 	now := r.d.cfg.Clock.Now()

@@ -1,68 +1,105 @@
--- keyceiling.lua: a per-key ceiling on a downstream's releases (GCRA, no
--- burst), decided when a lane hands its reserved slots to its waiters.
--- Each key's state is its tat: the earliest slot start its next release
--- may take. For each slot in order, the slot goes to the first candidate
--- not yet given one whose key's tat is at most the slot's start, and that
--- key's tat becomes the slot's start plus the interval. A slot no
--- candidate may take is given to none (the caller wastes it). Slots of
--- one key are thus at least the interval apart, whichever processes hold
--- its tasks.
+-- keyceiling.lua: a per-key ceiling on a downstream's releases (GCRA
+-- without a burst), decided before a lane reserves slots for its waiters.
+-- Each key's state is its tat: the earliest start its next slot may have.
+-- A lane claims keys first: a candidate's key whose tat has come (at most
+-- now) is claimed, and its tat becomes a provisional "lo:hi", where
+-- hi = now + hold + interval is past any slot the lane may then reserve
+-- for it (the lane reserves only slots starting within hold of now) plus
+-- the interval, and lo = now + interval is the least its exact tat can
+-- be. Until settled, nobody may claim the key before hi. The lane then
+-- reserves one slot per claim and settles each claim in a later call
+-- (first thing, before any claim): a used claim's tat becomes its slot's
+-- start plus the interval, an unused claim's is deleted (the key had no
+-- slot: its tat was at most now when claimed). A key's slots are thus at
+-- least the interval apart, whichever processes claim it.
 --
--- KEYS[1..n] -> the tat of each candidate key: STRING, µs since the epoch
---               on the Redis clock (absent: no ceiling pending)
--- ARGV[1] -> interval: µs a slot taken moves its key's tat past the slot
--- ARGV[2] -> margin, ms: a tat key lives this long past its tat
--- ARGV[3] -> now in µs, or 0 to read Redis TIME (tests only)
--- ARGV[4] -> m: the number of slots
--- ARGV[5 .. 4+m] -> the slots' starts, µs, in order
--- ARGV[5+m ..]   -> the candidates in the order they may take a slot,
---                   each the index (1-based) of its key in KEYS
+-- KEYS[1..n] -> each key's tat: STRING, µs since the epoch on the Redis
+--               clock, or "lo:hi" while claimed (absent: none)
+-- ARGV[1] -> interval, µs
+-- ARGV[2] -> hold, µs: the furthest after now a claimed key's slot may start
+-- ARGV[3] -> margin, ms: a tat key lives this long past its tat (or hi)
+-- ARGV[4] -> now in µs, or 0 to read Redis TIME (tests only)
+-- ARGV[5] -> want: claim at most this many candidates
+-- ARGV[6] -> s: the settlements that follow
+-- ARGV[7 .. 6+3s] -> key index (1-based, into KEYS), the claim's "lo:hi"
+--                    as this script wrote it, and the tat to settle it at
+--                    (µs), or "" to delete it; a key whose value is no
+--                    longer that claim is left alone
+-- ARGV[7+3s ..]   -> the candidates in the order they may claim, each the
+--                    index (1-based) of its key in KEYS; a key is claimed
+--                    at most once a call
 --
--- Reply: {a_1 .. a_m, t_1 .. t_n}: a_j is the candidate (1-based position
---   among the candidates) given slot j, 0 for none; t_i is KEYS[i]'s tat
---   after the call (0: none).
--- TTL: a tat key written gets tat - now + margin; a key past its tat
--- carries nothing more than an absent one, so it may expire any time
--- after (the margin covers the gap between the slot and now).
+-- Reply: {now, c_1 .. c_k, t_1 .. t_n}: now is the script's time (µs; a
+--   claim's value is "<now+interval>:<now+hold+interval>"); c_i is 1 when
+--   candidate i claimed its key, else 0; t_i is KEYS[i]'s tat after the
+--   call, a claimed key's lo (0: none). Settled keys need not be among
+--   the candidates.
+-- TTL: a tat or claim written gets (tat or hi) - now + margin: past it,
+-- the key carries nothing more than an absent one.
 if redis.replicate_commands then redis.replicate_commands() end
 
-local iv, margin, now, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local iv, hold, margin, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local want, s = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not now or now <= 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local n = #KEYS
-local tat, changed = {}, {}
-if n > 0 then
-  local cur = redis.call('MGET', unpack(KEYS))
-  for i = 1, n do tat[i] = tonumber(cur[i]) or 0 end
+-- set writes a tat or claim that carries state until until_ (µs)
+local function set(key, until_, value)
+  local ttl = math.max(math.ceil((until_ - now) / 1000), 0) + margin
+  redis.call('SET', key, value, 'PX', ttl)
 end
 
-local cands = {}
-for i = 5 + m, #ARGV do cands[#cands + 1] = tonumber(ARGV[i]) end
-local given, reply = {}, {}
-for j = 1, m do
-  local slot = tonumber(ARGV[4 + j])
-  local got = 0
-  for c = 1, #cands do
-    local k = cands[c]
-    if not given[c] and tat[k] <= slot then
-      got = c
-      given[c] = true
-      tat[k] = slot + iv
-      changed[k] = true
-      break
+local function fmt(x) return string.format('%.0f', x) end
+
+-- each key's value, then the claims of earlier calls settled
+local n = #KEYS
+local cur = {}
+if n > 0 then cur = redis.call('MGET', unpack(KEYS)) end
+for i = 0, s - 1 do
+  local k = tonumber(ARGV[7 + 3 * i])
+  if cur[k] == ARGV[8 + 3 * i] then
+    local v = ARGV[9 + 3 * i]
+    if v == '' then
+      redis.call('DEL', KEYS[k])
+      cur[k] = false
+    else
+      set(KEYS[k], tonumber(v), v)
+      cur[k] = v
     end
   end
-  reply[j] = got
 end
 
+-- each key's tat (lo for a claim) and the time before which it may not
+-- be claimed (hi for a claim)
+local tat, block = {}, {}
 for i = 1, n do
-  if changed[i] then
-    local ttl = math.max(math.ceil((tat[i] - now) / 1000), 0) + margin
-    redis.call('SET', KEYS[i], string.format('%.0f', tat[i]), 'PX', ttl)
+  local v = cur[i]
+  local lo, hi = nil, nil
+  if v then lo, hi = string.match(v, '^(%d+):(%d+)$') end
+  if lo then
+    tat[i], block[i] = tonumber(lo), tonumber(hi)
+  else
+    tat[i] = tonumber(v) or 0
+    block[i] = tat[i]
   end
-  reply[m + i] = tat[i]
 end
+
+local reply = {now}
+local claimed = 0
+local lo, hi = now + iv, now + hold + iv
+local claim = fmt(lo) .. ':' .. fmt(hi)
+for c = 7 + 3 * s, #ARGV do
+  local k = tonumber(ARGV[c])
+  local got = 0
+  if claimed < want and block[k] <= now then
+    got = 1
+    claimed = claimed + 1
+    tat[k], block[k] = lo, hi
+    set(KEYS[k], hi, claim)
+  end
+  reply[#reply + 1] = got
+end
+for i = 1, n do reply[#reply + 1] = tat[i] end
 return reply
