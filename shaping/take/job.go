@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -16,21 +17,29 @@ import (
 // finishes the task in asynq's storage. It never touches its lane's fields;
 // it posts its end to the loop.
 type job struct {
-	e    *Engine
-	l    *lane
-	tt   lua.TakenTask
-	slot time.Time
+	e     *Engine
+	l     *lane
+	tt    lua.TakenTask
+	slot  time.Time
+	state atomic.Int32 // jobWaiting, then jobStarted (by the job) or jobClaimed (by the loop)
 }
 
+// A job's states: it starts once its slot comes, unless the loop claimed it
+// first at shutdown to give it back with its lane's other unstarted tasks.
+const (
+	jobWaiting int32 = iota
+	jobStarted
+	jobClaimed
+)
+
 func (j *job) run() {
+	if !j.waitSlot() || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
+		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
+	}
 	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
 	m, reason := j.decode()
 	if reason != "" {
 		j.quarantine(reason)
-		return
-	}
-	if !j.waitSlot() {
-		j.requeue()
 		return
 	}
 	t := newTask(m, j.slot)

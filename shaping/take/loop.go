@@ -2,6 +2,7 @@ package take
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/lua"
@@ -18,6 +19,7 @@ func (e *Engine) loop(ctx context.Context) {
 	byName := map[string]*lane{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	stopCh := e.stopCh
 	for {
 		lanes = e.adopt(lanes, byName)
 		now := time.Now()
@@ -33,6 +35,11 @@ func (e *Engine) loop(ctx context.Context) {
 				l.wake(time.Now())
 			}
 		case <-e.addSig:
+		case <-stopCh:
+			stopCh = nil
+			for _, l := range lanes {
+				e.requeueUnstarted(l)
+			}
 		case <-timer.C:
 		}
 	}
@@ -160,7 +167,49 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 		l.held[tt.ID] = j
 		e.stats.taken.Add(1)
 		e.jobs.Add(1)
-		go j.run()
+		if !e.stopping.Load() {
+			go j.run()
+		}
+	}
+	if e.stopping.Load() {
+		e.requeueUnstarted(l) // a take that answered after shutdown began
+	}
+}
+
+// requeueUnstarted claims l's jobs that have not started and gives their
+// tasks back in one call, the earliest slot at the head of pending.
+func (e *Engine) requeueUnstarted(l *lane) {
+	var js []*job
+	for _, j := range l.held {
+		if j.state.CompareAndSwap(jobWaiting, jobClaimed) {
+			js = append(js, j)
+		}
+	}
+	if len(js) == 0 {
+		return
+	}
+	slices.SortFunc(js, func(a, b *job) int { return a.slot.Compare(b.slot) })
+	ids := make([]string, len(js))
+	for i, j := range js {
+		ids[i] = j.tt.ID
+	}
+	op := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		n, err := e.store.TakeRequeue(ctx, l.q, ids...)
+		cancel()
+		e.post(func() {
+			if err != nil {
+				e.stats.errors.Add(1)
+				e.cfg.Logger.Warn("take: requeue at shutdown failed; the leases will expire", "downstream", l.d.Name, "err", err)
+			}
+			e.stats.requeued.Add(n)
+			for _, id := range ids {
+				e.finished(l, id)
+			}
+		})
+	}
+	if !e.submit(op) {
+		go op()
 	}
 }
 
