@@ -65,8 +65,8 @@ type TakeReply struct {
 	Status TakeStatus
 	// Now is the script's now, µs since the epoch on the Redis clock.
 	Now int64
-	// Next is, for TakeTaken and TakeEarly, when the next slot enters the
-	// look-ahead (µs since the epoch): the earliest a new take can succeed.
+	// Next is, for TakeTaken and TakeEarly, when the next slot would start
+	// (µs since the epoch): a take succeeds from Next - LookAhead on.
 	Next int64
 	// Drained is true when pending ran out during the call.
 	Drained bool

@@ -39,8 +39,9 @@
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent), 4 early (the first slot starts
 --           later than the look-ahead).
---   next_us: taken and early, when the next slot enters the look-ahead
---            (next_free - look-ahead); 0 for the other statuses.
+--   next_us: taken and early, when the next slot would start (so the
+--            next take can succeed from next_us - look-ahead on); 0 for
+--            the other statuses.
 --   drained: 1 when pending ran out during this call.
 --   msg is the task hash's "msg" field, or "" when the hash has none (the
 --   caller archives such a task with the reason).
@@ -105,6 +106,8 @@ if ARGV[9] == '1' then
     end
     redis.call('ZREM', KEYS[4], id)
   end
+  -- an idle queue's periodic maintenance ends here, cheaply
+  if redis.call('LLEN', KEYS[2]) == 0 then return {1, now, 0, 1, recovered, forwarded} end
 end
 
 local function reply(status, nxt, drained)
@@ -120,7 +123,7 @@ local base = nf
 if base < now - burst then base = now - burst end
 local start = base
 if start < now then start = now end
-if start - now > ahead then return reply(4, start - ahead, 0) end
+if start - now > ahead then return reply(4, start, 0) end
 
 local out = reply(0, 0, 0)
 local exp = now_s + lease
@@ -147,6 +150,6 @@ if count == 0 then return reply(1, 0, 1) end
 
 local nxt = base + count * interval
 redis.call('SET', KEYS[1], nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
-out[3] = nxt - ahead
+if nxt < now then out[3] = now else out[3] = nxt end
 out[4] = drained
 return out

@@ -67,13 +67,13 @@ func TestTakeSteps(t *testing.T) {
 		at       int64 // µs after t0
 		status   lua.TakeStatus
 		slots    []int64 // µs after t0
-		next     int64   // µs after t0, when taken or early
+		next     int64   // µs after t0: the next slot, when taken or early
 		pActive  int64   // active after the step
 		pPending int64
 	}{
-		{0, lua.TakeTaken, []int64{0, 100000}, 50000, 2, 3},
-		{10000, lua.TakeEarly, nil, 50000, 2, 3},
-		{60000, lua.TakeTaken, []int64{200000}, 150000, 3, 2},
+		{0, lua.TakeTaken, []int64{0, 100000}, 200000, 2, 3},
+		{10000, lua.TakeEarly, nil, 200000, 2, 3},
+		{60000, lua.TakeTaken, []int64{200000}, 300000, 3, 2},
 		{160000, lua.TakeFull, nil, 0, 3, 2},
 	}
 	var taken []string
@@ -166,8 +166,8 @@ func TestTakeMaintain(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.a.Budget = 1
-	if rep := r.take(t0+1000000, true); rep.Status != lua.TakeFull || rep.Recovered != 0 || rep.Forwarded != 0 {
-		t.Errorf("lease live: got %+v, want full, nothing recovered or forwarded", rep)
+	if rep := r.take(t0+1000000, true); rep.Status != lua.TakeEmpty || rep.Recovered != 0 || rep.Forwarded != 0 {
+		t.Errorf("lease live: got %+v, want empty, nothing recovered or forwarded", rep)
 	}
 	rep := r.take(t0+11000000, true)
 	if rep.Recovered != 1 || rep.Forwarded != 1 || len(rep.Tasks) != 1 || rep.Tasks[0].ID != r.ids[0] {

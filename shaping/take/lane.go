@@ -24,11 +24,13 @@ type lane struct {
 	args   lua.TakeArgs // the take's arguments but Slots, Maintain
 	slots  int          // the most tasks one take asks for
 	minGap time.Duration
+	lead   time.Duration // a take is due when the next slot starts within it
 
 	state        laneState
 	next         time.Time     // when the lane's next take or probe is due
 	gap          time.Duration // the idle probe's current backoff
 	errGap       time.Duration // the backoff after a failed call
+	lost         time.Duration // the backoff after takes that found the slots taken
 	pending      bool          // a take or probe of the lane is in flight
 	lastMaintain time.Time
 	nextExtend   time.Time
@@ -47,7 +49,7 @@ func newLane(cfg Config, d Downstream) *lane {
 	// (never more often than every 10ms), backing off to IdlePoll.
 	minGap := min(max(time.Duration(iv)*time.Microsecond, 10*time.Millisecond), cfg.IdlePoll)
 	q := cfg.Keys.Asynq(d.Name)
-	return &lane{d: d, q: q, slots: slots, minGap: minGap, held: map[string]*job{},
+	return &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
 		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease}}
 }
@@ -55,12 +57,12 @@ func newLane(cfg Config, d Downstream) *lane {
 // free is how many more tasks this process may take for the lane.
 func (l *lane) free() int { return l.d.InFlight - len(l.held) }
 
-// toIdle makes the lane probe from at on, backing off from minGap.
-func (l *lane) toIdle(at time.Time) {
+// toIdle makes the lane probe from at on, backing off from minGap to poll.
+func (l *lane) toIdle(at time.Time, poll time.Duration) {
 	if l.state != idle {
 		l.gap = l.minGap
 	} else {
-		l.gap = min(2*l.gap, max(l.minGap, l.gap))
+		l.gap = min(2*l.gap, poll)
 	}
 	l.state = idle
 	l.next = at.Add(l.gap)
@@ -81,22 +83,29 @@ func (l *lane) failed(now time.Time, poll time.Duration) {
 
 // applyTake sets the lane's next check from take.lua's reply r, received
 // at local time at. It returns the local time of Redis time us.
+//
+// A take is due when the next slot starts within lead, so each one serves
+// the slots from there to the look-ahead. When several processes serve a
+// downstream, the one that took last calls first; a take that finds the
+// slots taken (early) backs off, doubling to IdlePoll/2, so that losers
+// cost a few calls per second instead of one per batch, and still step in
+// within that when the taker stops.
 func (l *lane) applyTake(r lua.TakeReply, at time.Time, poll time.Duration) func(us int64) time.Time {
 	local := func(us int64) time.Time { return at.Add(time.Duration(us-r.Now) * time.Microsecond) }
 	l.errGap = 0
+	due := local(r.Next).Add(-l.lead)
 	switch r.Status {
 	case lua.TakeTaken:
-		l.state, l.next = busy, local(r.Next)
+		l.state, l.next, l.lost = busy, due, 0
 		if r.Drained {
-			l.toIdle(at)
-			if n := local(r.Next); n.After(l.next) {
-				l.next = n
-			}
+			l.toIdle(at, poll)
+			l.next = later(l.next, due)
 		}
 	case lua.TakeEarly:
-		l.state, l.next = busy, local(r.Next)
+		l.lost = min(max(2*l.lost, l.lead), poll/2)
+		l.state, l.next = busy, due.Add(l.lost)
 	case lua.TakeEmpty:
-		l.toIdle(at)
+		l.toIdle(at, poll)
 	case lua.TakePaused:
 		l.state, l.next = paused, at.Add(poll)
 	case lua.TakeFull:
@@ -105,4 +114,11 @@ func (l *lane) applyTake(r lua.TakeReply, at time.Time, poll time.Duration) func
 		l.state, l.next = busy, at.Add(min(max(2*l.minGap, 50*time.Millisecond), poll))
 	}
 	return local
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -23,7 +23,7 @@ func (e *Engine) applyProbes(ls []*lane, cmds []redis.Cmder, err error, at time.
 		if n, _ := cmds[i].(*redis.IntCmd).Result(); n > 0 {
 			l.wake(at)
 		} else {
-			l.toIdle(at)
+			l.toIdle(at, e.cfg.IdlePoll)
 		}
 	}
 }
