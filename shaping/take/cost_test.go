@@ -100,29 +100,40 @@ func TestTakeIdleCost(t *testing.T) {
 // the same concurrency, no rate limit) on the same backlog.
 func BenchmarkTakeBacklog(b *testing.B) {
 	for _, c := range []struct {
-		name string
-		rate float64
-	}{{"unlimited", 0}, {"2000_per_s", 2000}} {
+		name    string
+		rate    float64
+		engines int
+	}{{"unlimited", 0, 1}, {"2000_per_s", 2000, 1}, {"3_engines_200_per_s", 200, 3}, {"3_engines_1000_per_s", 1000, 3}} {
 		b.Run("take/"+c.name, func(b *testing.B) {
 			benchBacklog(b, func(rdb *redis.Client, sp keys.Space, done func()) (stop func()) {
-				e, err := New(Config{Redis: rdb, Keys: sp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-				if err != nil {
-					b.Fatal(err)
+				var stops []func()
+				var es []*Engine
+				for range c.engines {
+					// each engine its own client, as each process has
+					cl := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+					e, err := New(Config{Redis: cl, Keys: sp, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := e.Add(Downstream{Name: "d", Rate: c.rate, InFlight: 50, Handler: func(context.Context, *Task) error {
+						done()
+						return nil
+					}}); err != nil {
+						b.Fatal(err)
+					}
+					ctx, cancel := context.WithCancel(context.Background())
+					ran := make(chan struct{})
+					go func() { e.Run(ctx); close(ran) }()
+					es = append(es, e)
+					stops = append(stops, func() { cancel(); <-ran; cl.Close() })
 				}
-				if err := e.Add(Downstream{Name: "d", Rate: c.rate, InFlight: 50, Handler: func(context.Context, *Task) error {
-					done()
-					return nil
-				}}); err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				ran := make(chan struct{})
-				go func() { e.Run(ctx); close(ran) }()
 				return func() {
-					cancel()
-					<-ran
-					s := e.Stats()
-					b.ReportMetric(float64(s.Takes)/float64(b.N), "takes/release")
+					var takes int64
+					for i, stop := range stops {
+						stop()
+						takes += es[i].Stats().Takes
+					}
+					b.ReportMetric(float64(takes)/float64(b.N), "takes/release")
 				}
 			})
 		})

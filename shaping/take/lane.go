@@ -57,6 +57,16 @@ func newLane(cfg Config, d Downstream) *lane {
 // free is how many more tasks this process may take for the lane.
 func (l *lane) free() int { return l.d.InFlight - len(l.held) }
 
+// batch is the least room worth a take: a budget smaller than the
+// look-ahead's slots is refilled in batches of a quarter of it, not one
+// take per finish.
+func (l *lane) batch() int {
+	if len(l.held) == 0 {
+		return 1
+	}
+	return max(1, min(l.slots, l.d.InFlight)/4)
+}
+
 // toIdle makes the lane probe from at on, backing off from minGap to poll.
 func (l *lane) toIdle(at time.Time, poll time.Duration) {
 	if l.state != idle {

@@ -95,8 +95,8 @@ func (e *Engine) dispatch(lanes []*lane, now time.Time) time.Time {
 		}
 		maintain := now.Sub(l.lastMaintain) >= e.cfg.Maintain
 		switch {
-		case l.free() <= 0:
-			// a finish of this process frees the budget and dispatches again
+		case l.free() < l.batch():
+			// finishes of this process free the budget and dispatch again
 		case l.state == idle && !maintain:
 			l.pending = true
 			probes = append(probes, l)
