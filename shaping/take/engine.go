@@ -33,6 +33,7 @@ type Engine struct {
 
 	stopping atomic.Bool
 	stopCh   chan struct{} // closed when shutdown begins
+	quiesced chan struct{} // closed by the loop once it starts no more takes
 	callCtx  context.Context
 	cancel   context.CancelFunc // cancels callCtx after the shutdown timeout
 	jobs     sync.WaitGroup
@@ -53,7 +54,7 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{cfg: cfg, store: lua.New(cfg.Redis), names: map[string]bool{},
 		addSig: make(chan struct{}, 1), wakes: make(chan string, 256),
 		events: make(chan func(), 4096), ops: make(chan func(), 4096),
-		stopCh: make(chan struct{}), callCtx: callCtx, cancel: cancel}, nil
+		stopCh: make(chan struct{}), quiesced: make(chan struct{}), callCtx: callCtx, cancel: cancel}, nil
 }
 
 // Add adds a downstream. Its queue must not also be served by an
@@ -117,6 +118,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	<-ctx.Done()
 	e.stopping.Store(true)
 	close(e.stopCh)
+	<-e.quiesced // every jobs.Add from here on happens while a take holds the count above 0
 	if !waitTimeout(&e.jobs, e.cfg.ShutdownTimeout) {
 		e.cancel()
 		e.jobs.Wait()

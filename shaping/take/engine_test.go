@@ -311,3 +311,38 @@ func TestTakeEngineConfig(t *testing.T) {
 		t.Error("adding a downstream twice: got no error")
 	}
 }
+
+// TestTakeEngineWake: an idle downstream checked only every 5s or more
+// (one slot at 0.2/s) takes at once when a producer in the process wakes
+// it.
+func TestTakeEngineWake(t *testing.T) {
+	r := newRig(t)
+	rec := newRecorder()
+	d := Downstream{Name: "d", Rate: 0.2, Handler: func(ctx context.Context, t *Task) error {
+		rec.add(t.ID)
+		return nil
+	}}
+	e := r.engine(nil, Config{IdlePoll: 10 * time.Second, Maintain: time.Minute}, d)
+	start(t, e)
+	waitFor(t, 5*time.Second, "the first idle check", func() bool { return e.Stats().Takes > 0 })
+	r.enqueue("d", "job", 1)
+	e.Wake("d")
+	waitFor(t, 2*time.Second, "the woken release", func() bool { return rec.calls() == 1 })
+}
+
+// TestTakeEngineTimeout: a call that outlives the task's asynq Timeout has
+// its context cut and is retried with the deadline as its error.
+func TestTakeEngineTimeout(t *testing.T) {
+	r := newRig(t)
+	id := r.enqueue("d", "slow", 1, asynq.Timeout(time.Second), asynq.MaxRetry(3))[0]
+	d := Downstream{Name: "d", Rate: 100, Handler: func(ctx context.Context, t *Task) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, RetryDelay: func(int, error, *Task) time.Duration { return time.Hour }}
+	start(t, r.engine(nil, Config{}, d))
+	waitFor(t, 5*time.Second, "the retry", func() bool { return r.queueInfo("d").Retry == 1 })
+	info, err := r.insp.GetTaskInfo(r.sp.Queue("d"), id)
+	if err != nil || info.Retried != 1 || info.LastErr != context.DeadlineExceeded.Error() {
+		t.Errorf("got %+v, %v; want retried 1 with %q", info, err, context.DeadlineExceeded)
+	}
+}

@@ -40,6 +40,7 @@ func (e *Engine) loop(ctx context.Context) {
 			for _, l := range lanes {
 				e.requeueUnstarted(l)
 			}
+			close(e.quiesced) // no take starts from here on (stopping is set)
 		case <-timer.C:
 		}
 	}
@@ -141,11 +142,13 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool) {
 		l.lastMaintain = now
 	}
 	e.stats.takes.Add(1)
+	e.jobs.Add(1) // a take in flight holds Run's shutdown until its tasks are jobs
 }
 
 // applyTake runs in the loop: it starts a job per task taken and sets the
 // lane's next check.
 func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
+	defer e.jobs.Done()
 	l.pending = false
 	if err != nil {
 		e.stats.errors.Add(1)
