@@ -46,22 +46,27 @@ func connectedClients(tb testing.TB, rdb *redis.Client) int {
 	return 0
 }
 
-// TestTakeIdleCost: one engine serving 100 downstreams with empty queues
-// costs a small term per downstream and a handful of connections (today's
-// asynq server per downstream: 11 commands/s per downstream per process,
-// more than one connection each).
+// TestTakeIdleCost: one engine serving 100 or 1,000 downstreams with
+// empty queues costs a small term per downstream and a handful of
+// connections (today's asynq server per downstream: 11 commands/s per
+// downstream per process, more than one connection each).
 func TestTakeIdleCost(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a 12s measurement")
+		t.Skip("a 13s measurement per size")
 	}
-	const n = 100
+	for _, n := range []int{100, 1000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) { idleCost(t, n) })
+	}
+}
+
+func idleCost(t *testing.T, n int) {
 	rdb := ownRedis(t)
 	e, err := New(Config{Redis: rdb, Keys: keys.New("idle"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if err := e.Add(Downstream{Name: fmt.Sprintf("d%03d", i), Rate: 10, InFlight: 4,
+		if err := e.Add(Downstream{Name: fmt.Sprintf("d%04d", i), Rate: 10, InFlight: 4,
 			Handler: func(context.Context, *Task) error { return nil }}); err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +88,7 @@ func TestTakeIdleCost(t *testing.T) {
 	}
 	d := after.Sub(before)
 	d["info"]-- // the read of before
-	perDS := float64(d.Total()) / window.Seconds() / n
+	perDS := float64(d.Total()) / window.Seconds() / float64(n)
 	conns := connectedClients(t, rdb) - 1 // the test's own
 	t.Logf("idle, %d downstreams, 1 engine: %.0f commands/s (%.2f per downstream), %d connections; by command %v",
 		n, float64(d.Total())/window.Seconds(), perDS, conns, d)

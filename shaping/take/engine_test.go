@@ -346,3 +346,30 @@ func TestTakeEngineTimeout(t *testing.T) {
 		t.Errorf("got %+v, %v; want retried 1 with %q", info, err, context.DeadlineExceeded)
 	}
 }
+
+// TestTakeEngineLeaseExtended: a call longer than the lease keeps its task,
+// because the engine extends the lease; a second engine recovering leases
+// every 200ms never takes it.
+func TestTakeEngineLeaseExtended(t *testing.T) {
+	r := newRig(t)
+	r.enqueue("d", "long", 1)
+	rec := newRecorder()
+	d := Downstream{Name: "d", Rate: 100, InFlight: 2, Handler: func(ctx context.Context, t *Task) error {
+		rec.add(t.ID)
+		if rec.calls() == 1 {
+			time.Sleep(3500 * time.Millisecond) // a call outliving the 2s lease
+		}
+		return nil
+	}}
+	e1 := r.engine(redistest.Client(t), Config{Lease: 2 * time.Second}, d)
+	e2 := r.engine(redistest.Client(t), Config{Lease: 2 * time.Second}, d)
+	start(t, e1)
+	start(t, e2)
+	waitFor(t, 10*time.Second, "the long call done", func() bool { return r.queueInfo("d").Processed == 1 })
+	if got := rec.calls(); got != 1 {
+		t.Errorf("delivered %d times, want 1", got)
+	}
+	if s1, s2 := e1.Stats(), e2.Stats(); s1.Recovered+s2.Recovered != 0 || s1.Lost+s2.Lost != 0 {
+		t.Errorf("recovered %d lost %d, want 0 0", s1.Recovered+s2.Recovered, s1.Lost+s2.Lost)
+	}
+}
