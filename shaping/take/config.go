@@ -21,9 +21,11 @@ type Config struct {
 	// Keys names the keys (zero: keys.DefaultPrefix).
 	Keys keys.Space
 	// LookAhead is how far ahead of its slot a task may be taken (default
-	// 150ms): a take serves every slot that starts within it, so a
-	// downstream at rate r costs about one take per LookAhead·r releases,
-	// and a crash strands at most that many tasks besides those in calls.
+	// 150ms). A take is made when the next slot starts within LookAhead/3
+	// and serves every slot that starts within LookAhead, so a downstream
+	// at rate r costs about one take per (2/3)·LookAhead·r releases, and a
+	// crash strands at most LookAhead·r + 1 tasks besides those in calls
+	// (and never more than the downstream's InFlight).
 	LookAhead time.Duration
 	// Lease is each taken task's lease (default 30s, asynq's); the engine
 	// extends it every Lease/3 while it holds the task, and a task whose

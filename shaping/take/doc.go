@@ -63,6 +63,17 @@
 // above. A finishing write finds a recovered task inactive and writes
 // nothing (Stats.Lost).
 //
+// # Measured
+//
+// On one redis-server (TestTakeIdleCost, BenchmarkTakeBacklog): an idle
+// engine costs 2.0 commands/s per downstream (1 LLEN per IdlePoll, a
+// maintenance take per Maintain) and 7 connections, at 100 and at 1,000
+// downstreams; an asynq.Server per downstream cost 11 commands/s and more
+// than one connection per downstream. Draining a backlog costs 13.3
+// commands per release unthrottled, 13.5 at 2,000/s, and 13.9 and 14.5
+// with 3 engines at 200 and 1,000/s; raw asynq costs 14.0 on the same
+// backlog.
+//
 // # Left to do
 //
 // Fair share and priority pickers (a picker interface over their own index
