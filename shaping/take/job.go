@@ -93,15 +93,19 @@ func (j *job) call(ctx context.Context, t *Task) (err error) {
 }
 
 // finish writes the outcome as asynq's processor would: done (completed
-// when the task has a retention), archived once retries are spent or on
-// asynq.SkipRetry, else retried after the downstream's RetryDelay.
+// when the task has a retention; removed on asynq.RevokeTask), archived
+// once retries are spent or on asynq.SkipRetry, else retried after the
+// downstream's RetryDelay.
 func (j *job) finish(t *Task, m *message, err error) {
 	now := time.Now()
 	q, id, d := j.l.q, j.tt.ID, j.l.d
-	if err == nil {
+	if err == nil || errors.Is(err, asynq.RevokeTask) {
 		a := lua.TakeDoneArgs{Queue: q, ID: id, Day: now, UniqueKey: m.UniqueKey,
 			Retention: time.Duration(m.Retention) * time.Second}
-		if m.Retention > 0 {
+		if err != nil {
+			a.Retention = 0 // revoked: removed, as asynq's markAsDone
+		}
+		if a.Retention > 0 {
 			a.Msg = m.completed(now.Unix())
 		}
 		j.settle("done", &j.e.stats.done, func(ctx context.Context) (bool, error) { return j.e.store.TakeDone(ctx, a) })

@@ -7,7 +7,8 @@ import (
 
 // Handler calls the downstream for one task. nil finishes the task as
 // done; an error retries it with backoff, or archives it once its retries
-// are spent or when the error wraps asynq.SkipRetry. ctx ends at the task's
+// are spent or when the error wraps asynq.SkipRetry; asynq.RevokeTask
+// removes it. ctx ends at the task's
 // Timeout or Deadline (asynq's rule; 30 minutes when it has neither) and
 // when the engine's shutdown timeout passes.
 type Handler func(ctx context.Context, t *Task) error
