@@ -91,6 +91,13 @@ type Downstream struct {
 	// call), default 1. It isolates the downstream from the others and
 	// caps what a pause or a throttle leaves active.
 	InFlight int
+	// LateTolerance is how late after its slot a call may still start; a
+	// job woken later (a starved CPU, a GC pause) wastes the slot and
+	// gives its task back to the head of pending rather than bunch up with
+	// the next releases (Stats.LateSkips). Zero means half a slot, at
+	// least 5ms; negative means never skip. With a tolerance of t, any
+	// window T holds at most rate·(T + t) + 1 releases.
+	LateTolerance time.Duration
 	// Handler calls the downstream; required.
 	Handler Handler
 	// RetryDelay is the wait before retry n+1 after err (default asynq's
@@ -111,6 +118,9 @@ func (d Downstream) interval() int64 {
 
 func (d Downstream) withDefaults() Downstream {
 	d.Burst = max(d.Burst, 1)
+	if d.LateTolerance == 0 {
+		d.LateTolerance = max(time.Duration(d.interval())*time.Microsecond/2, 5*time.Millisecond)
+	}
 	d.InFlight = max(d.InFlight, 1)
 	if d.RetryDelay == nil {
 		d.RetryDelay = func(n int, err error, t *Task) time.Duration {

@@ -164,12 +164,15 @@ type Stats struct {
 	// Recovered counts tasks put back from expired leases; Forwarded those
 	// moved from scheduled or retry to pending.
 	Recovered, Forwarded int64
+	// LateSkips counts jobs woken past their slot's LateTolerance, whose
+	// tasks were given back (also counted in Requeued).
+	LateSkips int64
 	// Errors counts Redis calls that failed.
 	Errors int64
 }
 
 type counters struct {
-	takes, taken, probes, done, retried, archived, requeued, lost, recovered, forwarded, errors atomic.Int64
+	takes, taken, probes, done, retried, archived, requeued, lost, recovered, forwarded, lateSkips, errors atomic.Int64
 }
 
 // Stats returns the engine's counts.
@@ -177,5 +180,5 @@ func (e *Engine) Stats() Stats {
 	c := &e.stats
 	return Stats{Takes: c.takes.Load(), Taken: c.taken.Load(), Probes: c.probes.Load(), Done: c.done.Load(),
 		Retried: c.retried.Load(), Archived: c.archived.Load(), Requeued: c.requeued.Load(), Lost: c.lost.Load(),
-		Recovered: c.recovered.Load(), Forwarded: c.forwarded.Load(), Errors: c.errors.Load()}
+		Recovered: c.recovered.Load(), Forwarded: c.forwarded.Load(), LateSkips: c.lateSkips.Load(), Errors: c.errors.Load()}
 }

@@ -373,3 +373,27 @@ func TestTakeEngineLeaseExtended(t *testing.T) {
 		t.Errorf("recovered %d lost %d, want 0 0", s1.Recovered+s2.Recovered, s1.Lost+s2.Lost)
 	}
 }
+
+// TestTakeEngineLateSkip: a job woken past its slot's tolerance (here every
+// job: 1ns) wastes the slot and gives its task back with no attempt
+// consumed; the handler is never called late.
+func TestTakeEngineLateSkip(t *testing.T) {
+	r := newRig(t)
+	id := r.enqueue("d", "job", 1)[0]
+	rec := newRecorder()
+	d := Downstream{Name: "d", Rate: 20, LateTolerance: time.Nanosecond, Handler: func(ctx context.Context, t *Task) error {
+		rec.add(t.ID)
+		return nil
+	}}
+	e := r.engine(nil, Config{}, d)
+	stop := start(t, e)
+	waitFor(t, 5*time.Second, "three late skips", func() bool { return e.Stats().LateSkips >= 3 })
+	stop()
+	if rec.calls() != 0 {
+		t.Errorf("handler called %d times late, want 0", rec.calls())
+	}
+	info, err := r.insp.GetTaskInfo(r.sp.Queue("d"), id)
+	if err != nil || info.State != asynq.TaskStatePending || info.Retried != 0 {
+		t.Errorf("after: got %+v, %v; want pending, retried 0", info, err)
+	}
+}

@@ -37,6 +37,11 @@ func (j *job) run() {
 		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
 	}
 	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
+	if tol := j.l.d.LateTolerance; tol >= 0 && time.Since(j.slot) > tol {
+		j.e.stats.lateSkips.Add(1)
+		j.requeue() // the slot is wasted; the task goes again at a slot of its own
+		return
+	}
 	m, reason := j.decode()
 	if reason != "" {
 		j.quarantine(reason)
