@@ -72,8 +72,12 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 		}
 		if r.beforePushback(t.Slot) {
 			// reserved before a pushback: the downstream asked to wait
-			// past it, so the slot is given up (its quota units too)
-			r.wasted(t.Cost, grant{slot: t.Slot, issued: t.seq})
+			// past it, so the slot is given up, its quota units at once
+			// (the next reservation must find them back, or it waits
+			// for the quota's window)
+			if len(r.ds.Quotas) > 0 {
+				r.unquota(t.Cost, grant{slot: t.Slot, issued: t.seq})
+			}
 			front = true
 			continue
 		}
