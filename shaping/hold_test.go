@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -219,4 +221,35 @@ func TestBreakerOpenAndCloseByHand(t *testing.T) {
 	if _, err := ctl.SetBreaker(context.Background(), "api", nil, true); err == nil {
 		t.Errorf("SetBreaker on a downstream without a breaker spec: no error")
 	}
+}
+
+// A downstream whose limits come in a vendor's own fields (Shopify's
+// X-Shopify-Shop-Api-Call-Limit: used/max) is read through its profile:
+// a full bucket holds it like any announced limit.
+func TestVendorRateHeadersHold(t *testing.T) {
+	t.Parallel()
+	api := newStandIn(func(_ time.Time, _ []time.Time, h http.Header) int {
+		h.Set("X-Shopify-Shop-Api-Call-Limit", "40/40")
+		return http.StatusOK
+	})
+	defer api.Close()
+	shopify, ok := rlheader.Profile("shopify")
+	if !ok {
+		t.Fatal("no shopify profile")
+	}
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), RateHeaders: []rlheader.Mapping{shopify},
+		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
+	defer d.Shutdown(context.Background())
+	must(t, d.Start())
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte("1")})
+	must(t, err)
+	waitFor(t, 10*time.Second, "the answer read as a hold", func() bool {
+		l, err := d.Limits("api")
+		return err == nil && l.Announced.Effect == "hold" && strings.Contains(l.Announced.Header, "X-Shopify-Shop-Api-Call-Limit: 40/40")
+	})
 }

@@ -101,6 +101,11 @@ type Downstream struct {
 	// (DefaultMaxHold), more than 0 and at most 24h; zero in a Config built
 	// in code means the default.
 	MaxHold Duration `yaml:"max_hold,omitempty"`
+	// RateHeaders reads limits the downstream announces in header fields
+	// of its own: a vendor profile (`rate_headers: shopify`) or a mapping
+	// (`{remaining: X-Left, limit: X-Max, reset: X-Reset, reset_unit:
+	// epoch_s}`); nil reads only the standard fields.
+	RateHeaders *RateHeaders `yaml:"rate_headers,omitempty"`
 	// Concurrency caps the calls in flight across every process; 0 (the
 	// default) means no cap.
 	Concurrency int `yaml:"concurrency,omitempty"`

@@ -272,6 +272,11 @@ func (d *Downstream) validate(p string) *Error {
 	if d.MaxHold < 0 || time.Duration(d.MaxHold) > sizing.MaxInterval {
 		return errf(p+".max_hold", "must be more than 0 and at most %s, got %s", sizing.MaxInterval, d.MaxHold)
 	}
+	if rh := d.RateHeaders; rh != nil {
+		if _, err := rh.Mapping(); err != nil {
+			return errf(p+".rate_headers", "%v", err)
+		}
+	}
 	if e := d.validateConcurrency(p); e != nil {
 		return e
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/cronspec"
 	"github.com/shaper-io/shaper/internal/redisconn"
+	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -245,6 +246,13 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
+	if rh := dc.RateHeaders; rh != nil {
+		m, err := rh.Mapping()
+		if err != nil {
+			return shaping.Downstream{}, fmt.Errorf("downstream %q: rate_headers: %w", dc.Name, err)
+		}
+		sd.RateHeaders = []rlheader.Mapping{m}
+	}
 	if b := dc.Batch; b != nil {
 		sd.Batch = &shaping.Batch{MaxRows: b.MaxRows, MaxDelay: time.Duration(b.MaxDelay), Grace: time.Duration(b.Grace)}
 		sd.LateTolerance = batchLateTolerance(dc)
