@@ -66,11 +66,11 @@ func (r *runner) costCap(t *Task) int64 {
 // is refused (below 1: the reservation's cost stands).
 func (r *runner) settleCost(t *Task, reported int64) (cost int64, ok bool) {
 	if reported < 1 {
-		r.clamped(Clamp{What: "cost_low", Header: "reported cost", Said: itoa(reported)})
+		r.clamped(Clamp{What: "cost_low", Header: "reported cost", Said: strconv.FormatInt(reported, 10)})
 		return t.Cost, false
 	}
 	if c := r.costCap(t); reported > c {
-		r.clamped(Clamp{What: "cost_high", Header: "reported cost", Said: itoa(reported), Applied: itoa(c)})
+		r.clamped(Clamp{What: "cost_high", Header: "reported cost", Said: strconv.FormatInt(reported, 10), Applied: strconv.FormatInt(c, 10)})
 		return c, true
 	}
 	return reported, true
@@ -116,4 +116,3 @@ func (r *runner) lastClamp() Clamp {
 	return r.clamp.last
 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

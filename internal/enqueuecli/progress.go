@@ -125,3 +125,11 @@ func humanRate(r float64) string {
 	}
 	return fmt.Sprintf("%.0f/s", r)
 }
+
+// plural is one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

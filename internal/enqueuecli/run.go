@@ -591,11 +591,3 @@ func lateReason(err error) string {
 		le.ExpectedStart.UTC().Format(time.RFC3339Nano), le.ExpectedStart.Sub(le.Deadline).Round(time.Millisecond),
 		le.Deadline.UTC().Format(time.RFC3339Nano))
 }
-
-// plural is one or many by n.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}

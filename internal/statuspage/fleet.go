@@ -21,7 +21,8 @@ import (
 type Fleet struct {
 	rdb    redis.UniversalClient
 	key    string
-	self   ProcessSnapshot
+	self   ProcessSnapshot // this process's name and address
+	last   ProcessSnapshot // its summary as last published
 	pubbed time.Time
 }
 
@@ -57,16 +58,20 @@ func NewFleet(rdb redis.UniversalClient, prefix, listen string) *Fleet {
 		self: ProcessSnapshot{ID: fmt.Sprintf("%s:%d", host, os.Getpid()), Listen: listen}}
 }
 
-// exchange publishes s (this process's snapshot) when due and returns the
-// fleet's live processes, this one included, by ID.
-func (f *Fleet) exchange(ctx context.Context, s Snapshot) ([]ProcessSnapshot, error) {
-	me := f.self
-	me.At = s.GeneratedAt
-	me.Downstreams = map[string]ProcessDownstream{}
-	for _, d := range s.Downstreams {
-		me.Downstreams[d.Name] = ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused}
-	}
-	if s.GeneratedAt.Sub(f.pubbed) >= fleetPublish {
+// due reports whether this process's summary is due for publishing at now.
+func (f *Fleet) due(now time.Time) bool { return now.Sub(f.pubbed) >= fleetPublish }
+
+// exchange publishes s (this process's snapshot; nil: not due, the last
+// one stands) and returns the fleet's live processes, this one included,
+// by ID.
+func (f *Fleet) exchange(ctx context.Context, s *Snapshot, now time.Time) ([]ProcessSnapshot, error) {
+	if s != nil {
+		me := f.self
+		me.At = s.GeneratedAt
+		me.Downstreams = map[string]ProcessDownstream{}
+		for _, d := range s.Downstreams {
+			me.Downstreams[d.Name] = ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused}
+		}
 		b, _ := json.Marshal(me)
 		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.HSet(ctx, f.key, me.ID, b)
@@ -76,8 +81,9 @@ func (f *Fleet) exchange(ctx context.Context, s Snapshot) ([]ProcessSnapshot, er
 		if err != nil {
 			return nil, err
 		}
-		f.pubbed = s.GeneratedAt
+		f.last, f.pubbed = me, s.GeneratedAt
 	}
+	me := f.last
 	all, err := f.rdb.HGetAll(ctx, f.key).Result()
 	if err != nil {
 		return nil, err
@@ -89,7 +95,7 @@ func (f *Fleet) exchange(ctx context.Context, s Snapshot) ([]ProcessSnapshot, er
 		if id == me.ID {
 			continue
 		}
-		if json.Unmarshal([]byte(v), &ps) != nil || s.GeneratedAt.Sub(ps.At) > fleetStale {
+		if json.Unmarshal([]byte(v), &ps) != nil || now.Sub(ps.At) > fleetStale {
 			gone = append(gone, id)
 			continue
 		}

@@ -207,7 +207,14 @@ func (p *Page) readFleet(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(p.opts.Interval, time.Second))
 	defer cancel()
-	all, err := fl.exchange(ctx, p.Snapshot())
+	// a snapshot (a gather of every metric) only when the summary is due
+	now := p.opts.Now()
+	var s *Snapshot
+	if fl.due(now) {
+		snap := p.Snapshot()
+		s = &snap
+	}
+	all, err := fl.exchange(ctx, s, now)
 	if err != nil {
 		p.opts.Logger.Debug("status page: cannot share the fleet's summaries", "err", err)
 		return
