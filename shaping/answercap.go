@@ -115,4 +115,3 @@ func (r *runner) lastClamp() Clamp {
 	defer r.clamp.mu.Unlock()
 	return r.clamp.last
 }
-
