@@ -21,6 +21,7 @@ import (
 	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // Task is what a handler receives.
@@ -223,7 +224,10 @@ type Dispatcher struct {
 	stopOnce sync.Once
 	loops    sync.WaitGroup // the background loops (spawn), which end on stopping
 	control  *Control
-	pid      string // this process in the liveness ZSET
+	eng      *take.Engine  // serves every downstream but batching ones
+	engStop  func()        // ends the engine's Run
+	engDone  chan struct{} // closed when the engine's Run returned
+	pid      string        // this process in the liveness ZSET
 	// trouble: an asynq script call failed on the network since the
 	// liveness loop last looked (asynqClient)
 	trouble atomic.Bool
@@ -353,43 +357,25 @@ func (d *Dispatcher) Start() error {
 		return errors.New("shaping: no downstreams")
 	}
 	d.started = true
+	for _, r := range d.runners {
+		if r.ds.Batch == nil && d.eng == nil {
+			eng, err := d.newEngine()
+			if err != nil {
+				return err
+			}
+			d.eng = eng
+		}
+	}
 	q := d.startQuarantine() // before asynq's recoverer first runs
 	for _, name := range d.order {
 		r := d.runners[name]
-		acfg := asynq.Config{
-			Concurrency: r.ds.Workers,
-			Queues:      map[string]int{d.space.Queue(name): 1},
-			// Held tasks return to the queue through asynq's abort path
-			// (requeue, no attempt consumed) once in-flight releases are
-			// done; see Shutdown.
-			ShutdownTimeout:          500 * time.Millisecond,
-			TaskCheckInterval:        d.cfg.PollInterval,
-			DelayedTaskCheckInterval: d.cfg.ForwardInterval,
-			// A task recovered from a dead worker goes back at once; handler
-			// failures keep asynq's exponential backoff.
-			RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
-				if errors.Is(err, asynq.ErrLeaseExpired) {
-					return 0
-				}
-				return asynq.DefaultRetryDelayFunc(n, err, t)
-			},
-			Logger:   asynqLogger{l: d.log.With("downstream", name), t: d.alog},
-			LogLevel: asynq.WarnLevel,
-		}
-		if b := r.ds.Batch; b != nil {
-			acfg.GroupAggregator = asynq.GroupAggregatorFunc(aggregate)
-			acfg.GroupMaxSize = b.MaxRows
-			acfg.GroupMaxDelay = cmpOr(b.MaxDelay, 2*time.Second)
-			acfg.GroupGracePeriod = max(b.Grace, time.Second)
-		}
-		r.srv = asynq.NewServerFromRedisClient(asynqClient{UniversalClient: d.rdb, r: r}, acfg)
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
 		if !r.refresh(ctx) {
 			r.apply()
 		}
 		cancel()
 		r.seedOffset()
-		if err := r.srv.Start(q.guard(r, r.process)); err != nil {
+		if err := d.serveQueue(r, q); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}
 		d.spawn(r.lane.run)
@@ -404,6 +390,11 @@ func (d *Dispatcher) Start() error {
 			d.spawn(r.leases.renewLoop)
 		}
 	}
+	if d.eng != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		d.engStop, d.engDone = stop, make(chan struct{})
+		go func() { defer close(d.engDone); d.eng.Run(ctx) }()
+	}
 	runners := make([]*runner, 0, len(d.order))
 	for _, name := range d.order {
 		runners = append(runners, d.runners[name])
@@ -411,6 +402,42 @@ func (d *Dispatcher) Start() error {
 	d.spawn(func() { d.controlLoop(runners) })
 	d.spawn(func() { d.livenessLoop(runners) })
 	return nil
+}
+
+// serveQueue has r's queue served: by the dispatcher's engine, or by an
+// asynq.Server of its own for a batching downstream (asynq aggregates
+// its groups).
+func (d *Dispatcher) serveQueue(r *runner, q *quarantine) error {
+	if r.ds.Batch == nil {
+		return d.eng.Add(r.takeDownstream())
+	}
+	b := r.ds.Batch
+	acfg := asynq.Config{
+		Concurrency: r.ds.Workers,
+		Queues:      map[string]int{d.space.Queue(r.ds.Name): 1},
+		// Held tasks return to the queue through asynq's abort path
+		// (requeue, no attempt consumed) once in-flight releases are
+		// done; see Shutdown.
+		ShutdownTimeout:          500 * time.Millisecond,
+		TaskCheckInterval:        d.cfg.PollInterval,
+		DelayedTaskCheckInterval: d.cfg.ForwardInterval,
+		// A task recovered from a dead worker goes back at once; handler
+		// failures keep asynq's exponential backoff.
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if errors.Is(err, asynq.ErrLeaseExpired) {
+				return 0
+			}
+			return asynq.DefaultRetryDelayFunc(n, err, t)
+		},
+		Logger:           asynqLogger{l: d.log.With("downstream", r.ds.Name), t: d.alog},
+		LogLevel:         asynq.WarnLevel,
+		GroupAggregator:  asynq.GroupAggregatorFunc(aggregate),
+		GroupMaxSize:     b.MaxRows,
+		GroupMaxDelay:    cmpOr(b.MaxDelay, 2*time.Second),
+		GroupGracePeriod: max(b.Grace, time.Second),
+	}
+	r.srv = asynq.NewServerFromRedisClient(asynqClient{UniversalClient: d.rdb, r: r}, acfg)
+	return r.srv.Start(q.guard(r, r.process))
 }
 
 // spawn runs loop in the background; Shutdown waits for it to end.
@@ -445,9 +472,14 @@ func (d *Dispatcher) Shutdown(ctx context.Context) error {
 	// Stop waits for each processor's current poll sleep (up to 1.5 ×
 	// PollInterval): stop them all at once, not one after another.
 	var stops sync.WaitGroup
+	if d.engStop != nil {
+		d.engStop() // no more takes; tasks waiting for a slot are given back
+	}
 	for _, r := range runners {
-		stops.Add(1)
-		go func() { defer stops.Done(); r.srv.Stop() }()
+		if r.srv != nil {
+			stops.Add(1)
+			go func() { defer stops.Done(); r.srv.Stop() }()
+		}
 	}
 	stops.Wait()
 	deadline := time.NewTimer(d.cfg.ShutdownTimeout)
@@ -476,8 +508,13 @@ wait:
 	}
 	var wg sync.WaitGroup
 	for _, r := range runners {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.srv.Shutdown() }()
+		if r.srv != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); r.srv.Shutdown() }()
+		}
+	}
+	if d.engDone != nil {
+		wg.Go(func() { <-d.engDone }) // calls still running are cut at the engine's ShutdownTimeout
 	}
 	wg.Wait()
 	// nothing of the dispatcher runs (or logs) once Shutdown returns: a

@@ -223,6 +223,9 @@ func (r *runner) feed() {
 		}
 		if err == nil {
 			r.fairSeen(st)
+			if st.Promoted > 0 {
+				r.wakeTake()
+			}
 		}
 		r.lane.exchange()
 		t := r.d.cfg.Clock.NewTimer(wait)

@@ -204,13 +204,19 @@ func TestBreakerOpenAndCloseByHand(t *testing.T) {
 		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
 		must(t, err)
 	}
-	// the open breaker holds them: workers take them and wait (the close
-	// below is what releases them)
+	// the open breaker holds them in the queue: none is taken while it is
+	// open (the close below is what releases them); watched over two idle
+	// checks of the queue
 	in := queue.NewInspector(rdb, prefix)
-	waitFor(t, 5*time.Second, "workers hold the tasks", func() bool {
+	sample := time.NewTicker(50 * time.Millisecond)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); <-sample.C {
 		b, err := in.Backlog("api")
-		return err == nil && b.Pending == 0 && b.Active > 0
-	})
+		must(t, err)
+		if b.Pending != n || b.Active != 0 {
+			t.Fatalf("while the breaker is open by hand: %d pending, %d active; want %d, 0", b.Pending, b.Active, n)
+		}
+	}
+	sample.Stop()
 	if ok, _ := api.counts(); ok != 0 {
 		t.Fatalf("%d released while the breaker was open by hand", ok)
 	}

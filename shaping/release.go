@@ -12,11 +12,16 @@ import (
 	"github.com/shaper-io/shaper/limiters"
 )
 
-// giveBack holds a task the dispatcher will not release until asynq, at
-// shutdown, pushes it back to its queue (requeue: no attempt consumed) and
-// cancels ctx. Returning an error instead would go through asynq's retry
-// path, which archives MaxRetry(0) tasks.
+// giveBack ends the serving of a task the dispatcher will not release:
+// it goes back to the head of its queue with no attempt consumed. Under
+// the engine that is errGiveBack; under an asynq.Server (a batching
+// downstream) the task is held until asynq, at shutdown, requeues it and
+// cancels ctx, as an error would go through asynq's retry path, which
+// archives MaxRetry(0) tasks.
 func (r *runner) giveBack(ctx context.Context) error {
+	if r.srv == nil {
+		return errGiveBack
+	}
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -27,10 +32,20 @@ func (r *runner) outcome(o string) {
 	}
 }
 
+// process is the asynq.Server's handler (a batching downstream).
 func (r *runner) process(ctx context.Context, at *asynq.Task) error {
+	id, _ := asynq.GetTaskID(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	return r.serve(ctx, at, id, retried)
+}
+
+// serve releases one task taken from the queue (attempt retried+1): it
+// waits for a place among the calls and a slot, calls the handler, and
+// says how the task ends (nil completes it).
+func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried int) error {
 	r.hold(1)
 	defer r.hold(-1)
-	t, h, budget, err := r.task(ctx, at)
+	t, h, budget, err := r.task(at, id, retried)
 	if err != nil {
 		r.outcome("malformed")
 		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
@@ -119,7 +134,7 @@ func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 
 // task reads the asynq task into a Task and finds its handler; an error
 // means the task can never be delivered (archived as malformed).
-func (r *runner) task(ctx context.Context, at *asynq.Task) (*Task, HandlerFunc, Budget, error) {
+func (r *runner) task(at *asynq.Task, id string, retried int) (*Task, HandlerFunc, Budget, error) {
 	meta, err := envelope.Decode(at.Headers())
 	if err != nil {
 		return nil, nil, Budget{}, err
@@ -131,8 +146,6 @@ func (r *runner) task(ctx context.Context, at *asynq.Task) (*Task, HandlerFunc, 
 	if h == nil {
 		return nil, nil, Budget{}, fmt.Errorf("shaping: downstream %q has no handler for task type %q", r.ds.Name, at.Type())
 	}
-	id, _ := asynq.GetTaskID(ctx)
-	retried, _ := asynq.GetRetryCount(ctx)
 	t := &Task{ID: id, Type: at.Type(), Payload: at.Payload(), Headers: at.Headers(), Downstream: r.ds.Name,
 		Key: meta.Key, Cost: meta.Cost, Retried: retried, Deadline: meta.Deadline}
 	return t, h, Budget{Retried: retried, MaxRetry: meta.MaxRetry}, nil

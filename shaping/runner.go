@@ -69,14 +69,24 @@ func (r *runner) wakeCh() <-chan struct{} {
 	return r.woken
 }
 
-// wake ends every sleep on wakeCh.
+// wake ends every sleep on wakeCh, and has the engine ask r's take gate
+// again.
 func (r *runner) wake() {
+	r.wakeTake()
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	if r.woken != nil {
 		close(r.woken)
 	}
 	r.woken = make(chan struct{})
+}
+
+// wakeTake has the engine look at r's queue now (new work, or a gate
+// that may have opened).
+func (r *runner) wakeTake() {
+	if r.srv == nil && r.d.eng != nil {
+		r.d.eng.Wake(r.ds.Name)
+	}
 }
 
 func (r *runner) setPaused(p bool) {

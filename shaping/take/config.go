@@ -28,9 +28,13 @@ type Config struct {
 	// (and never more than the downstream's InFlight).
 	LookAhead time.Duration
 	// Lease is each taken task's lease (default 30s, asynq's); the engine
-	// extends it every Lease/3 while it holds the task, and a task whose
+	// extends it every Extend while it holds the task, and a task whose
 	// lease expired is put back to pending by the next maintenance take.
 	Lease time.Duration
+	// Extend is how often held leases are extended (default Lease/3, at
+	// most Lease/2). A recoverer that takes back leases unextended for a
+	// while (shaping's liveness scan) needs it well under that while.
+	Extend time.Duration
 	// IdlePoll is how often a downstream with nothing to take is checked
 	// again (default 1s): one LLEN, pipelined with the others. A
 	// downstream that just emptied is checked sooner, backing off to it.
@@ -48,11 +52,26 @@ type Config struct {
 	Workers int
 	// Logger receives errors the engine handles (default slog.Default()).
 	Logger *slog.Logger
+	// Hooks, when set, are told of events as they happen (metrics).
+	Hooks Hooks
+}
+
+// Hooks are called from the engine's goroutines; each must be quick and
+// safe for concurrent use. A nil hook is skipped.
+type Hooks struct {
+	// RedisError: a take, probe, extension or finishing write failed on
+	// Redis (a lost reply may have left tasks under a lease nobody
+	// extends until it expires).
+	RedisError func()
+	// FinishRetry: a finishing write of downstream's task failed and is
+	// tried again.
+	FinishRetry func(downstream string)
 }
 
 func (c Config) withDefaults() Config {
 	c.LookAhead = cmp.Or(c.LookAhead, 150*time.Millisecond)
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.Extend = cmp.Or(c.Extend, c.Lease/3)
 	c.IdlePoll = cmp.Or(c.IdlePoll, time.Second)
 	c.Maintain = cmp.Or(c.Maintain, 5*time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 8*time.Second)
@@ -69,6 +88,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("take: Config.LookAhead must be in [0, 1m], got %v", c.LookAhead)
 	case c.Lease < 2*time.Second:
 		return fmt.Errorf("take: Config.Lease must be at least 2s (leases count whole seconds), got %v", c.Lease)
+	case c.Extend < 0 || c.Extend > c.Lease/2:
+		return fmt.Errorf("take: Config.Extend must be in (0, Lease/2], got %v", c.Extend)
 	case c.IdlePoll < 0 || c.Maintain < 0 || c.ShutdownTimeout < 0 || c.Workers < 0:
 		return errors.New("take: Config.IdlePoll, Maintain, ShutdownTimeout and Workers must not be negative")
 	}
@@ -106,6 +127,12 @@ type Downstream struct {
 	// IsFailure reports whether err counts as a failure: a retry that is
 	// not one consumes no attempt (default: every error is one).
 	IsFailure func(err error) bool
+	// Gate, when set, is asked before each take or idle check whether the
+	// downstream may take now: a zero time means yes, a later one means
+	// not before then (a pause, an open breaker, a hold the downstream
+	// announced), and nothing leaves the queue meanwhile. Wake asks again
+	// at once. It runs on the loop goroutine and must not block.
+	Gate func(now time.Time) time.Time
 }
 
 // interval is the µs between two slots (0: no rate limit).

@@ -53,7 +53,7 @@
 // # Leases and recovery
 //
 // A task taken is in asynq's lease ZSET (score: expiry in Unix seconds),
-// extended every Lease/3 while this process holds it. A take with
+// extended every Config.Extend while this process holds it. A take with
 // maintenance puts a task whose lease expired back at the head of pending,
 // with no attempt consumed: it belonged to a process that stopped without
 // finishing it, and at most its InFlight tasks are delivered twice. The

@@ -148,6 +148,14 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	}
 }
 
+// redisError counts a failed Redis call and tells the hook.
+func (e *Engine) redisError() {
+	e.stats.errors.Add(1)
+	if h := e.cfg.Hooks.RedisError; h != nil {
+		h()
+	}
+}
+
 // post hands f to the loop goroutine.
 func (e *Engine) post(f func()) { e.events <- f }
 

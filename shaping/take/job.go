@@ -51,8 +51,8 @@ func (j *job) run() {
 	ctx, cancel := context.WithDeadline(j.e.callCtx, m.deadline(time.Now()))
 	err := j.call(ctx, t)
 	cancel()
-	if err != nil && j.e.callCtx.Err() != nil {
-		j.requeue() // cut by shutdown: no attempt consumed
+	if err != nil && (j.e.callCtx.Err() != nil || errors.Is(err, ErrRequeue)) {
+		j.requeue() // cut by shutdown, or given back: no attempt consumed
 		return
 	}
 	j.finish(t, m, err)
@@ -144,19 +144,23 @@ func (j *job) requeue() {
 	})
 }
 
-// settleTries is how often a finishing write is tried: each is guarded by
-// the task being active, so a repeat after a lost reply writes nothing.
-const settleTries = 4
+// A finishing write that fails is tried again, backing off from
+// settleRetryMin to settleRetryMax, for up to half a lease: each write is
+// guarded by the task being active, so a repeat after a lost reply writes
+// nothing, and the job holds the task meanwhile, so its lease is still
+// extended once Redis answers and no recovery takes it.
+const (
+	settleRetryMin = 50 * time.Millisecond
+	settleRetryMax = time.Second
+)
 
-// settle runs a finishing write, again after a failure, and counts it. A
+// settle runs a finishing write, again while it fails, and counts it. A
 // write that never lands leaves the task leased: once the lease expires,
 // the next maintenance take puts it back to pending (delivered again).
 func (j *job) settle(what string, c interface{ Add(int64) int64 }, write func(context.Context) (bool, error)) {
 	var err error
-	for try := range settleTries {
-		if try > 0 {
-			time.Sleep(time.Duration(try) * 100 * time.Millisecond) // backoff between tries of one write
-		}
+	until := time.Now().Add(j.e.cfg.Lease / 2)
+	for wait := settleRetryMin; ; wait = min(2*wait, settleRetryMax) {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		var ok bool
 		ok, err = write(ctx)
@@ -169,7 +173,14 @@ func (j *job) settle(what string, c interface{ Add(int64) int64 }, write func(co
 			}
 			return
 		}
+		j.e.redisError()
+		if time.Now().Add(wait).After(until) {
+			break
+		}
+		if h := j.e.cfg.Hooks.FinishRetry; h != nil {
+			h(j.l.d.Name)
+		}
+		time.Sleep(wait) // backoff between tries of one write
 	}
-	j.e.stats.errors.Add(1)
 	j.e.cfg.Logger.Warn("take: finishing write failed", "what", what, "downstream", j.l.d.Name, "task", j.tt.ID, "err", err)
 }

@@ -11,7 +11,7 @@ import (
 // lane with work takes at once, the others back off.
 func (e *Engine) applyProbes(ls []*lane, cmds []redis.Cmder, err error, at time.Time) {
 	if err != nil {
-		e.stats.errors.Add(1)
+		e.redisError()
 		e.cfg.Logger.Warn("take: idle check failed", "downstreams", len(ls), "err", err)
 	}
 	for i, l := range ls {
@@ -46,13 +46,13 @@ func (e *Engine) startExtend(l *lane, now time.Time) {
 		return
 	}
 	l.extending = true
-	l.nextExtend = now.Add(e.cfg.Lease / 3)
+	l.nextExtend = now.Add(e.cfg.Extend)
 }
 
 func (e *Engine) applyExtend(l *lane, ids []string, held []bool, err error) {
 	l.extending = false
 	if err != nil {
-		e.stats.errors.Add(1)
+		e.redisError()
 		e.cfg.Logger.Warn("take: lease extension failed", "downstream", l.d.Name, "err", err)
 		l.nextExtend = time.Now().Add(time.Second)
 		return

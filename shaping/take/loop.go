@@ -94,6 +94,15 @@ func (e *Engine) dispatch(lanes []*lane, now time.Time) time.Time {
 			}
 			continue
 		}
+		if g := l.d.Gate; g != nil {
+			if until := g(now); until.After(now) {
+				l.state, l.next = paused, until
+				if until.Before(wake) {
+					wake = until
+				}
+				continue
+			}
+		}
 		maintain := now.Sub(l.lastMaintain) >= e.cfg.Maintain
 		switch {
 		case l.free() < l.batch():
@@ -151,7 +160,7 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 	defer e.jobs.Done()
 	l.pending = false
 	if err != nil {
-		e.stats.errors.Add(1)
+		e.redisError()
 		e.cfg.Logger.Warn("take: take failed", "downstream", l.d.Name, "err", err)
 		l.failed(at, e.cfg.IdlePoll)
 		return
@@ -165,7 +174,7 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 	for _, tt := range r.Tasks {
 		j := &job{e: e, l: l, tt: tt, slot: local(tt.Slot)}
 		if len(l.held) == 0 {
-			l.nextExtend = at.Add(e.cfg.Lease / 3)
+			l.nextExtend = at.Add(e.cfg.Extend)
 		}
 		l.held[tt.ID] = j
 		e.stats.taken.Add(1)
@@ -202,7 +211,7 @@ func (e *Engine) requeueUnstarted(l *lane) {
 		cancel()
 		e.post(func() {
 			if err != nil {
-				e.stats.errors.Add(1)
+				e.redisError()
 				e.cfg.Logger.Warn("take: requeue at shutdown failed; the leases will expire", "downstream", l.d.Name, "err", err)
 			}
 			e.stats.requeued.Add(n)

@@ -2,8 +2,14 @@ package take
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrRequeue, returned by a Handler (or wrapped), gives the task back to
+// the head of its pending list with no attempt consumed: the handler did
+// not call the downstream (it is stopping, or the task must wait again).
+var ErrRequeue = errors.New("take: give the task back")
 
 // Handler calls the downstream for one task. nil finishes the task as
 // done; an error retries it with backoff, or archives it once its retries

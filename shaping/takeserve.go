@@ -1,0 +1,98 @@
+package shaping
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/shaping/take"
+)
+
+// Every downstream but a batching one is served by one take.Engine per
+// dispatcher: one loop and a few connections for all of them, where an
+// asynq.Server per downstream polled on its own (11 commands/s and more
+// than one connection per downstream per process, idle). The engine takes
+// a task only while the downstream's gate is open (takeGate: not paused,
+// no open breaker, no hold the downstream announced), and at most Workers
+// leased across every process; the release path (serve) then reserves
+// the task's slot as before. A batching downstream keeps its asynq.Server:
+// its groups are aggregated by asynq's aggregator.
+
+// engineExtend is how often the engine extends its leases: asynq's
+// heartbeat, which the liveness scan's staleness rule is sized for
+// (RecoverAfter is at least 6s).
+const engineExtend = 5 * time.Second
+
+// newEngine builds the engine that serves the dispatcher's downstreams.
+func (d *Dispatcher) newEngine() (*take.Engine, error) {
+	hooks := take.Hooks{
+		// a take whose reply was lost strands its tasks: the liveness
+		// loop scans for them after trouble (recover.go)
+		RedisError: func() { d.trouble.Store(true) },
+		FinishRetry: func(ds string) {
+			if d.m != nil {
+				d.m.FinishRetries.WithLabelValues(ds).Inc()
+			}
+		},
+	}
+	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
+		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
+		Logger: d.log, Hooks: hooks})
+}
+
+// takeDownstream is how the engine serves r: no rate of its own (the
+// release path's bucket paces), a budget of r's workers.
+func (r *runner) takeDownstream() take.Downstream {
+	return take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
+		Handler: r.serveTake, Gate: r.takeGate}
+}
+
+// gateRecheck is how often a closed gate is asked again when no wake
+// comes (a wake comes with every control change this process sees).
+const gateRecheck = 250 * time.Millisecond
+
+// takeGate says when the engine may take r's tasks (zero: now). Tasks
+// already taken wait in the release path; none leaves the queue while a
+// pause, an open breaker or a downstream's hold lasts.
+func (r *runner) takeGate(now time.Time) time.Time {
+	if r.pauseGate() != nil {
+		return now.Add(gateRecheck)
+	}
+	local := r.d.cfg.Clock.Now()
+	if r.brk != nil {
+		if st := r.brk.status(); st.Mode == BreakerOpen && !st.Until.IsZero() {
+			if until := st.Until.Add(r.offset.get()); until.After(local) {
+				return now.Add(min(until.Sub(local), gateRecheck))
+			}
+		}
+	}
+	if us := r.pushUntil.Load(); us > 0 {
+		// the downstream asked to wait until then: take when the last
+		// MaxWait before it starts, so the first slots after it are used
+		hold := time.UnixMicro(us).Add(r.offset.get()).Add(-r.ds.MaxWait)
+		if hold.After(local) {
+			return now.Add(min(hold.Sub(local), gateRecheck))
+		}
+	}
+	return time.Time{}
+}
+
+// errGiveBack: serve ends without a call, and the task goes back to the
+// head of its queue with no attempt consumed.
+var errGiveBack = errors.New("shaping: task given back")
+
+// serveTake is the engine's handler for r.
+func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
+	if t.Type == "" {
+		r.outcome("malformed")
+		return fmt.Errorf("shaping: downstream %q: task %q has no type (corrupt msg): %w", r.ds.Name, t.ID, asynq.SkipRetry)
+	}
+	err := r.serve(ctx, asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
+	if errors.Is(err, errGiveBack) {
+		return take.ErrRequeue
+	}
+	return err
+}
