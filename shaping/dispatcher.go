@@ -164,17 +164,17 @@ type Config struct {
 	// to the queue at once.
 	ShutdownTimeout time.Duration
 	// PollInterval is how often an idle downstream looks for new tasks
-	// when its queue is empty (asynq's TaskCheckInterval); zero means
-	// 500ms. It is the idle cost's largest part (a dequeue is 3 Redis
-	// commands) against the delay of a task that arrives at an empty
-	// queue (up to 1.5 × PollInterval); see docs/operations.md. With a
-	// backlog there is no polling: a worker takes the next task as soon as
-	// it is free.
+	// when its queue is empty (one LLEN); zero means 1s, asynq's
+	// TaskCheckInterval. A queue that just emptied is looked at sooner,
+	// backing off to it. It is the idle cost's largest part against the
+	// delay of a task that arrives at an empty queue from another process
+	// (up to PollInterval); see docs/operations.md. With a backlog there
+	// is no polling.
 	PollInterval time.Duration
 	// ForwardInterval is how often scheduled, deferred and retried tasks
-	// that have come due move to the queue (asynq's
-	// DelayedTaskCheckInterval: 4 Redis commands a time); zero means 2s
-	// (asynq's default is 5s).
+	// that have come due move to the queue, and tasks under an expired
+	// lease are recovered (one script call of 5 commands, in place of a
+	// poll); zero means 5s, asynq's DelayedTaskCheckInterval.
 	ForwardInterval time.Duration
 	// RedisTimeout bounds each bucket script call; zero means 2s.
 	RedisTimeout time.Duration
@@ -243,10 +243,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 500 * time.Millisecond
+		cfg.PollInterval = time.Second
 	}
 	if cfg.ForwardInterval <= 0 {
-		cfg.ForwardInterval = 2 * time.Second
+		cfg.ForwardInterval = 5 * time.Second
 	}
 	if cfg.RedisTimeout <= 0 {
 		cfg.RedisTimeout = 2 * time.Second

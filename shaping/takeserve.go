@@ -40,7 +40,7 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 	}
 	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
-		Logger: d.log, Hooks: hooks})
+		Workers: 2, Logger: d.log, Hooks: hooks})
 }
 
 // takeDownstream is how the engine serves r: no rate of its own (the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,8 +150,11 @@ func manyConfig(redisURL, prefix string, n int) string {
 	return b.String()
 }
 
-// Idle: 100 downstreams × 3 processes with no task cost at most 12 Redis
-// commands per second per downstream per process (issue 17; it was ~42).
+// Idle: 100 downstreams × 3 processes with no task cost at most 2 Redis
+// commands per second per downstream per process and at most 10 open
+// connections per process (one take loop per process: an asynq.Server
+// per downstream cost 11 commands/s and more than one connection per
+// downstream per process).
 func TestIdleCommandsManyDownstreams(t *testing.T) {
 	_, rdb := ownRedis(t)
 	url := "redis://" + rdb.Options().Addr + "/0"
@@ -171,10 +175,35 @@ func TestIdleCommandsManyDownstreams(t *testing.T) {
 	per := float64(d.Total()) / window.Seconds() / n / procs
 	t.Logf("idle: %d downstreams × %d processes: %.0f commands/s in all, %.2f per downstream per process; top: %s",
 		n, procs, float64(d.Total())/window.Seconds(), per, top(d, 12))
-	if per > 12 {
-		t.Errorf("idle cost %.2f commands/s per downstream per process, want at most 12", per)
+	if per > 2 {
+		t.Errorf("idle cost %.2f commands/s per downstream per process, want at most 2", per)
+	}
+	conns := connectedClients(t, rdb) - 1 // this test's own
+	t.Logf("idle: %d connections to Redis from %d processes", conns, procs)
+	if conns > 10*procs {
+		t.Errorf("%d connections from %d idle processes, want at most 10 each", conns, procs)
 	}
 	for _, p := range ps {
 		p.stop(t)
 	}
+}
+
+// connectedClients is the server's connected_clients.
+func connectedClients(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO clients has no connected_clients")
+	return 0
 }

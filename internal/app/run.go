@@ -198,8 +198,9 @@ func handlerFor(ctx context.Context, pd plan.Downstream, gos map[string]shaping.
 }
 
 // backlogInterval spaces the backlog gauges' samples: five commands per
-// downstream per sample in every process.
-const backlogInterval = 5 * time.Second
+// downstream per sample in every process (Prometheus's default scrape
+// interval: a sample more often is not seen).
+const backlogInterval = 15 * time.Second
 
 func collectBacklog(ctx context.Context, in *queue.Inspector, d *shaping.Dispatcher, m *metrics.Metrics) {
 	t := time.NewTicker(backlogInterval)

@@ -121,7 +121,7 @@ func downstreamSets(s keys.Space, ds string) []scriptSet {
 		p + "completed", p + "paused", p + "processed", p + "failed", p + "processed:" + day,
 		p + "failed:" + day, p + "t:0f8f3b5e-1c55-4a8e-9d1b-2f9a4c6e7d01", p + "t:{unique}:}{",
 		p + "unique:shaper:task:" + hex.EncodeToString(sum[:]), p + "g:grp", p + "g:grp:set1",
-		p + "groups", p + "aggregation_sets", s.Quarantine(ds),
+		p + "groups", p + "aggregation_sets", s.Quarantine(ds), s.TakeBucket(ds), s.TakeMaintained(ds),
 	}
 	return []scriptSet{
 		{what: "downstream (bucket, runtime state, leases, breaker)", keys: []string{s.Bucket(ds), s.DownstreamState(ds), s.Leases(ds), s.LeaseCounts(ds), s.Breaker(ds),

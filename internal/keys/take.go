@@ -44,3 +44,11 @@ func (a AsynqQueue) GroupPrefix() string { return a.base() + "g:" }
 func (s Space) TakeBucket(ds string) string {
 	return s.prefix() + ":take:{" + s.Queue(ds) + "}:next_free"
 }
+
+// TakeMaintained is the STRING whose presence says a process did the
+// take engine's maintenance of downstream ds's queue (forwarding due
+// tasks, recovering expired leases) lately: one process's maintenance
+// serves all for its TTL. It carries the queue's hash tag.
+func (s Space) TakeMaintained(ds string) string {
+	return s.prefix() + ":take:{" + s.Queue(ds) + "}:maintained"
+}

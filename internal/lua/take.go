@@ -45,6 +45,12 @@ type TakeArgs struct {
 	Maintain bool
 	// Now is ARGV[10]: µs since the epoch; 0 reads Redis TIME (tests only).
 	Now int64
+	// Maintained, when set, is KEYS[8] (keys.Space.TakeMaintained): the
+	// maintenance then runs at most once per MaintainEvery across every
+	// process, and the other calls skip it (an idle queue's then costs an
+	// LLEN, not five commands).
+	Maintained    string
+	MaintainEvery time.Duration
 }
 
 // TakeStatus says what a take did.
@@ -95,8 +101,12 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 	if a.Maintain {
 		maintain = 1
 	}
+	if a.Maintained != "" {
+		ks = append(ks, a.Maintained)
+	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
-		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now).Slice()
+		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now,
+		max(a.MaintainEvery.Milliseconds(), 1)).Slice()
 	if err != nil {
 		return TakeReply{}, fmt.Errorf("take: %w", err)
 	}

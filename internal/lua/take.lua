@@ -23,6 +23,9 @@
 -- KEYS[5] -> asynq:{<q>}:paused              STRING (exists: paused)
 -- KEYS[6] -> asynq:{<q>}:scheduled           ZSET
 -- KEYS[7] -> asynq:{<q>}:retry               ZSET
+-- KEYS[8] -> <prefix>:take:{<q>}:maintained  STRING (optional: with it,
+--            the maintenance of ARGV[9] runs at most once per ARGV[11] ms
+--            across every process; the others' calls skip it)
 -- ARGV[1] -> interval in µs between slots (0: no rate limit)
 -- ARGV[2] -> burst allowance in µs ((burst-1) * interval; 0: none)
 -- ARGV[3] -> look-ahead in µs: take only slots that start within it
@@ -33,6 +36,7 @@
 -- ARGV[8] -> group key prefix, asynq:{<q>}:g:
 -- ARGV[9] -> 1: forward due tasks and recover expired leases first; 0: not
 -- ARGV[10] -> now in µs, or 0 to read Redis TIME (explicit now: tests only)
+-- ARGV[11] -> with KEYS[8]: the maintenance's spacing in ms, >= 1
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us}
@@ -68,6 +72,16 @@ end
 if n == nil or n < 1 or n > 1000 or budget == nil or budget < 1 or lease == nil or lease < 1 then
   return redis.error_reply('take: slots must be in [1, 1000], budget and lease at least 1')
 end
+-- one process's maintenance serves every process for ARGV[11] ms; the
+-- others' calls skip it, and on an idle queue cost one LLEN (no TIME)
+local maintain = ARGV[9] == '1'
+if maintain and KEYS[8] then
+  local every = tonumber(ARGV[11])
+  if every == nil or every < 1 then return redis.error_reply('take: maintenance spacing must be at least 1 ms') end
+  maintain = redis.call('SET', KEYS[8], '1', 'PX', math.floor(every), 'NX') ~= false
+  if not maintain and redis.call('LLEN', KEYS[2]) == 0 then return {1, 0, 0, 1, 0, 0} end
+end
+
 local now = tonumber(ARGV[10])
 if now == nil or now <= 0 then
   local t = redis.call('TIME')
@@ -95,7 +109,7 @@ local function forward(src)
 end
 
 local recovered, forwarded = 0, 0
-if ARGV[9] == '1' then
+if maintain then
   forwarded = forward(KEYS[6]) + forward(KEYS[7])
   local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now_s, 'LIMIT', 0, 100)
   for _, id in ipairs(ids) do

@@ -83,13 +83,14 @@ func Open(o Options) (redis.UniversalClient, func(), error) {
 	switch {
 	case len(o.Cluster) > 0:
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.Cluster, Username: o.Username, Password: password,
-			TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true})
+			TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true,
+			MaxIdleConns: maxIdleConns})
 		c.AddHook(reloadOnNetError{c})
 		return c, func() { c.Close() }, nil
 	case len(o.SentinelAddrs) > 0:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
 			Username: o.Username, Password: password, TLSConfig: tlsCfg, Dialer: dialer, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
-			ContextTimeoutEnabled: true, MaxRetries: 1})
+			ContextTimeoutEnabled: true, MaxRetries: 1, MaxIdleConns: maxIdleConns})
 		return c, func() { c.Close() }, nil
 	}
 	return openURL(o, password, tlsCfg, timeout)
@@ -110,6 +111,13 @@ func caConfig(file string) (*tls.Config, error) {
 	}
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
+
+// maxIdleConns is how many connections a client keeps open between
+// calls (per node on a cluster): an idle shaper process makes a few calls
+// at a time (the take loop's workers, the control and liveness loops), and
+// a burst beyond that closes its extra connections once done, so an idle
+// fleet holds a few connections per process, whatever its downstreams.
+const maxIdleConns = 8
 
 func openURL(cfg Options, password string, tlsCfg *tls.Config, timeout time.Duration) (redis.UniversalClient, func(), error) {
 	opt, err := redis.ParseURL(cfg.URL)
@@ -143,6 +151,7 @@ func openURL(cfg Options, password string, tlsCfg *tls.Config, timeout time.Dura
 	// never answers would hold each call (and a shutdown waiting on
 	// one) for 2×5 dial timeouts.
 	opt.DialerRetries = 1
+	opt.MaxIdleConns = maxIdleConns
 	c := redis.NewClient(opt)
 	return c, func() { c.Close() }, nil
 }

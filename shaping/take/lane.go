@@ -51,7 +51,8 @@ func newLane(cfg Config, d Downstream) *lane {
 	q := cfg.Keys.Asynq(d.Name)
 	return &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
 		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
-			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease}}
+			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
+			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain}}
 }
 
 // free is how many more tasks this process may take for the lane.
