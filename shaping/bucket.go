@@ -187,9 +187,14 @@ func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, 
 // PushBack moves b's next_free to at least now+d: every process's next
 // reservation waits for it. For a downstream that said "retry after d".
 func (s *Buckets) PushBack(ctx context.Context, b Bucket, d time.Duration) (time.Time, error) {
-	d = min(max(d, 0), MaxInterval)
-	r, err := s.run(ctx, b, opPushBack, lua.BucketArgs{Interval: int64(d / time.Microsecond), MaxWait: -1})
+	r, err := s.pushBack(ctx, b, d)
 	return r.NextFree, err
+}
+
+// pushBack is PushBack's reply: NextFree and the Redis clock's Now.
+func (s *Buckets) pushBack(ctx context.Context, b Bucket, d time.Duration) (Reservation, error) {
+	d = min(max(d, 0), MaxInterval)
+	return s.run(ctx, b, opPushBack, lua.BucketArgs{Interval: int64(d / time.Microsecond), MaxWait: -1})
 }
 
 // bucketOp is what run asks the script to do.

@@ -36,11 +36,8 @@ func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 	must(t, e.d.Control().Pause(ctx, "ds"))
 	e.enqueue("ds", 100, nil)
 	must(t, e.d.Start())
-	waitFor(t, 5*time.Second, "workers holding tasks while paused", func() bool {
-		b, _ := e.in.Backlog("ds")
-		return b.Active == 10
-	})
-	// That the held tasks stay held across control ticks is
+	stayPending(t, e.in, "ds", 100, time.Second)
+	// That nothing is taken across control ticks is
 	// TestPauseHoldsAcrossControlTicks, on the fake clock.
 	if n := rec.count(); n != 0 {
 		t.Fatalf("%d releases while paused, want 0", n)
@@ -69,9 +66,24 @@ func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// stayPending samples ds's queue over d: all n tasks stay pending and
+// none is active (a paused downstream takes nothing).
+func stayPending(t *testing.T, in *queue.Inspector, ds string, n int, d time.Duration) {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
+		b, err := in.Backlog(ds)
+		must(t, err)
+		if b.Pending != n || b.Active != 0 {
+			t.Fatalf("paused: %d pending, %d active; want %d, 0", b.Pending, b.Active, n)
+		}
+	}
+}
+
 // Paused for a second of the fake clock (four control ticks, each
-// re-reading the state): the ten held tasks stay held and nothing is
-// released; the tick after Resume releases. No wall-clock second.
+// re-reading the state): nothing is taken or released; the tick after
+// Resume releases. No wall-clock second.
 func TestPauseHoldsAcrossControlTicks(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
@@ -93,10 +105,7 @@ func TestPauseHoldsAcrossControlTicks(t *testing.T) {
 		in: queue.NewInspector(rdb, prefix)}
 	e.enqueue("ds", 100, nil)
 	must(t, d.Start())
-	waitFor(t, 5*time.Second, "workers holding tasks while paused", func() bool {
-		b, _ := e.in.Backlog("ds")
-		return b.Active == 10
-	})
+	stayPending(t, e.in, "ds", 100, 500*time.Millisecond)
 	controlArmed(t, clk, start.Add(iv), 1)
 	at := start
 	for k := 1; k <= 4; k++ {
@@ -109,8 +118,8 @@ func TestPauseHoldsAcrossControlTicks(t *testing.T) {
 			t.Fatalf("not paused after %d control ticks", k)
 		}
 	}
-	if b, _ := e.in.Backlog("ds"); b.Active != 10 {
-		t.Errorf("%d tasks held after a second of pause, want the 10 still held", b.Active)
+	if b, _ := e.in.Backlog("ds"); b.Active != 0 || b.Pending != 100 {
+		t.Errorf("after a second of pause: %d active, %d pending; want 0, 100 (nothing taken)", b.Active, b.Pending)
 	}
 	must(t, d.Control().Resume(ctx, "ds"))
 	if n := rec.count(); n != 0 {

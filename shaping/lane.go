@@ -112,19 +112,29 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case l.kick <- struct{}{}:
 	default:
 	}
+	var paused <-chan struct{}
+	if l.r.srv == nil {
+		paused = l.r.pauseSignal() // under the engine a paused downstream holds nothing
+	}
+	giveBack := false
 	select {
 	case g := <-w.done:
 		return g, g.err
 	case <-ctx.Done():
 	case <-l.r.d.stopping:
+	case <-paused:
+		giveBack = true
 	}
 	l.mu.Lock()
 	if w.queued { // else granted meanwhile: that slot is wasted, never replayed
 		l.remove(e)
 	}
 	l.mu.Unlock()
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return grant{}, ctx.Err()
+	case giveBack:
+		return grant{}, errGiveBack
 	}
 	return grant{}, errStopping
 }

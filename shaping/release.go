@@ -183,12 +183,18 @@ func (r *runner) pushBack(ctx context.Context, pause time.Duration) {
 	if m := r.d.m; m != nil {
 		m.Pushbacks.WithLabelValues(r.ds.Name).Inc()
 	}
-	nf, err := r.d.buckets.PushBack(ctx, r.bucket(), pause)
+	res, err := r.d.buckets.pushBack(ctx, r.bucket(), pause)
 	if err != nil {
 		r.d.log.Warn("shaping: pushback failed", "downstream", r.ds.Name, "err", err)
 		return
 	}
-	r.pushed(nf)
+	// the slots the downstream asked to skip end at now+pause; slots past
+	// that (next_free may already have been further) stand
+	until := res.Now.Add(pause)
+	if res.NextFree.Before(until) {
+		until = res.NextFree // cut to max_hold, or the bucket's bound
+	}
+	r.pushed(until)
 }
 
 // maxBareBackoff bounds the backoff of bare refusals in a row.

@@ -22,9 +22,10 @@ type runner struct {
 	srv      *asynq.Server
 	rate     atomic.Pointer[limiters.Limit]
 
-	pmu     sync.Mutex
-	paused  bool
-	resumed chan struct{} // closed when not paused
+	pmu       sync.Mutex
+	paused    bool
+	resumed   chan struct{} // closed when not paused
+	pausedSig chan struct{} // closed while paused (nil before the first pause)
 
 	releasing atomic.Int64
 	held      atomic.Int64
@@ -98,9 +99,26 @@ func (r *runner) setPaused(p bool) {
 	r.paused = p
 	if p {
 		r.resumed = make(chan struct{})
+		if r.pausedSig == nil {
+			r.pausedSig = make(chan struct{})
+		}
+		close(r.pausedSig)
 	} else {
 		close(r.resumed)
+		r.pausedSig = make(chan struct{})
 	}
+}
+
+// pauseSignal returns a channel closed while r is paused: a task waiting
+// for its slot under the engine selects on it and is given back, so a
+// paused downstream holds no task.
+func (r *runner) pauseSignal() <-chan struct{} {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if r.pausedSig == nil {
+		r.pausedSig = make(chan struct{})
+	}
+	return r.pausedSig
 }
 
 // pauseGate returns nil when not paused, else a channel closed on resume.

@@ -1,0 +1,70 @@
+package shaping_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// A pause that comes while three dispatchers drain a backlog of 1,000
+// at 200/s: within 2s no process holds a task (the tasks waiting for
+// their slots go back to the head of the queue, no attempt consumed),
+// nothing is released while paused, and after the resume every task is
+// delivered exactly once.
+func TestPauseGivesBackWhatWasTaken(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rec := newRecorder()
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer p.Close()
+	e := &env{t: t, rdb: rdb, prefix: prefix, p: p, in: queue.NewInspector(rdb, prefix)}
+	const n = 1000
+	e.enqueue("api", n, nil)
+	for range 3 {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(200), Handler: rec.handle}))
+		must(t, d.Start())
+		defer d.Shutdown(context.Background())
+	}
+	waitFor(t, 10*time.Second, "releases under way with tasks taken", func() bool {
+		b, _ := e.in.Backlog("api")
+		return rec.count() >= 50 && b.Active > 0
+	})
+	b, _ := e.in.Backlog("api")
+	t.Logf("before the pause: %d active, %d pending, %d released", b.Active, b.Pending, rec.count())
+	ctl := shaping.NewControl(rdb, prefix)
+	must(t, ctl.Pause(context.Background(), "api"))
+	paused := time.Now()
+	waitFor(t, 2*time.Second, "no task active in any process", func() bool {
+		b, _ := e.in.Backlog("api")
+		return b.Active == 0
+	})
+	t.Logf("0 active %v after the pause", time.Since(paused).Round(time.Millisecond))
+	before := rec.count()
+	b, _ = e.in.Backlog("api")
+	stayPending(t, e.in, "api", b.Pending, time.Second)
+	if got := rec.count(); got != before {
+		t.Errorf("%d releases while paused, want 0", got-before)
+	}
+	if b.Pending+before != n {
+		t.Errorf("%d pending + %d released, want %d", b.Pending, before, n)
+	}
+	must(t, ctl.Resume(context.Background(), "api"))
+	waitFor(t, 20*time.Second, "every task delivered after the resume", func() bool { return rec.count() >= n })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i := range n {
+		if c := rec.seen[itoa(i)]; c != 1 {
+			t.Errorf("task %d delivered %d times, want 1", i, c)
+		}
+	}
+}
