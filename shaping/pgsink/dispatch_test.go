@@ -74,8 +74,8 @@ func one(int) int { return 1 }
 
 // 10,000 rows at 2,000 rows/s in batches of at most 500: every row is
 // committed once; the database never sees more than the rate plus one
-// batch in a second (by the writing transactions' timestamps), and the
-// rate is reached.
+// batch in a second (by the writing transactions' timestamps). The rate
+// achieved is logged (a timing: shaperbench's to claim).
 //
 // The producer spreads the rows over 5 groups, so every batch holds
 // exactly 500 rows (2,000 a group) and aggregation closes 2,500 rows a
@@ -113,12 +113,10 @@ func TestRowsPerSecond(t *testing.T) {
 	if worst > rate+maxRows {
 		t.Errorf("%d rows committed within 1s, want <= rate + one batch = %d", worst, rate+maxRows)
 	}
-	// The slots of all but the last batch span first..last commit.
+	// The slots of all but the last batch span first..last commit. The
+	// rate achieved is a timing, logged here; shaperbench measures it.
 	first, last := cs[0], cs[len(cs)-1]
 	achieved := float64(n-last.rows) / last.at.Sub(first.at).Seconds()
-	if achieved < 0.95*rate {
-		t.Errorf("achieved %.0f rows/s, want >= 95%% of %d", achieved, rate)
-	}
 	t.Logf("%d transactions; %.0f rows/s; worst 1s window %d rows; late skips %v", len(cs), achieved, worst,
 		testutil.ToFloat64(b.m.LateSkips.WithLabelValues("db")))
 }
