@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -402,42 +401,6 @@ func (d *Dispatcher) Start() error {
 	d.spawn(func() { d.controlLoop(runners) })
 	d.spawn(func() { d.livenessLoop(runners) })
 	return nil
-}
-
-// serveQueue has r's queue served: by the dispatcher's engine, or by an
-// asynq.Server of its own for a batching downstream (asynq aggregates
-// its groups).
-func (d *Dispatcher) serveQueue(r *runner, q *quarantine) error {
-	if r.ds.Batch == nil {
-		return d.eng.Add(r.takeDownstream())
-	}
-	b := r.ds.Batch
-	acfg := asynq.Config{
-		Concurrency: r.ds.Workers,
-		Queues:      map[string]int{d.space.Queue(r.ds.Name): 1},
-		// Held tasks return to the queue through asynq's abort path
-		// (requeue, no attempt consumed) once in-flight releases are
-		// done; see Shutdown.
-		ShutdownTimeout:          500 * time.Millisecond,
-		TaskCheckInterval:        d.cfg.PollInterval,
-		DelayedTaskCheckInterval: d.cfg.ForwardInterval,
-		// A task recovered from a dead worker goes back at once; handler
-		// failures keep asynq's exponential backoff.
-		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
-			if errors.Is(err, asynq.ErrLeaseExpired) {
-				return 0
-			}
-			return asynq.DefaultRetryDelayFunc(n, err, t)
-		},
-		Logger:           asynqLogger{l: d.log.With("downstream", r.ds.Name), t: d.alog},
-		LogLevel:         asynq.WarnLevel,
-		GroupAggregator:  asynq.GroupAggregatorFunc(aggregate),
-		GroupMaxSize:     b.MaxRows,
-		GroupMaxDelay:    cmpOr(b.MaxDelay, 2*time.Second),
-		GroupGracePeriod: max(b.Grace, time.Second),
-	}
-	r.srv = asynq.NewServerFromRedisClient(asynqClient{UniversalClient: d.rdb, r: r}, acfg)
-	return r.srv.Start(q.guard(r, r.process))
 }
 
 // spawn runs loop in the background; Shutdown waits for it to end.

@@ -21,6 +21,42 @@ import (
 // the task's slot as before. A batching downstream keeps its asynq.Server:
 // its groups are aggregated by asynq's aggregator.
 
+// serveQueue has r's queue served: by the dispatcher's engine, or by an
+// asynq.Server of its own for a batching downstream (asynq aggregates
+// its groups).
+func (d *Dispatcher) serveQueue(r *runner, q *quarantine) error {
+	if r.ds.Batch == nil {
+		return d.eng.Add(r.takeDownstream())
+	}
+	b := r.ds.Batch
+	acfg := asynq.Config{
+		Concurrency: r.ds.Workers,
+		Queues:      map[string]int{d.space.Queue(r.ds.Name): 1},
+		// Held tasks return to the queue through asynq's abort path
+		// (requeue, no attempt consumed) once in-flight releases are
+		// done; see Shutdown.
+		ShutdownTimeout:          500 * time.Millisecond,
+		TaskCheckInterval:        d.cfg.PollInterval,
+		DelayedTaskCheckInterval: d.cfg.ForwardInterval,
+		// A task recovered from a dead worker goes back at once; handler
+		// failures keep asynq's exponential backoff.
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if errors.Is(err, asynq.ErrLeaseExpired) {
+				return 0
+			}
+			return asynq.DefaultRetryDelayFunc(n, err, t)
+		},
+		Logger:           asynqLogger{l: d.log.With("downstream", r.ds.Name), t: d.alog},
+		LogLevel:         asynq.WarnLevel,
+		GroupAggregator:  asynq.GroupAggregatorFunc(aggregate),
+		GroupMaxSize:     b.MaxRows,
+		GroupMaxDelay:    cmpOr(b.MaxDelay, 2*time.Second),
+		GroupGracePeriod: max(b.Grace, time.Second),
+	}
+	r.srv = asynq.NewServerFromRedisClient(asynqClient{UniversalClient: d.rdb, r: r}, acfg)
+	return r.srv.Start(q.guard(r, r.process))
+}
+
 // engineExtend is how often the engine extends its leases: asynq's
 // heartbeat, which the liveness scan's staleness rule is sized for
 // (RecoverAfter is at least 6s).
