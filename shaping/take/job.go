@@ -154,9 +154,10 @@ const (
 	settleRetryMax = time.Second
 )
 
-// settle runs a finishing write, again while it fails, and counts it. A
-// write that never lands leaves the task leased: once the lease expires,
-// the next maintenance take puts it back to pending (delivered again).
+// settle runs a finishing write, again while it fails (until half a lease
+// has passed, or the shutdown timeout), and counts it. A write that never
+// lands leaves the task leased: once the lease expires, the next
+// maintenance take puts it back to pending (delivered again).
 func (j *job) settle(what string, c interface{ Add(int64) int64 }, write func(context.Context) (bool, error)) {
 	var err error
 	until := time.Now().Add(j.e.cfg.Lease / 2)
@@ -180,7 +181,14 @@ func (j *job) settle(what string, c interface{ Add(int64) int64 }, write func(co
 		if h := j.e.cfg.Hooks.FinishRetry; h != nil {
 			h(j.l.d.Name)
 		}
-		time.Sleep(wait) // backoff between tries of one write
+		t := time.NewTimer(wait) // backoff between tries of one write
+		select {
+		case <-t.C:
+		case <-j.e.callCtx.Done():
+			t.Stop() // the shutdown timeout passed: the lease brings the task back
+			j.e.cfg.Logger.Warn("take: finishing write abandoned at shutdown", "what", what, "downstream", j.l.d.Name, "task", j.tt.ID, "err", err)
+			return
+		}
 	}
 	j.e.cfg.Logger.Warn("take: finishing write failed", "what", what, "downstream", j.l.d.Name, "task", j.tt.ID, "err", err)
 }
