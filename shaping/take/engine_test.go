@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -395,5 +397,53 @@ func TestTakeEngineLateSkip(t *testing.T) {
 	info, err := r.insp.GetTaskInfo(r.sp.Queue("d"), id)
 	if err != nil || info.State != asynq.TaskStatePending || info.Retried != 0 {
 		t.Errorf("after: got %+v, %v; want pending, retried 0", info, err)
+	}
+}
+
+// TestTakeEngineGateAndRequeue: while a downstream's Gate is closed
+// nothing leaves pending; a Wake asks it again at once; a handler that
+// answers ErrRequeue puts its task back with no attempt consumed, and the
+// next call delivers it.
+func TestTakeEngineGateAndRequeue(t *testing.T) {
+	r := newRig(t)
+	ids := r.enqueue("d", "job", 5)
+	var open atomic.Bool
+	rec := newRecorder()
+	var refused sync.Map
+	d := Downstream{Name: "d", InFlight: 5,
+		Gate: func(now time.Time) time.Time {
+			if open.Load() {
+				return time.Time{}
+			}
+			return now.Add(time.Hour) // only a Wake asks again
+		},
+		Handler: func(ctx context.Context, t *Task) error {
+			if _, again := refused.LoadOrStore(t.ID, true); !again {
+				return fmt.Errorf("not yet: %w", ErrRequeue)
+			}
+			if t.Retried != 0 {
+				return fmt.Errorf("task %s: %d attempts consumed, want 0", t.ID, t.Retried)
+			}
+			rec.add(t.ID)
+			return nil
+		}}
+	e := r.engine(nil, Config{}, d)
+	start(t, e)
+	if most := r.sampleActive("d", 300*time.Millisecond); most != 0 {
+		t.Fatalf("gate closed: active reached %d, want 0", most)
+	}
+	if qi := r.queueInfo("d"); qi.Pending != 5 {
+		t.Fatalf("gate closed: %d pending, want 5", qi.Pending)
+	}
+	open.Store(true)
+	e.Wake("d")
+	waitFor(t, 5*time.Second, "every task processed", func() bool { return r.queueInfo("d").Processed == 5 })
+	for _, id := range ids {
+		if rec.count[id] != 1 {
+			t.Errorf("task %s delivered %d times, want 1", id, rec.count[id])
+		}
+	}
+	if s := e.Stats(); s.Requeued != 5 || s.Retried != 0 {
+		t.Errorf("stats %+v: want 5 requeued, 0 retried", s)
 	}
 }
