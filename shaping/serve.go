@@ -79,11 +79,31 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 		Workers: 2, Logger: d.log, Hooks: hooks})
 }
 
-// takeDownstream is how the engine serves r: no rate of its own (the
-// release path's bucket paces), a budget of r's workers.
+// takeDownstream is how the engine serves r, with a budget of r's
+// workers leased across every process. A FIFO downstream's takes are
+// paced at its rate in force (the engine's look-ahead of slots), so that
+// what waits for a slot in the release path is about the look-ahead, not
+// the whole budget; the release path's bucket (quotas, announced limits,
+// costs) still decides each slot. A fair downstream, or one with a cap
+// per key, takes by the budget alone: its lane picks among the tasks it
+// holds (keys at their ceiling or cap are passed over).
 func (r *runner) takeDownstream() take.Downstream {
-	return take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
+	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
 		Handler: r.serveTake, Gate: r.takeGate}
+	if r.ds.Fairness == nil && r.ds.KeyConcurrency == 0 {
+		d.NoSlotWait, d.Burst = true, int(max(r.ds.Burst, 1))
+		d.RateNow = r.takeRate
+	}
+	return d
+}
+
+// takeRate is the rate the engine paces r's takes at: the rate in force,
+// none in shadow mode (nothing is held back there).
+func (r *runner) takeRate() float64 {
+	if r.inShadow() {
+		return 0
+	}
+	return r.rate.Load().PerSec()
 }
 
 // gateRecheck is how often a closed gate is asked again when no wake

@@ -104,6 +104,14 @@ type Downstream struct {
 	// Rate is the releases per second across every process; 0 is no rate
 	// limit (the budget alone paces).
 	Rate float64
+	// RateNow, when set, is asked for the rate at each take in place of
+	// Rate (a rate that changes at runtime); same bounds.
+	RateNow func() float64
+	// NoSlotWait calls the handler as soon as its task is taken, not at
+	// its slot: the slots then pace the takes only, and the handler waits
+	// for a slot of its own (a bucket that knows more, such as the task's
+	// cost). LateTolerance is then not used.
+	NoSlotWait bool
 	// Burst is how many releases may go at once after an idle spell
 	// (default 1: evenly spaced).
 	Burst int
@@ -137,10 +145,14 @@ type Downstream struct {
 
 // interval is the µs between two slots (0: no rate limit).
 func (d Downstream) interval() int64 {
-	if d.Rate <= 0 {
+	rate := d.Rate
+	if d.RateNow != nil {
+		rate = d.RateNow()
+	}
+	if rate <= 0 || math.IsNaN(rate) {
 		return 0
 	}
-	return int64(math.Ceil(1e6 / d.Rate))
+	return int64(math.Ceil(1e6 / min(rate, 1e6)))
 }
 
 func (d Downstream) withDefaults() Downstream {

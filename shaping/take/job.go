@@ -33,11 +33,11 @@ const (
 )
 
 func (j *job) run() {
-	if !j.waitSlot() || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
+	if (!j.l.d.NoSlotWait && !j.waitSlot()) || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
 		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
 	}
 	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
-	if tol := j.l.d.LateTolerance; tol >= 0 && time.Since(j.slot) > tol {
+	if tol := j.l.d.LateTolerance; !j.l.d.NoSlotWait && tol >= 0 && time.Since(j.slot) > tol {
 		j.e.stats.lateSkips.Add(1)
 		j.requeue() // the slot is wasted; the task goes again at a slot of its own
 		return

@@ -38,13 +38,29 @@ type lane struct {
 	held         map[string]*job // tasks this process took and has not finished
 }
 
+// slotsFor is the most tasks one take asks for at interval iv.
+func slotsFor(ahead, iv int64) int {
+	if iv > 0 {
+		return min(int(ahead/iv)+1, 1000)
+	}
+	return 1000
+}
+
+// retune reads the rate again (Downstream.RateNow) before a take.
+func (l *lane) retune() {
+	if l.d.RateNow == nil {
+		return
+	}
+	if iv := l.d.interval(); iv != l.args.Interval {
+		l.args.Interval, l.args.Burst = iv, int64(l.d.Burst-1)*iv
+		l.slots = slotsFor(l.args.LookAhead, iv)
+	}
+}
+
 func newLane(cfg Config, d Downstream) *lane {
 	iv := d.interval()
 	ahead := cfg.LookAhead.Microseconds()
-	slots := 1000
-	if iv > 0 {
-		slots = min(int(ahead/iv)+1, 1000)
-	}
+	slots := slotsFor(ahead, iv)
 	// A lane that just emptied is checked again after about one slot
 	// (never more often than every 10ms), backing off to IdlePoll.
 	minGap := min(max(time.Duration(iv)*time.Microsecond, 10*time.Millisecond), cfg.IdlePoll)

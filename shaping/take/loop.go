@@ -132,6 +132,7 @@ func (e *Engine) submit(op func()) bool {
 }
 
 func (e *Engine) startTake(l *lane, now time.Time, maintain bool) {
+	l.retune()
 	a := l.args
 	a.Slots = int64(min(l.slots, l.free()))
 	a.Maintain = maintain
