@@ -197,6 +197,19 @@ func (s *Buckets) pushBack(ctx context.Context, b Bucket, d time.Duration) (Rese
 	return s.run(ctx, b, opPushBack, lua.BucketArgs{Interval: int64(d / time.Microsecond), MaxWait: -1})
 }
 
+// interval is the µs a release of cost occupies in b: the rate's
+// interval, the late tolerance's slack, at least a spread quota's.
+func (b Bucket) interval(cost int64) (int64, bool) {
+	interval, ok := b.Rate.IntervalMicros(cost)
+	if ok && b.LateTolerance > 0 {
+		interval += int64(sizing.PaceSlack(b.Rate, cost, b.LateTolerance) / time.Microsecond)
+	}
+	for _, q := range b.Quotas {
+		interval = max(interval, q.spreadInterval(cost))
+	}
+	return interval, ok
+}
+
 // bucketOp is what run asks the script to do.
 type bucketOp int
 
@@ -217,16 +230,12 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	if b.MaxCost > 0 && cost > b.MaxCost {
 		return Reservation{}, fmt.Errorf("%w: cost %d > max cost %d of downstream %q", limiters.ErrCostExceedsCapacity, cost, b.MaxCost, b.Name)
 	}
-	interval, ok := b.Rate.IntervalMicros(cost)
-	if ok && b.LateTolerance > 0 {
-		interval += int64(sizing.PaceSlack(b.Rate, cost, b.LateTolerance) / time.Microsecond)
-	}
 	for _, q := range b.Quotas {
 		if cost > q.Limit {
 			return Reservation{}, fmt.Errorf("%w: cost %d > quota %s of downstream %q", limiters.ErrCostExceedsCapacity, cost, q, b.Name)
 		}
-		interval = max(interval, q.spreadInterval(cost))
 	}
+	interval, ok := b.interval(cost)
 	if !ok || interval > maxIntervalUS {
 		return Reservation{}, fmt.Errorf("%w: cost %d at %s would hold downstream %q for more than %s", limiters.ErrCostExceedsCapacity, cost, b.Rate.RateString(), b.Name, MaxInterval)
 	}

@@ -288,7 +288,10 @@ func (l *lane) run() {
 		ask := n
 		if probe {
 			ask = 1 // a half-open probe
-		} else if l.behindNow() {
+		} else if !r.paced && l.behindNow() {
+			// stock for workers still to come; takes paced at the rate
+			// bring each task with its slot, and stock would only push
+			// their slots later
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
 		if l.fair != nil && !probe {

@@ -68,3 +68,32 @@ func TestPauseGivesBackWhatWasTaken(t *testing.T) {
 		}
 	}
 }
+
+// Throttled at its rate (50/s, a backlog of 300, the default workers: a
+// budget of 51), a FIFO downstream holds no more than the engine's
+// look-ahead of slots plus the calls in flight: tasks leave the queue as
+// their slots come, not as workers free up. A take is made when the next
+// slot is within a third of the 150ms look-ahead and serves the slots up
+// to it, so at most 200ms of slots (10 at 50/s) are ever taken and
+// waiting, one more in its reservation, and 2 calls.
+func TestThrottledHoldsTheLookAhead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := newRecorder()
+	must(t, e.d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), Handler: rec.handle}))
+	e.enqueue("api", 300, nil)
+	must(t, e.d.Start())
+	waitFor(t, 5*time.Second, "releases under way", func() bool { return rec.count() >= 10 })
+	most := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); <-tick.C {
+		b, err := e.in.Backlog("api")
+		must(t, err)
+		most = max(most, b.Active)
+	}
+	t.Logf("throttled at 50/s: at most %d active (budget 51); %d released", most, rec.count())
+	if most > 10+1+2 {
+		t.Errorf("throttled at 50/s: %d active, want at most the look-ahead's 10 slots + 1 + 2 calls", most)
+	}
+}

@@ -93,17 +93,24 @@ func (r *runner) takeDownstream() take.Downstream {
 	if r.ds.Fairness == nil && r.ds.KeyConcurrency == 0 {
 		d.NoSlotWait, d.Burst = true, int(max(r.ds.Burst, 1))
 		d.RateNow = r.takeRate
+		r.paced = true
 	}
 	return d
 }
 
-// takeRate is the rate the engine paces r's takes at: the rate in force,
-// none in shadow mode (nothing is held back there).
+// takeRate is the rate the engine paces r's takes at: the bucket's
+// spacing of a unit of cost (the rate in force, with its slack and spread
+// quotas), so that takes never run ahead of the slots; none in shadow
+// mode (nothing is held back there).
 func (r *runner) takeRate() float64 {
 	if r.inShadow() {
 		return 0
 	}
-	return r.rate.Load().PerSec()
+	iv, ok := r.bucket().interval(1)
+	if !ok || iv <= 0 {
+		return r.rate.Load().PerSec()
+	}
+	return 1e6 / float64(iv)
 }
 
 // gateRecheck is how often a closed gate is asked again when no wake
