@@ -67,7 +67,12 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 	hooks := take.Hooks{
 		// a take whose reply was lost strands its tasks: the liveness
 		// loop scans for them after trouble (recover.go)
-		RedisError: func() { d.trouble.Store(true) },
+		RedisError: func() {
+			d.trouble.Store(true)
+			if d.m != nil {
+				d.m.ScriptErrors.WithLabelValues("take").Inc()
+			}
+		},
 		FinishRetry: func(ds string) {
 			if d.m != nil {
 				d.m.FinishRetries.WithLabelValues(ds).Inc()

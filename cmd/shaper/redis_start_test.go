@@ -100,7 +100,7 @@ func blackHole(t *testing.T) string {
 
 // With every Redis call hanging (here: TLS handshakes that never finish),
 // SIGINT still stops shaper within shutdown_timeout plus a small margin,
-// not after each asynq component waited out its own dial retries.
+// not after each component waited out its own dial retries.
 func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
 	t.Parallel()
 	addr := blackHole(t)
@@ -110,7 +110,7 @@ func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
 	if s := p.stderr.String(); !strings.Contains(s, "TLS handshake with "+addr+" failed") {
 		t.Errorf("stderr does not say the TLS handshake with %s failed:\n%s", addr, tail(s, 2000))
 	}
-	waitFor(t, 10*time.Second, "a dequeue error", func() bool { return strings.Contains(p.stderr.String(), "Dequeue error") })
+	waitFor(t, 10*time.Second, "a failed take or idle check", func() bool { return strings.Contains(p.stderr.String(), "take: ") })
 	start := time.Now()
 	p.cmd.Process.Signal(syscall.SIGINT)
 	select {

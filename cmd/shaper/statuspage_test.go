@@ -128,7 +128,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 	}
 	waitFor(t, 30*time.Second, "100 deliveries", func() bool { return sink.Count() >= 100 })
-	// The backlog gauge is refreshed every 2s; wait until it has seen the
+	// The backlog gauge is refreshed every 5s; wait until it has seen the
 	// 20 deferred tasks.
 	waitFor(t, 10*time.Second, "the backlog gauge", func() bool {
 		v, _ := scrape(t, base).value("shaper_queue_tasks", "downstream=api", "state=scheduled")
@@ -280,7 +280,7 @@ func TestQuickStartStatusPageInChromium(t *testing.T) {
 		}
 		return base != ""
 	})
-	// The backlog gauge is refreshed every 2s from start; give it that
+	// The backlog gauge is refreshed every 5s from start; give it that
 	// long, and let the page show what it shows if it never comes.
 	eventually(10*time.Second, func() bool {
 		_, ok := scrape(t, base).value("shaper_queue_tasks", "downstream=demo", "state=pending")

@@ -197,13 +197,17 @@ func handlerFor(ctx context.Context, pd plan.Downstream, gos map[string]shaping.
 	return nil, fmt.Errorf(`type "go" needs a Go program that embeds shaper and registers a handler for %q (app.Options.Handlers; a Go handler: examples/batchwrites); the shaper command has none, use type http or log`, name)
 }
 
-// backlogInterval spaces the backlog gauges' samples: five commands per
-// downstream per sample in every process (Prometheus's default scrape
-// interval: a sample more often is not seen).
-const backlogInterval = 15 * time.Second
+// backlogInterval spaces the backlog gauges' samples (five commands per
+// downstream per sample, in every process): every 5s for a few
+// downstreams, stretched with their number up to every 15s (Prometheus's
+// default scrape interval), so that 100 or more cost a third of a command
+// per downstream per second.
+func backlogInterval(downstreams int) time.Duration {
+	return min(max(5*time.Second, time.Duration(downstreams)*150*time.Millisecond), 15*time.Second)
+}
 
 func collectBacklog(ctx context.Context, in *queue.Inspector, d *shaping.Dispatcher, m *metrics.Metrics) {
-	t := time.NewTicker(backlogInterval)
+	t := time.NewTicker(backlogInterval(len(d.Downstreams())))
 	defer t.Stop()
 	for {
 		for _, ds := range d.Downstreams() {

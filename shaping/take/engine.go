@@ -39,6 +39,10 @@ type Engine struct {
 	jobs     sync.WaitGroup
 
 	stats counters
+
+	logMu      sync.Mutex
+	logLast    map[string]time.Time
+	logDropped map[string]int
 }
 
 // ErrRunning is returned by Run when the engine already runs or ran.
@@ -54,7 +58,8 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{cfg: cfg, store: lua.New(cfg.Redis), names: map[string]bool{},
 		addSig: make(chan struct{}, 1), wakes: make(chan string, 256),
 		events: make(chan func(), 4096), ops: make(chan func(), 4096),
-		stopCh: make(chan struct{}), quiesced: make(chan struct{}), callCtx: callCtx, cancel: cancel}, nil
+		stopCh: make(chan struct{}), quiesced: make(chan struct{}), callCtx: callCtx, cancel: cancel,
+		logLast: map[string]time.Time{}, logDropped: map[string]int{}}, nil
 }
 
 // Add adds a downstream. Its queue must not also be served by an
@@ -146,6 +151,30 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	case <-t.C:
 		return false
 	}
+}
+
+// errLogEvery spaces the log lines of one kind of failed Redis call: with
+// Redis away, every take and probe fails, and one line every so often
+// (with how many were not logged) says it.
+const errLogEvery = 30 * time.Second
+
+// warnRedis logs a failed Redis call of kind msg, at most once per
+// errLogEvery per kind, saying how many were left out since.
+func (e *Engine) warnRedis(msg string, args ...any) {
+	e.logMu.Lock()
+	now := time.Now()
+	if last, ok := e.logLast[msg]; ok && now.Sub(last) < errLogEvery {
+		e.logDropped[msg]++
+		e.logMu.Unlock()
+		return
+	}
+	e.logLast[msg] = now
+	if n := e.logDropped[msg]; n > 0 {
+		args = append(args, "not_logged_since", n)
+	}
+	e.logDropped[msg] = 0
+	e.logMu.Unlock()
+	e.cfg.Logger.Warn(msg, args...)
 }
 
 // redisError counts a failed Redis call and tells the hook.

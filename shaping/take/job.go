@@ -190,5 +190,5 @@ func (j *job) settle(what string, c interface{ Add(int64) int64 }, write func(co
 			return
 		}
 	}
-	j.e.cfg.Logger.Warn("take: finishing write failed", "what", what, "downstream", j.l.d.Name, "task", j.tt.ID, "err", err)
+	j.e.warnRedis("take: finishing write failed", "what", what, "downstream", j.l.d.Name, "task", j.tt.ID, "err", err)
 }

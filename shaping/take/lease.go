@@ -12,7 +12,7 @@ import (
 func (e *Engine) applyProbes(ls []*lane, cmds []redis.Cmder, err error, at time.Time) {
 	if err != nil {
 		e.redisError()
-		e.cfg.Logger.Warn("take: idle check failed", "downstreams", len(ls), "err", err)
+		e.warnRedis("take: idle check failed", "downstreams", len(ls), "err", err)
 	}
 	for i, l := range ls {
 		l.pending = false
@@ -53,7 +53,7 @@ func (e *Engine) applyExtend(l *lane, ids []string, held []bool, err error) {
 	l.extending = false
 	if err != nil {
 		e.redisError()
-		e.cfg.Logger.Warn("take: lease extension failed", "downstream", l.d.Name, "err", err)
+		e.warnRedis("take: lease extension failed", "downstream", l.d.Name, "err", err)
 		l.nextExtend = time.Now().Add(time.Second)
 		return
 	}

@@ -162,7 +162,7 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 	l.pending = false
 	if err != nil {
 		e.redisError()
-		e.cfg.Logger.Warn("take: take failed", "downstream", l.d.Name, "err", err)
+		e.warnRedis("take: take failed", "downstream", l.d.Name, "err", err)
 		l.failed(at, e.cfg.IdlePoll)
 		return
 	}
@@ -213,7 +213,7 @@ func (e *Engine) requeueUnstarted(l *lane) {
 		e.post(func() {
 			if err != nil {
 				e.redisError()
-				e.cfg.Logger.Warn("take: requeue at shutdown failed; the leases will expire", "downstream", l.d.Name, "err", err)
+				e.warnRedis("take: requeue at shutdown failed; the leases will expire", "downstream", l.d.Name, "err", err)
 			}
 			e.stats.requeued.Add(n)
 			for _, id := range ids {
