@@ -92,8 +92,10 @@ func (c *Control) versions(ctx context.Context) (map[string]string, error) {
 	return c.rdbCmd().HGetAll(ctx, c.space.ControlVersions()).Result()
 }
 
-// Pause stops releases of ds in every process; held tasks stay held and
-// queued ones stay queued. Nothing is dropped.
+// Pause stops releases of ds in every process: nothing more is taken from
+// its queue, and tasks taken and waiting for a slot go back to the head of
+// it, with no attempt consumed (a batching downstream's held tasks stay
+// held). Nothing is dropped.
 func (c *Control) Pause(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "1") }
 
 // Resume undoes Pause.
