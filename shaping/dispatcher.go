@@ -102,9 +102,10 @@ type Downstream struct {
 	// it every third of it), so a crashed process's leases are free again
 	// within it. Zero means DefaultLeaseTime; at least 1s.
 	LeaseTime time.Duration
-	// Workers is this downstream's budget of tasks taken (waiting for a
-	// slot or in a call) across every process sharing the Redis; for a
-	// batching downstream, served by an asynq.Server, it is per process.
+	// Workers is this downstream's worker budget in this process: the
+	// most tasks it holds (waiting for a slot or in a call). A FIFO
+	// downstream's takes are paced at its rate, so most of the time it
+	// holds the look-ahead's slots and its calls in flight, far fewer.
 	// Zero means DefaultWorkers: ceil(rate × MaxWait) + 1.
 	Workers int
 	// Handler serves task types without a handler of their own (Handle).

@@ -84,8 +84,8 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 		Workers: 2, Logger: d.log, Hooks: hooks})
 }
 
-// takeDownstream is how the engine serves r, with a budget of r's
-// workers leased across every process. A FIFO downstream's takes are
+// takeDownstream is how the engine serves r: each process holds at most
+// r's workers (the budget across the fleet is workers per live process). A FIFO downstream's takes are
 // paced at its rate in force (the engine's look-ahead of slots), so that
 // what waits for a slot in the release path is about the look-ahead, not
 // the whole budget; the release path's bucket (quotas, announced limits,
@@ -94,7 +94,8 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 // holds (keys at their ceiling or cap are passed over).
 func (r *runner) takeDownstream() take.Downstream {
 	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
-		Handler: r.serveTake, Gate: r.takeGate}
+		Handler: r.serveTake, Gate: r.takeGate,
+		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
 	if r.ds.Fairness == nil && r.ds.KeyConcurrency == 0 {
 		d.NoSlotWait, d.Burst = true, int(max(r.ds.Burst, 1))
 		d.RateNow = r.takeRate

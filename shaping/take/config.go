@@ -118,8 +118,13 @@ type Downstream struct {
 	// InFlight is the budget of tasks the downstream's queue may hold
 	// leased across every process (taken and waiting for a slot, or in a
 	// call), default 1. It isolates the downstream from the others and
-	// caps what a pause or a throttle leaves active.
+	// caps what a pause or a throttle leaves active. It is also the most
+	// this process holds.
 	InFlight int
+	// BudgetNow, when set, is asked for the budget across every process
+	// at each take in place of InFlight (such as InFlight per live
+	// process); this process still holds at most InFlight.
+	BudgetNow func() int
 	// LateTolerance is how late after its slot a call may still start; a
 	// job woken later (a starved CPU, a GC pause) wastes the slot and
 	// gives its task back to the head of pending rather than bunch up with

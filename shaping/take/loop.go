@@ -134,6 +134,9 @@ func (e *Engine) submit(op func()) bool {
 func (e *Engine) startTake(l *lane, now time.Time, maintain bool) {
 	l.retune()
 	a := l.args
+	if l.d.BudgetNow != nil {
+		a.Budget = int64(max(l.d.BudgetNow(), 1))
+	}
 	a.Slots = int64(min(l.slots, l.free()))
 	a.Maintain = maintain
 	ok := e.submit(func() {
