@@ -289,9 +289,9 @@ func (l *lane) run() {
 		if probe {
 			ask = 1 // a half-open probe
 		} else if !r.paced && l.behindNow() {
-			// stock for workers still to come; takes paced at the rate
-			// bring each task with its slot, and stock would only push
-			// their slots later
+			// stock for workers still to come; a paced downstream's
+			// takes bring tasks just ahead of their slots, and stock
+			// would only push their slots later
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
 		if l.fair != nil && !probe {

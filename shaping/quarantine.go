@@ -315,6 +315,26 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 	return true, nil
 }
 
+// taken moves a task the engine took but cannot read into the
+// quarantine, with the reason judge gives its msg (take.lua reads a
+// missing msg as empty); false when judge finds nothing wrong or the move
+// failed (the engine then archives it).
+func (q *quarantine) taken(r *runner, id string, msg []byte) bool {
+	m := string(msg)
+	reason := judge(id, &m)
+	if reason == "" {
+		return false
+	}
+	r.outcome("malformed")
+	ctx, cancel := context.WithTimeout(context.Background(), q.d.cfg.RedisTimeout)
+	defer cancel()
+	ok, err := q.move(ctx, q.d.space.Asynq(r.ds.Name), r.ds.Name, id, reason, &m)
+	if err != nil {
+		q.d.log.Warn("shaping: quarantine of a task taken failed; it is archived", "downstream", r.ds.Name, "id", id, "err", err)
+	}
+	return err == nil && ok
+}
+
 // guard keeps a task asynq decoded from an empty or foreign msg (no id, or
 // no type: asynq's client refuses an empty type) from reaching a handler:
 // asynq could not complete it anyway. It asks for a scan, which

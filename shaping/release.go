@@ -156,6 +156,7 @@ func (r *runner) task(at *asynq.Task, id string, retried int) (*Task, HandlerFun
 func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr error, started bool) {
 	r.releasing.Add(1)
 	defer r.releasing.Add(-1)
+	r.roomMade()
 	select {
 	case <-r.d.stopping:
 		return nil, false
@@ -231,5 +232,8 @@ func (r *runner) hold(delta int64) {
 	n := r.held.Add(delta)
 	if m := r.d.m; m != nil {
 		m.Held.WithLabelValues(r.ds.Name).Set(float64(n))
+	}
+	if delta < 0 {
+		r.roomMade()
 	}
 }

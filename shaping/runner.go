@@ -20,7 +20,7 @@ type runner struct {
 	ds       Downstream
 	handlers map[string]HandlerFunc
 	srv      *asynq.Server
-	paced    bool // the engine paces r's takes at its rate (takeDownstream)
+	paced    bool // the engine takes only what keeps r a few tasks ahead (takeDownstream)
 	rate     atomic.Pointer[limiters.Limit]
 
 	pmu       sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -26,7 +27,7 @@ import (
 // its groups).
 func (d *Dispatcher) serveQueue(r *runner, q *quarantine) error {
 	if r.ds.Batch == nil {
-		return d.eng.Add(r.takeDownstream())
+		return d.eng.Add(r.takeDownstream(q))
 	}
 	b := r.ds.Batch
 	acfg := asynq.Config{
@@ -85,38 +86,57 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 }
 
 // takeDownstream is how the engine serves r: each process holds at most
-// r's workers (the budget across the fleet is workers per live process). A FIFO downstream's takes are
-// paced at its rate in force (the engine's look-ahead of slots), so that
-// what waits for a slot in the release path is about the look-ahead, not
-// the whole budget; the release path's bucket (quotas, announced limits,
-// costs) still decides each slot. A fair downstream, or one with a cap
-// per key, takes by the budget alone: its lane picks among the tasks it
+// r's workers (the budget across the fleet is workers per live process).
+// A FIFO downstream takes only what keeps takeAhead of releases waiting
+// for their slots (Want), so what it holds is about that look-ahead and
+// its calls in flight, not the whole budget; the release path's bucket
+// still decides each slot, and a task that leaves unsent (late, refused)
+// makes room for the next at once. A fair downstream, or one with a cap
+// per key, takes up to the budget: its lane picks among the tasks it
 // holds (keys at their ceiling or cap are passed over).
-func (r *runner) takeDownstream() take.Downstream {
+func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
-		Handler: r.serveTake, Gate: r.takeGate,
+		Handler: r.serveTake, Gate: r.takeGate, Malformed: func(id string, msg []byte) bool { return q.taken(r, id, msg) },
 		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
 	if r.ds.Fairness == nil && r.ds.KeyConcurrency == 0 {
-		d.NoSlotWait, d.Burst = true, int(max(r.ds.Burst, 1))
-		d.RateNow = r.takeRate
+		d.Want = r.takeWant
 		r.paced = true
 	}
 	return d
 }
 
-// takeRate is the rate the engine paces r's takes at: the bucket's
-// spacing of a unit of cost (the rate in force, with its slack and spread
-// quotas), so that takes never run ahead of the slots; none in shadow
-// mode (nothing is held back there).
-func (r *runner) takeRate() float64 {
-	if r.inShadow() {
+// takeAhead is how many releases' worth a FIFO downstream keeps taken
+// ahead of its slots, split between the live processes.
+const takeAhead = 150 * time.Millisecond
+
+// ahead is how many of r's tasks this process keeps waiting for a slot.
+func (r *runner) ahead() int64 {
+	per := r.rate.Load().PerSec() * takeAhead.Seconds() / float64(max(r.d.procs.Load(), 1))
+	return int64(math.Ceil(per)) + 1
+}
+
+// waiting is how many of r's tasks this process holds that are not in a
+// call: waiting for a place among the calls or for a slot.
+func (r *runner) waiting() int64 { return r.held.Load() - r.releasing.Load() }
+
+// takeWant is how many tasks the engine should take for r now: what
+// tops the waiting ones up to ahead, once half of them have gone (so
+// takes come in batches, not one per release).
+func (r *runner) takeWant() int {
+	ahead, waiting := r.ahead(), r.waiting()
+	want := ahead - waiting
+	if waiting > 0 && want < (ahead+1)/2 {
 		return 0
 	}
-	iv, ok := r.bucket().interval(1)
-	if !ok || iv <= 0 {
-		return r.rate.Load().PerSec()
+	return int(max(want, 0))
+}
+
+// roomMade is called when one of r's waiting tasks starts its call or
+// leaves: the engine takes again once half the look-ahead has gone.
+func (r *runner) roomMade() {
+	if r.paced && r.waiting() <= r.ahead()/2 {
+		r.wakeTake()
 	}
-	return 1e6 / float64(iv)
 }
 
 // gateRecheck is how often a closed gate is asked again when no wake

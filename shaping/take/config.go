@@ -104,14 +104,16 @@ type Downstream struct {
 	// Rate is the releases per second across every process; 0 is no rate
 	// limit (the budget alone paces).
 	Rate float64
-	// RateNow, when set, is asked for the rate at each take in place of
-	// Rate (a rate that changes at runtime); same bounds.
-	RateNow func() float64
-	// NoSlotWait calls the handler as soon as its task is taken, not at
-	// its slot: the slots then pace the takes only, and the handler waits
-	// for a slot of its own (a bucket that knows more, such as the task's
-	// cost). LateTolerance is then not used.
-	NoSlotWait bool
+	// Malformed, when set, is handed each task taken whose message cannot
+	// be read (id, the raw msg): true means it took the task out of the
+	// queue itself (a quarantine of its own), and the engine writes
+	// nothing; false, or nil, and the engine archives it with the reason.
+	Malformed func(id string, msg []byte) bool
+	// Want, when set, is asked before each take how many tasks the
+	// handler side wants now (such as a release path of its own that
+	// keeps a few tasks ahead of its slots): a take asks for no more, and
+	// none is made while it is 0; Wake asks again.
+	Want func() int
 	// Burst is how many releases may go at once after an idle spell
 	// (default 1: evenly spaced).
 	Burst int
@@ -150,14 +152,10 @@ type Downstream struct {
 
 // interval is the µs between two slots (0: no rate limit).
 func (d Downstream) interval() int64 {
-	rate := d.Rate
-	if d.RateNow != nil {
-		rate = d.RateNow()
-	}
-	if rate <= 0 || math.IsNaN(rate) {
+	if d.Rate <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(1e6 / min(rate, 1e6)))
+	return int64(math.Ceil(1e6 / d.Rate))
 }
 
 func (d Downstream) withDefaults() Downstream {

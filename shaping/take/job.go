@@ -33,11 +33,12 @@ const (
 )
 
 func (j *job) run() {
-	if (!j.l.d.NoSlotWait && !j.waitSlot()) || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
+	if !j.waitSlot() || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
 		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
 	}
+	j.l.unstarted.Add(-1)
 	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
-	if tol := j.l.d.LateTolerance; !j.l.d.NoSlotWait && tol >= 0 && time.Since(j.slot) > tol {
+	if tol := j.l.d.LateTolerance; tol >= 0 && time.Since(j.slot) > tol {
 		j.e.stats.lateSkips.Add(1)
 		j.requeue() // the slot is wasted; the task goes again at a slot of its own
 		return
@@ -131,6 +132,10 @@ func (j *job) finish(t *Task, m *message, err error) {
 // quarantine archives a task whose message cannot be read, with the
 // reason, under a message asynq's Inspector can read.
 func (j *job) quarantine(reason string) {
+	if h := j.l.d.Malformed; h != nil && h(j.tt.ID, j.tt.Msg) {
+		j.e.stats.archived.Add(1)
+		return
+	}
 	a := lua.TakeFailArgs{Queue: j.l.q, ID: j.tt.ID, Day: time.Now(), Archive: true, Failure: true,
 		Msg: quarantined(j.tt.ID, j.l.q.Name, j.tt.Msg, reason, time.Now().Unix())}
 	j.e.cfg.Logger.Warn("take: malformed task archived", "downstream", j.l.d.Name, "task", j.tt.ID, "reason", reason)

@@ -1,6 +1,7 @@
 package take
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/keys"
@@ -36,6 +37,9 @@ type lane struct {
 	nextExtend   time.Time
 	extending    bool
 	held         map[string]*job // tasks this process took and has not finished
+	// unstarted counts jobs taken whose handler has not been entered
+	// yet: Want does not see them, so a take subtracts them
+	unstarted atomic.Int64
 }
 
 // slotsFor is the most tasks one take asks for at interval iv.
@@ -44,17 +48,6 @@ func slotsFor(ahead, iv int64) int {
 		return min(int(ahead/iv)+1, 1000)
 	}
 	return 1000
-}
-
-// retune reads the rate again (Downstream.RateNow) before a take.
-func (l *lane) retune() {
-	if l.d.RateNow == nil {
-		return
-	}
-	if iv := l.d.interval(); iv != l.args.Interval {
-		l.args.Interval, l.args.Burst = iv, int64(l.d.Burst-1)*iv
-		l.slots = slotsFor(l.args.LookAhead, iv)
-	}
 }
 
 func newLane(cfg Config, d Downstream) *lane {

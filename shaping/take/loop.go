@@ -104,14 +104,25 @@ func (e *Engine) dispatch(lanes []*lane, now time.Time) time.Time {
 			}
 		}
 		maintain := now.Sub(l.lastMaintain) >= e.cfg.Maintain
+		want := l.free()
+		if l.d.Want != nil {
+			want = min(want, l.d.Want()-int(l.unstarted.Load()))
+		}
 		switch {
+		case want <= 0 && !maintain:
+			// the handler side wants none now: its Wake, or a look after
+			// wantRecheck, asks again
+			l.next = now.Add(wantRecheck)
+			if l.next.Before(wake) {
+				wake = l.next
+			}
 		case l.free() < l.batch():
 			// finishes of this process free the budget and dispatch again
 		case l.state == idle && !maintain:
 			l.pending = true
 			probes = append(probes, l)
 		default:
-			e.startTake(l, now, maintain)
+			e.startTake(l, now, maintain, max(want, 1))
 		}
 	}
 	if len(probes) > 0 {
@@ -131,13 +142,16 @@ func (e *Engine) submit(op func()) bool {
 	}
 }
 
-func (e *Engine) startTake(l *lane, now time.Time, maintain bool) {
-	l.retune()
+// wantRecheck is how soon a lane whose Want said 0 is looked at again
+// without a Wake.
+const wantRecheck = 100 * time.Millisecond
+
+func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 	a := l.args
 	if l.d.BudgetNow != nil {
 		a.Budget = int64(max(l.d.BudgetNow(), 1))
 	}
-	a.Slots = int64(min(l.slots, l.free()))
+	a.Slots = int64(min(l.slots, l.free(), want))
 	a.Maintain = maintain
 	ok := e.submit(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -181,6 +195,7 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 			l.nextExtend = at.Add(e.cfg.Extend)
 		}
 		l.held[tt.ID] = j
+		l.unstarted.Add(1)
 		e.stats.taken.Add(1)
 		e.jobs.Add(1)
 		if !e.stopping.Load() {
@@ -198,6 +213,7 @@ func (e *Engine) requeueUnstarted(l *lane) {
 	var js []*job
 	for _, j := range l.held {
 		if j.state.CompareAndSwap(jobWaiting, jobClaimed) {
+			l.unstarted.Add(-1)
 			js = append(js, j)
 		}
 	}
