@@ -40,12 +40,13 @@ type TakeArgs struct {
 	// Lease is ARGV[6]: the lease of each task taken; under a second means
 	// one second.
 	Lease time.Duration
-	// Maintain is ARGV[9]: forward due scheduled and retry tasks and put
-	// back tasks whose lease expired, before taking.
+	// Maintain is ARGV[9]: forward due scheduled and retry tasks, put
+	// back tasks whose lease expired and delete completed tasks past
+	// their retention (asynq's janitor), before taking.
 	Maintain bool
 	// Now is ARGV[10]: µs since the epoch; 0 reads Redis TIME (tests only).
 	Now int64
-	// Maintained, when set, is KEYS[8] (keys.Space.TakeMaintained): the
+	// Maintained, when set, is KEYS[9] (keys.Space.TakeMaintained): the
 	// maintenance then runs at most once per MaintainEvery across every
 	// process, and the other calls skip it (an idle queue's then costs an
 	// LLEN, not five commands).
@@ -95,7 +96,7 @@ type TakenTask struct {
 // Take runs take.lua: up to a.Slots tasks, each with its own slot.
 func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 	q := a.Queue
-	ks := []string{a.Bucket, q.Pending(), q.Active(), q.Lease(), q.Paused(), q.Scheduled(), q.Retry()}
+	ks := []string{a.Bucket, q.Pending(), q.Active(), q.Lease(), q.Paused(), q.Scheduled(), q.Retry(), q.Completed()}
 	lease := max(int64(a.Lease/time.Second), 1)
 	maintain := 0
 	if a.Maintain {

@@ -10,11 +10,12 @@
 -- moves it: RPOPLPUSH pending -> active, state "active", pending_since
 -- deleted, a lease in the lease ZSET (score: expiry in Unix seconds).
 --
--- With ARGV[9] = 1 the call first does what asynq's forwarder and
--- recoverer would do for this queue: due tasks of the scheduled and retry
--- ZSETs become pending (asynq's forwardCmd, at most 100 each), and tasks
+-- With ARGV[9] = 1 the call first does what asynq's forwarder, recoverer
+-- and janitor would do for this queue: due tasks of the scheduled and
+-- retry ZSETs become pending (asynq's forwardCmd, at most 100 each), tasks
 -- whose lease expired go back to the head of pending in state "pending"
--- with no attempt consumed (at most 100).
+-- with no attempt consumed (at most 100), and completed tasks past their
+-- retention are deleted (at most 100).
 --
 -- KEYS[1] -> <prefix>:take:{<q>}:next_free  STRING, µs since the epoch
 -- KEYS[2] -> asynq:{<q>}:pending             LIST
@@ -23,7 +24,8 @@
 -- KEYS[5] -> asynq:{<q>}:paused              STRING (exists: paused)
 -- KEYS[6] -> asynq:{<q>}:scheduled           ZSET
 -- KEYS[7] -> asynq:{<q>}:retry               ZSET
--- KEYS[8] -> <prefix>:take:{<q>}:maintained  STRING (optional: with it,
+-- KEYS[8] -> asynq:{<q>}:completed           ZSET
+-- KEYS[9] -> <prefix>:take:{<q>}:maintained  STRING (optional: with it,
 --            the maintenance of ARGV[9] runs at most once per ARGV[11] ms
 --            across every process; the others' calls skip it)
 -- ARGV[1] -> interval in µs between slots (0: no rate limit)
@@ -36,7 +38,7 @@
 -- ARGV[8] -> group key prefix, asynq:{<q>}:g:
 -- ARGV[9] -> 1: forward due tasks and recover expired leases first; 0: not
 -- ARGV[10] -> now in µs, or 0 to read Redis TIME (explicit now: tests only)
--- ARGV[11] -> with KEYS[8]: the maintenance's spacing in ms, >= 1
+-- ARGV[11] -> with KEYS[9]: the maintenance's spacing in ms, >= 1
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us}
@@ -75,10 +77,10 @@ end
 -- one process's maintenance serves every process for ARGV[11] ms; the
 -- others' calls skip it, and on an idle queue cost one LLEN (no TIME)
 local maintain = ARGV[9] == '1'
-if maintain and KEYS[8] then
+if maintain and KEYS[9] then
   local every = tonumber(ARGV[11])
   if every == nil or every < 1 then return redis.error_reply('take: maintenance spacing must be at least 1 ms') end
-  maintain = redis.call('SET', KEYS[8], '1', 'PX', math.floor(every), 'NX') ~= false
+  maintain = redis.call('SET', KEYS[9], '1', 'PX', math.floor(every), 'NX') ~= false
   if not maintain and redis.call('LLEN', KEYS[2]) == 0 then return {1, 0, 0, 1, 0, 0} end
 end
 
@@ -119,6 +121,11 @@ if maintain then
       recovered = recovered + 1
     end
     redis.call('ZREM', KEYS[4], id)
+  end
+  -- asynq's janitor: completed tasks past their retention go (at most 100)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now_s, 'LIMIT', 0, 100)) do
+    redis.call('DEL', tprefix .. id)
+    redis.call('ZREM', KEYS[8], id)
   end
   -- an idle queue's periodic maintenance ends here, cheaply
   if redis.call('LLEN', KEYS[2]) == 0 then return {1, now, 0, 1, recovered, forwarded} end

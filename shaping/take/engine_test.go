@@ -447,3 +447,19 @@ func TestTakeEngineGateAndRequeue(t *testing.T) {
 		t.Errorf("stats %+v: want 5 requeued, 0 retried", s)
 	}
 }
+
+// TestTakeEngineJanitor: a completed task is deleted once its retention
+// has passed (asynq's janitor runs only inside an asynq.Server, so the
+// engine's maintenance does its work).
+func TestTakeEngineJanitor(t *testing.T) {
+	r := newRig(t)
+	id := r.enqueue("d", "kept", 1, asynq.Retention(time.Second))[0]
+	d := Downstream{Name: "d", Rate: 100, InFlight: 1, Handler: func(ctx context.Context, t *Task) error { return nil }}
+	start(t, r.engine(nil, Config{}, d))
+	ctx := context.Background()
+	q := r.sp.Asynq("d")
+	waitFor(t, 5*time.Second, "the task completed", func() bool { return r.rdb.ZCard(ctx, q.Completed()).Val() == 1 })
+	waitFor(t, 10*time.Second, "the completed task deleted after its retention", func() bool {
+		return r.rdb.ZCard(ctx, q.Completed()).Val() == 0 && r.rdb.Exists(ctx, q.Task(id)).Val() == 0
+	})
+}
