@@ -27,6 +27,7 @@ import (
 	"github.com/shaper-io/shaper/internal/envelope"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -36,6 +37,10 @@ const DefaultType = "shaper:task"
 
 // DefaultMaxRetry is the retry budget of a task that does not set one.
 const DefaultMaxRetry = 25
+
+// DefaultRetention is how long a completed task stays readable
+// (Inspector, GET /v1/tasks/{id}) on a downstream that sets none.
+const DefaultRetention = sizing.DefaultRetention
 
 // Errors. Each is wrapped with %w and a message naming the bad field.
 var (
@@ -187,6 +192,11 @@ type ProducerConfig struct {
 	// MaxRetry is the default retry budget per downstream for tasks that
 	// set none; missing downstreams use DefaultMaxRetry.
 	MaxRetry map[string]int
+	// Retention is how long a completed task of each downstream stays
+	// readable before it is deleted (asynq's Retention; 0 keeps none);
+	// missing downstreams use DefaultRetention. Redis holds about rate ×
+	// retention completed tasks.
+	Retention map[string]time.Duration
 	// MaxCost bounds a task's cost per downstream (the downstream's
 	// shaping.Downstream.MaxCost); a task above it is refused with
 	// limiters.ErrCostExceedsCapacity. Missing downstreams are bounded
@@ -429,6 +439,13 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	opts := []asynq.Option{
 		asynq.Queue(p.space.Queue(t.Downstream)),
 		asynq.MaxRetry(maxRetry + envelope.CrashAllowance),
+	}
+	retention, ok := p.cfg.Retention[t.Downstream]
+	if !ok {
+		retention = DefaultRetention
+	}
+	if retention > 0 {
+		opts = append(opts, asynq.Retention(retention))
 	}
 	headers := meta.Headers()
 	id := t.UniqueKey

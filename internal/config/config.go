@@ -46,6 +46,7 @@ const (
 	DefaultHandlerTimeout  = 10 * time.Second
 	DefaultMethod          = "POST"
 	DefaultMaxHold         = sizing.DefaultMaxHold
+	DefaultRetention       = sizing.DefaultRetention
 )
 
 // ListenOff is the HTTP.Listen value that disables the HTTP server. An

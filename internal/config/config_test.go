@@ -57,7 +57,7 @@ func TestLoadExample(t *testing.T) {
 				MaxWait:  Duration(2 * time.Second),
 				MaxHold:  Duration(DefaultMaxHold),
 				Workers:  160,
-				MaxRetry: 10,
+				MaxRetry: 10, Retention: Duration(DefaultRetention),
 				Handler: Handler{
 					Type:    HandlerHTTP,
 					URL:     "https://billing.internal/v1/charge",
@@ -78,24 +78,24 @@ func TestLoadExample(t *testing.T) {
 				},
 			},
 			{
-				Name:        "legacy-db",
-				Rate:        MustRate("3000/m"),
-				Burst:       1,
-				MaxWait:     Duration(time.Second),
-				MaxHold:     Duration(DefaultMaxHold),
-				Workers:     51, // ceil(50/s × 1s) + 1
-				MaxRetry:    25,
+				Name:     "legacy-db",
+				Rate:     MustRate("3000/m"),
+				Burst:    1,
+				MaxWait:  Duration(time.Second),
+				MaxHold:  Duration(DefaultMaxHold),
+				Workers:  51, // ceil(50/s × 1s) + 1
+				MaxRetry: 25, Retention: Duration(DefaultRetention),
 				Handler:     Handler{Type: HandlerGo, Timeout: Duration(10 * time.Second)},
 				ShapingMode: ModeEnforce, OnLate: LateArchive,
 			},
 			{
-				Name:        "audit-log",
-				Rate:        MustRate("2.5/s"),
-				Burst:       1,
-				Capacity:    10,
-				MaxHold:     Duration(DefaultMaxHold),
-				Workers:     11, // ceil(2.5/s × 4s) + 1
-				MaxRetry:    0,
+				Name:     "audit-log",
+				Rate:     MustRate("2.5/s"),
+				Burst:    1,
+				Capacity: 10,
+				MaxHold:  Duration(DefaultMaxHold),
+				Workers:  11, // ceil(2.5/s × 4s) + 1
+				MaxRetry: 0, Retention: Duration(DefaultRetention),
 				Handler:     Handler{Type: HandlerLog, Timeout: Duration(10 * time.Second)},
 				ShapingMode: ModeEnforce, OnLate: LateArchive,
 			},
@@ -159,7 +159,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout: Duration(DefaultShutdownTimeout),
 		Downstreams: []Downstream{{
 			Name: "api", Rate: MustRate("50/s"), Burst: 1, MaxWait: Duration(time.Second),
-			MaxHold: Duration(DefaultMaxHold), Workers: 51, MaxRetry: 25,
+			MaxHold: Duration(DefaultMaxHold), Workers: 51, MaxRetry: 25, Retention: Duration(DefaultRetention),
 			Handler:     Handler{Type: HandlerLog, Timeout: Duration(DefaultHandlerTimeout)},
 			ShapingMode: ModeEnforce, OnLate: LateArchive,
 		}},

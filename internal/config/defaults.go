@@ -67,6 +67,9 @@ func (c *Config) fill(set func(path string) bool) *Error {
 		if !set(p + ".max_retry") {
 			d.MaxRetry = DefaultMaxRetry
 		}
+		if !set(p + ".retention") {
+			d.Retention = Duration(DefaultRetention)
+		}
 		if d.Handler.Type == HandlerHTTP {
 			d.Handler.Method = cmp.Or(d.Handler.Method, DefaultMethod)
 		}

@@ -125,6 +125,11 @@ type Downstream struct {
 	// MaxRetry is the retry budget of tasks enqueued without one, 0-1000.
 	// Default 25.
 	MaxRetry int `yaml:"max_retry"`
+	// Retention is how long a completed task stays readable (GET
+	// /v1/tasks/{id}, asynq's Inspector) before it is deleted: asynq's
+	// Retention, 0-7 days; 0 keeps none. Default 1h. Redis holds about
+	// rate × retention completed tasks.
+	Retention Duration `yaml:"retention"`
 	// Handler delivers a released task.
 	Handler Handler `yaml:"handler"`
 	// Admission, when set, limits what may be enqueued.

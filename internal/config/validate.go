@@ -236,6 +236,9 @@ func (h *HTTP) validate() *Error {
 	return h.checkExposure()
 }
 
+// maxRetention bounds how long a completed task is kept.
+const maxRetention = 7 * 24 * time.Hour
+
 func (d *Downstream) validate(p string) *Error {
 	if msg := checkName(d.Name); msg != "" {
 		return errf(p+".name", "%s", msg)
@@ -288,6 +291,9 @@ func (d *Downstream) validate(p string) *Error {
 	}
 	if d.MaxRetry < 0 || d.MaxRetry > maxRetryLimit {
 		return errf(p+".max_retry", "must be 0-%d, got %d", maxRetryLimit, d.MaxRetry)
+	}
+	if d.Retention < 0 || time.Duration(d.Retention) > maxRetention {
+		return errf(p+".retention", "must be 0 (keep none) to %s, got %s", maxRetention, d.Retention)
 	}
 	if e := d.validateBatch(p); e != nil {
 		return e

@@ -141,7 +141,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 		Dispatcher: shaping.Config{Prefix: cfg.Redis.Prefix, ShutdownTimeout: time.Duration(cfg.ShutdownTimeout),
 			RedisTimeout: time.Duration(cfg.Redis.Timeout)},
 		Producer: queue.ProducerConfig{Prefix: cfg.Redis.Prefix, MaxPayload: int(cfg.HTTP.MaxBody),
-			MaxRetry: map[string]int{}, Batched: map[string]int{}, MaxCost: map[string]int64{},
+			MaxRetry: map[string]int{}, Retention: map[string]time.Duration{}, Batched: map[string]int{}, MaxCost: map[string]int64{},
 			Fair: map[string]queue.FairShare{}, Shaping: map[string]queue.Shaping{}}}
 	for i, dc := range cfg.Downstreams {
 		sd, err := shapingDownstream(dc)
@@ -152,6 +152,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Downstreams = append(p.Downstreams, Downstream{Shaping: sd, Handler: handler(dc), Written: written(dc)})
 		p.Producer.Downstreams = append(p.Producer.Downstreams, dc.Name)
 		p.Producer.MaxRetry[dc.Name] = dc.MaxRetry
+		p.Producer.Retention[dc.Name] = time.Duration(dc.Retention)
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
 		p.Producer.Shaping[dc.Name] = producerShaping(dc, sd)
 		if sd.Fairness != nil {

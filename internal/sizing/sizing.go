@@ -26,6 +26,10 @@ const MaxInterval = 24 * time.Hour
 // its configuration says otherwise; see shaping.DefaultMaxHold.
 const DefaultMaxHold = time.Hour
 
+// DefaultRetention is how long a completed task stays readable (asynq's
+// Retention) on a downstream that sets none; see queue.DefaultRetention.
+const DefaultRetention = time.Hour
+
 // DefaultWorkers is ceil(rate × maxWait) + 1, between 2 and 1000; see
 // shaping.DefaultWorkers.
 func DefaultWorkers(rate limiters.Limit, maxWait time.Duration) int {

@@ -1,0 +1,43 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/testutil"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// A task delivered is answered as completed, with its time, for the
+// retention window (queue.DefaultRetention, 1h): a GET right after it
+// completed finds it, not a 404.
+func TestCompletedTaskAnswersCompleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, "/v1/downstreams/api/tasks", `{"payload":{"n":1}}`)
+	if r.status != 202 {
+		t.Fatalf("enqueue: %d %s", r.status, r.raw)
+	}
+	id, _ := r.body["id"].(string)
+	d := shaping.New(b.rdb, shaping.Config{Prefix: b.prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10),
+		Handler: func(context.Context, *shaping.Task) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	var got response
+	testutil.WaitFor(t, 10*time.Second, "the task completed", func() bool {
+		got = b.do(t, "GET", "/v1/downstreams/api/tasks/"+id, nil)
+		return got.status == 200 && got.body["state"] == "completed"
+	})
+	if got.body["completed_at"] == nil {
+		t.Errorf("completed task without completed_at: %s", got.raw)
+	}
+}
