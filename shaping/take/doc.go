@@ -74,13 +74,21 @@
 // with 3 engines at 200 and 1,000/s; raw asynq costs 14.0 on the same
 // backlog.
 //
+// # In shaper
+//
+// shaping.Dispatcher runs one Engine per process for every downstream but
+// batching ones (asynq's group aggregator runs only inside an
+// asynq.Server). It adds each downstream with Rate 0 (its own bucket,
+// shaping.lua, decides each slot after the take), InFlight its workers,
+// BudgetNow workers per live process, a Gate (pause, open breaker, a
+// pushback hold), Want for a FIFO downstream (the engine takes what keeps
+// about 150ms of releases waiting), and Malformed (shaper's quarantine).
+//
 // # Left to do
 //
-// Fair share and priority pickers (a picker interface over their own index
-// in the take), per-key ceilings and concurrency caps, release quotas and
-// announced limits (shaping.lua's, in the take), downstream feedback
-// (pushback on TakeBucket), control (pause from shaper's state, rate
-// changes, schedules, breaker) as gates before the take, unique-lock and
-// group aggregation beyond forwarding, metrics, and wiring into cmd/shaper
-// in place of the per-downstream asynq servers.
+// Fair share and priority pickers that choose at the take (today a fair
+// downstream's lane picks among the tasks it holds, up to its budget),
+// per-key ceilings and concurrency caps at the take, quotas and announced
+// limits in take.lua itself (one script per release), and group
+// aggregation (batching downstreams keep an asynq.Server).
 package take
