@@ -37,9 +37,12 @@ func TestRecovererRaceIsNotAWarning(t *testing.T) {
 	}
 }
 
-func TestGoRedisLogsAreStructured(t *testing.T) {
+// With Redis unreachable, go-redis's own dial failures and every loop's
+// warnings fold into one structured line per redisDownEvery, which says
+// how many it folded.
+func TestRedisDownWarningsFolded(t *testing.T) {
 	var buf testutil.SyncBuffer // go-redis logs from any goroutine
-	useLogger(slog.New(slog.NewJSONHandler(&buf, nil)))
+	log := useLogger(slog.New(slog.NewJSONHandler(&buf, nil)))
 	t.Cleanup(func() { useLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))) })
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialerRetries: 1, MaxRetries: -1})
 	defer c.Close()
@@ -47,12 +50,19 @@ func TestGoRedisLogsAreStructured(t *testing.T) {
 		if c.Ping(context.Background()).Err() == nil {
 			t.Fatal("ping to port 1 succeeded")
 		}
-		if buf.String() != "" {
-			break
-		}
 	}
-	line, _, _ := strings.Cut(buf.String(), "\n")
-	if !strings.HasPrefix(line, `{"time":`) || !strings.Contains(line, `"component":"go-redis"`) || !strings.Contains(line, "failed to dial") {
-		t.Errorf("go-redis log line %q, want a JSON record with component go-redis", line)
+	log.Warn("redis is not answering yet", "err", "dial tcp 127.0.0.1:1: connect: connection refused")
+	log.Warn("take: take failed", "err", "dial tcp 127.0.0.1:1: connect: connection refused")
+	log.Warn("something else")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2 (one for Redis down, the unrelated one):\n%s", len(lines), buf.String())
+	}
+	if !strings.HasPrefix(lines[0], `{"time":`) || !strings.Contains(lines[0], "redis is not answering yet") ||
+		!strings.Contains(lines[0], `"similar_folded":`) {
+		t.Errorf("first line %q, want the shaper warning in JSON with the go-redis lines folded into it", lines[0])
+	}
+	if !strings.Contains(lines[1], "something else") {
+		t.Errorf("second line %q, want the unrelated warning", lines[1])
 	}
 }
