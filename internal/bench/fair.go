@@ -16,7 +16,7 @@ import (
 	"github.com/shaper-io/shaper/shaping"
 )
 
-// FairRow is round "fair" (issue 13): FairProcs shaper processes, one
+// FairRow is round "fair": FairProcs shaper processes, one
 // downstream at FairRate with the default config otherwise. Tenant A
 // enqueues FairTasksA tasks; FairDelay after A's first enqueue B and C
 // enqueue FairTasksBC each, side by side, through the producer the daemon

@@ -9,14 +9,14 @@ import (
 	"time"
 )
 
-// Release-path rounds of ScenarioRelease, as the -rounds flag takes them
-// (issue 17): all run real `shaper` processes.
+// Release-path rounds of ScenarioRelease, as the -rounds flag takes them:
+// all run real `shaper` processes.
 const (
 	RoundEconomy = "economy" // Redis commands and scripts per released task, next to raw asynq
 	RoundKeepup  = "keepup"  // achieved/configured rate and most releases in any 1 s
 	RoundIdle    = "idle"    // idle commands/s, connections, goroutines, RSS, start time by downstreams
 	RoundKill    = "kill"    // held tasks and the extra delay after a kill -9
-	RoundFair    = "fair"    // a late small tenant's wait with and without fair share (issue 13)
+	RoundFair    = "fair"    // a late small tenant's wait with and without fair share
 )
 
 // AllRounds lists the release-path rounds in run order.
