@@ -105,11 +105,13 @@ func (e *Engine) dispatch(lanes []*lane, now time.Time) time.Time {
 		}
 		maintain := now.Sub(l.lastMaintain) >= e.cfg.Maintain
 		want := l.free()
+		wanted := true
 		if l.d.Want != nil {
-			want = min(want, l.d.Want()-int(l.unstarted.Load()))
+			w := l.d.Want() - int(l.unstarted.Load())
+			want, wanted = min(want, w), w > 0
 		}
 		switch {
-		case want <= 0 && !maintain:
+		case !wanted && !maintain:
 			// the handler side wants none now: its Wake, or a look after
 			// wantRecheck, asks again
 			l.next = now.Add(wantRecheck)
