@@ -104,8 +104,8 @@ type Downstream struct {
 	LeaseTime time.Duration
 	// Workers is this downstream's worker budget in this process: the
 	// most tasks it holds (waiting for a slot or in a call). A FIFO
-	// downstream's takes are paced at its rate, so most of the time it
-	// holds the look-ahead's slots and its calls in flight, far fewer.
+	// downstream takes only what keeps 150ms of releases waiting, so it
+	// holds about that and its calls in flight, far fewer.
 	// Zero means DefaultWorkers: ceil(rate × MaxWait) + 1.
 	Workers int
 	// Handler serves task types without a handler of their own (Handle).
