@@ -28,6 +28,20 @@ func withDeadline(ctx context.Context, d time.Time) context.Context {
 }
 
 // deadlineOf is the deadline withDeadline put in ctx; zero when none.
+type orderKey struct{}
+
+// withOrder carries the order a task was taken in (take.Task.Order) to
+// the lane, which queues FIFO waiters by it.
+func withOrder(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, orderKey{}, n)
+}
+
+// orderOf is the take order ctx carries, 0 for none.
+func orderOf(ctx context.Context) int64 {
+	n, _ := ctx.Value(orderKey{}).(int64)
+	return n
+}
+
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Value(deadlineKey{}).(time.Time)
 	return d

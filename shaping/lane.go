@@ -52,6 +52,7 @@ type waiter struct {
 	tag      float64    // fair order's tag
 	queued   bool       // in l.q (l.mu)
 	deadline time.Time  // the task's deadline on the local clock; zero: none
+	order    int64      // the take's order (orderOf); 0: none
 	done     chan grant // buffered: the lane never blocks on a waiter
 }
 
@@ -82,7 +83,7 @@ func newLane(r *runner) *lane {
 // wait queues a worker for a slot of cost units for key (at the front
 // when it is retrying a wasted slot) and blocks until the lane grants one.
 func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
-	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), done: make(chan grant, 1)}
+	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: orderOf(ctx), done: make(chan grant, 1)}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
@@ -105,7 +106,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case front:
 		e = l.q.PushFront(w)
 	default:
-		e = l.q.PushBack(w)
+		e = l.pushInOrder(w)
 	}
 	l.mu.Unlock()
 	select {
@@ -238,6 +239,26 @@ func (l *lane) backlogged(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fair.waiting[key] > 0
+}
+
+// pushInOrder queues w behind the waiters taken before it: the jobs of
+// one take start in any order, and FIFO means the order they left the
+// queue. Only the few waiters of the latest take are stepped over.
+func (l *lane) pushInOrder(w *waiter) *list.Element {
+	if w.order == 0 {
+		return l.q.PushBack(w)
+	}
+	for e := l.q.Back(); e != nil; e = e.Prev() {
+		if o := e.Value.(*waiter).order; o != 0 && o < w.order {
+			return l.q.InsertAfter(w, e)
+		} else if o == 0 {
+			break
+		}
+	}
+	if b := l.q.Back(); b != nil && b.Value.(*waiter).order == 0 {
+		return l.q.PushBack(w)
+	}
+	return l.q.PushFront(w)
 }
 
 // run serves the waiters until the dispatcher stops.

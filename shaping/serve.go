@@ -179,7 +179,7 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 		r.outcome("malformed")
 		return fmt.Errorf("shaping: downstream %q: task %q has no type (corrupt msg): %w", r.ds.Name, t.ID, asynq.SkipRetry)
 	}
-	err := r.serve(ctx, asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
+	err := r.serve(withOrder(ctx, t.Order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
 		return take.ErrRequeue
 	}

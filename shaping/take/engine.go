@@ -39,6 +39,7 @@ type Engine struct {
 	jobs     sync.WaitGroup
 
 	stats counters
+	order atomic.Int64 // the last Task.Order given
 
 	logMu      sync.Mutex
 	logLast    map[string]time.Time

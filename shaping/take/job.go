@@ -21,6 +21,7 @@ type job struct {
 	l     *lane
 	tt    lua.TakenTask
 	slot  time.Time
+	order int64        // Task.Order
 	state atomic.Int32 // jobWaiting, then jobStarted (by the job) or jobClaimed (by the loop)
 }
 
@@ -48,7 +49,7 @@ func (j *job) run() {
 		j.quarantine(reason)
 		return
 	}
-	t := newTask(m, j.slot)
+	t := newTask(m, j.slot, j.order)
 	ctx, cancel := context.WithDeadline(j.e.callCtx, m.deadline(time.Now()))
 	err := j.call(ctx, t)
 	cancel()

@@ -192,7 +192,7 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 		l.wake(at)
 	}
 	for _, tt := range r.Tasks {
-		j := &job{e: e, l: l, tt: tt, slot: local(tt.Slot)}
+		j := &job{e: e, l: l, tt: tt, slot: local(tt.Slot), order: e.order.Add(1)}
 		if len(l.held) == 0 {
 			l.nextExtend = at.Add(e.cfg.Extend)
 		}

@@ -33,13 +33,18 @@ type Task struct {
 	// Slot is the start of the slot reserved for this call, on the local
 	// clock; the handler is called at or just after it.
 	Slot time.Time
+	// Order numbers the engine's takes, in the order they left the queue
+	// (increasing within a process): handlers that queue tasks of their
+	// own keep first-in first-out by it, whatever order their goroutines
+	// ran in.
+	Order int64
 
 	msg *message
 }
 
-func newTask(m *message, slot time.Time) *Task {
+func newTask(m *message, slot time.Time, order int64) *Task {
 	return &Task{ID: m.ID, Type: m.Type, Queue: m.Queue, Payload: m.Payload, Headers: m.Headers,
-		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, msg: m}
+		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, Order: order, msg: m}
 }
 
 // defaultTimeout is asynq's timeout for a task with neither Timeout nor
