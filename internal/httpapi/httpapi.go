@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -98,6 +99,7 @@ func (a *API) Mount(m Mounter) {
 	m.Protected("POST /v1/tasks", http.HandlerFunc(a.enqueueBody))
 	if a.cfg.Inspector != nil {
 		m.Protected("GET /v1/downstreams/{downstream}/tasks/{id}", http.HandlerFunc(a.getTask))
+		m.Protected("DELETE /v1/downstreams/{downstream}/tasks/{id}", http.HandlerFunc(a.cancelTask))
 	}
 }
 
@@ -437,6 +439,42 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
 	st.LastFailedAt = timePtr(info.LastFailedAt)
 	st.CompletedAt = timePtr(info.CompletedAt)
 	server.WriteJSON(w, http.StatusOK, st)
+}
+
+// Cancelled is the body of a DELETE on a task.
+type Cancelled struct {
+	ID string `json:"id"`
+	// State is the state the task was cancelled in (pending, scheduled,
+	// retry, archived, completed).
+	State string `json:"state"`
+}
+
+// cancelTask deletes a task that is not in a call: it never reaches the
+// downstream. A task taken (active) is never touched: 409.
+func (a *API) cancelTask(w http.ResponseWriter, r *http.Request) {
+	ds, id := r.PathValue("downstream"), r.PathValue("id")
+	q := a.cfg.Producer.Queue(ds)
+	in := a.cfg.Inspector.Asynq()
+	info, err := in.GetTaskInfo(q, id)
+	if err == nil && info.State == asynq.TaskStateActive {
+		server.WriteError(w, http.StatusConflict, fmt.Sprintf("task %q is active (taken for its call); a task already taken is not cancelled", id))
+		return
+	}
+	if err == nil {
+		err = in.DeleteTask(q, id)
+	}
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		server.WriteError(w, http.StatusNotFound, fmt.Sprintf("no task %q in downstream %q", id, ds))
+	case err != nil && strings.Contains(err.Error(), "active"):
+		server.WriteError(w, http.StatusConflict, fmt.Sprintf("task %q was taken for its call meanwhile; it is not cancelled", id))
+	case err != nil:
+		a.cfg.Logger.Warn("task cancel failed", "downstream", ds, "id", id, "err", err)
+		w.Header().Set("Retry-After", "1")
+		server.WriteError(w, http.StatusServiceUnavailable, "queue unavailable (redis error)")
+	default:
+		server.WriteJSON(w, http.StatusOK, Cancelled{ID: id, State: info.State.String()})
+	}
 }
 
 func timePtr(t time.Time) *time.Time {

@@ -41,3 +41,25 @@ func TestCompletedTaskAnswersCompleted(t *testing.T) {
 		t.Errorf("completed task without completed_at: %s", got.raw)
 	}
 }
+
+// DELETE on a waiting task cancels it: it is gone (404 after) and never
+// delivered; an unknown one is 404.
+func TestCancelWaitingTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, "/v1/downstreams/deferred/tasks", `{"payload":1,"in":"1h"}`)
+	if r.status != 202 {
+		t.Fatalf("enqueue: %d %s", r.status, r.raw)
+	}
+	id, _ := r.body["id"].(string)
+	got := b.do(t, "DELETE", "/v1/downstreams/deferred/tasks/"+id, nil)
+	if got.status != 200 || got.body["state"] != "scheduled" || got.body["id"] != id {
+		t.Fatalf("DELETE: %d %s, want 200 with the state it was cancelled in", got.status, got.raw)
+	}
+	if got := b.do(t, "GET", "/v1/downstreams/deferred/tasks/"+id, nil); got.status != 404 {
+		t.Errorf("GET after DELETE: %d %s, want 404", got.status, got.raw)
+	}
+	if got := b.do(t, "DELETE", "/v1/downstreams/deferred/tasks/"+id, nil); got.status != 404 {
+		t.Errorf("second DELETE: %d %s, want 404", got.status, got.raw)
+	}
+}
