@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -125,7 +127,7 @@ func (p *Producer) predict(ctx context.Context, t Task, rec *Receipt) error {
 // one slot of a unit each at the rate in force; never before t.ProcessAt.
 // Tasks whose slots a worker wastes (late skips) and calls of other costs
 // make it early; a paused downstream makes it meaningless.
-// Two commands: the bucket's peek and the pending list's length. It
+// Three commands: the bucket's peek, the pending and active lists' lengths. It
 // assumes the default worker budget (enough to fill the bucket) and fast
 // calls; late skips (slots wasted by starved workers) make tasks start
 // later than predicted.
@@ -135,11 +137,19 @@ func (p *Producer) expectedStart(ctx context.Context, t Task, sh Shaping) (time.
 	if err != nil {
 		return time.Time{}, err
 	}
-	pending, err := p.rdb.LLen(ctx, p.space.Asynq(t.Downstream).Pending()).Result()
-	if err != nil {
+	q := p.space.Asynq(t.Downstream)
+	var pendingCmd, activeCmd *redis.IntCmd
+	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pendingCmd, activeCmd = pl.LLen(ctx, q.Pending()), pl.LLen(ctx, q.Active())
+		return nil
+	}); err != nil {
 		return time.Time{}, fmt.Errorf("queue: pending of %q: %w", t.Downstream, err)
 	}
+	pending, active := pendingCmd.Val(), activeCmd.Val()
 	iv, wait, maxWait := rate.Interval(1), res.Wait, cmp.Or(sh.MaxWait, time.Second)
+	// Tasks taken wait for slots the lane may not have reserved yet (a take
+	// has just answered): each but one call in flight needs a slot ahead.
+	wait = max(wait, time.Duration(active-1)*iv)
 	ahead := time.Duration(pending)
 	if wait > 0 && wait >= maxWait-2*iv {
 		// A backlog being served: the lane keeps the bucket full (next_free

@@ -320,15 +320,35 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 // missing msg as empty); false when judge finds nothing wrong or the move
 // failed (the engine then archives it).
 func (q *quarantine) taken(r *runner, id string, msg []byte) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), q.d.cfg.RedisTimeout)
+	defer cancel()
+	a := q.d.space.Asynq(r.ds.Name)
 	m := string(msg)
-	reason := judge(id, &m)
+	mp := &m
+	if m == "" {
+		// take.lua reads a hash without msg, and no hash, as "": tell
+		// them apart as the scan does
+		v, err := q.d.rdb.HGet(ctx, a.Task(id), "msg").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			mp = nil
+		case err != nil:
+			return false
+		default:
+			m = v
+		}
+	}
+	reason := judge(id, mp)
+	if reason == ReasonNoMsg {
+		if n, err := q.d.rdb.Exists(ctx, a.Task(id)).Result(); err == nil && n == 0 {
+			reason = ReasonNoTaskHash
+		}
+	}
 	if reason == "" {
 		return false
 	}
 	r.outcome("malformed")
-	ctx, cancel := context.WithTimeout(context.Background(), q.d.cfg.RedisTimeout)
-	defer cancel()
-	ok, err := q.move(ctx, q.d.space.Asynq(r.ds.Name), r.ds.Name, id, reason, &m)
+	ok, err := q.move(ctx, a, r.ds.Name, id, reason, mp)
 	if err != nil {
 		q.d.log.Warn("shaping: quarantine of a task taken failed; it is archived", "downstream", r.ds.Name, "id", id, "err", err)
 	}
