@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -104,3 +105,34 @@ func (i *Inspector) Archived(downstream string, n int) ([]*asynq.TaskInfo, error
 
 // Asynq exposes the underlying asynq Inspector for anything else.
 func (i *Inspector) Asynq() *asynq.Inspector { return i.in }
+
+// ErrNoTask: no such task in the downstream's queue.
+var ErrNoTask = errors.New("queue: no such task")
+
+// ErrTaskTaken: the task is active, taken for its call; a task already
+// taken is never cancelled.
+var ErrTaskTaken = errors.New("queue: the task is active (taken for its call)")
+
+// Cancel deletes a task of downstream that is not in a call (pending,
+// scheduled, retry, archived or completed), so that it never reaches the
+// downstream, and returns the state it was in. It fails with ErrNoTask,
+// ErrTaskTaken, or a Redis error.
+func (i *Inspector) Cancel(downstream, id string) (asynq.TaskState, error) {
+	q := i.space.Queue(downstream)
+	info, err := i.in.GetTaskInfo(q, id)
+	if err == nil && info.State == asynq.TaskStateActive {
+		return info.State, fmt.Errorf("%w: %q", ErrTaskTaken, id)
+	}
+	if err == nil {
+		err = i.in.DeleteTask(q, id)
+	}
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return 0, fmt.Errorf("%w %q in downstream %q", ErrNoTask, id, downstream)
+	case err != nil && strings.Contains(err.Error(), "active"):
+		return asynq.TaskStateActive, fmt.Errorf("%w: %q (taken meanwhile)", ErrTaskTaken, id)
+	case err != nil:
+		return 0, fmt.Errorf("queue: cancel %q of %q: %w", id, downstream, err)
+	}
+	return info.State, nil
+}

@@ -23,12 +23,13 @@ import (
 var ErrUsage = errors.New("usage")
 
 // CtlCommands names the ctl commands, for the daemon's usage line.
-const CtlCommands = "status, pause, resume, rate, reset, breaker, mode"
+const CtlCommands = "status, pause, resume, rate, reset, breaker, mode, cancel"
 
 const ctlUsage = `usage: shaper ctl -config FILE COMMAND [ARGS]   (flags may also follow the command)
 commands:
   status                 every downstream: rates, pause, backlog (JSON)
-  pause NAME             stop releases of NAME in every process (tasks are held, never dropped)
+  pause NAME             stop releases of NAME in every process (nothing more is taken; tasks waiting
+                         for a slot go back to the queue; none is dropped)
   resume NAME            undo pause
   rate NAME RATE         override NAME's rate in every process, e.g. 20/s (a bare 20 is 20/s)
   rate NAME clear        remove the override (back to the configured or scheduled rate)
@@ -38,6 +39,7 @@ commands:
                          open NAME's circuit breaker now, or close it (clear: the same), every process
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
                          or clear (back to the config's mode); every process within a second
+  cancel NAME ID         delete task ID of NAME if it is not in a call (it never reaches NAME)
   help                   this text
 flags:
   -config FILE           the YAML config every shaper process runs (required; its redis and downstreams)
@@ -165,6 +167,15 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 			return err
 		}
 		return ctlBreaker(ctx, pl, rdb, rest[1], rest[2], out)
+	case "cancel":
+		if err := need(3); err != nil {
+			return err
+		}
+		st, err := queue.NewInspector(rdb, pl.Prefix).Cancel(rest[1], rest[2])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: task %s cancelled (it was %s)\n", rest[1], rest[2], st)
 	default:
 		return fmt.Errorf("%w: unknown command %q (commands: %s, help)", ErrUsage, rest[0], CtlCommands)
 	}

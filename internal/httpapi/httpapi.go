@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -449,31 +448,23 @@ type Cancelled struct {
 	State string `json:"state"`
 }
 
-// cancelTask deletes a task that is not in a call: it never reaches the
-// downstream. A task taken (active) is never touched: 409.
+// cancelTask deletes a task that is not in a call (queue.Inspector.Cancel):
+// it never reaches the downstream. A task taken (active) is never
+// touched: 409.
 func (a *API) cancelTask(w http.ResponseWriter, r *http.Request) {
 	ds, id := r.PathValue("downstream"), r.PathValue("id")
-	q := a.cfg.Producer.Queue(ds)
-	in := a.cfg.Inspector.Asynq()
-	info, err := in.GetTaskInfo(q, id)
-	if err == nil && info.State == asynq.TaskStateActive {
-		server.WriteError(w, http.StatusConflict, fmt.Sprintf("task %q is active (taken for its call); a task already taken is not cancelled", id))
-		return
-	}
-	if err == nil {
-		err = in.DeleteTask(q, id)
-	}
+	st, err := a.cfg.Inspector.Cancel(ds, id)
 	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+	case errors.Is(err, queue.ErrNoTask):
 		server.WriteError(w, http.StatusNotFound, fmt.Sprintf("no task %q in downstream %q", id, ds))
-	case err != nil && strings.Contains(err.Error(), "active"):
-		server.WriteError(w, http.StatusConflict, fmt.Sprintf("task %q was taken for its call meanwhile; it is not cancelled", id))
+	case errors.Is(err, queue.ErrTaskTaken):
+		server.WriteError(w, http.StatusConflict, fmt.Sprintf("task %q is active (taken for its call); a task already taken is not cancelled", id))
 	case err != nil:
 		a.cfg.Logger.Warn("task cancel failed", "downstream", ds, "id", id, "err", err)
 		w.Header().Set("Retry-After", "1")
 		server.WriteError(w, http.StatusServiceUnavailable, "queue unavailable (redis error)")
 	default:
-		server.WriteJSON(w, http.StatusOK, Cancelled{ID: id, State: info.State.String()})
+		server.WriteJSON(w, http.StatusOK, Cancelled{ID: id, State: st.String()})
 	}
 }
 
