@@ -279,7 +279,9 @@ func TestQuotaEconomy(t *testing.T) {
 			two.reserve, two.answer, base.reserve)
 	}
 	// the hold (about 3 s) costs a few calls, not one per worker per poll
-	if extra := (held.reserve - base.reserve) * 200; extra > 10 || held.took < 3 {
+	// (11 workers polling every 500ms would be 66); the engine's small
+	// takes make the count vary with timing (3 alone, 14 under -race)
+	if extra := (held.reserve - base.reserve) * 200; extra > 20 || held.took < 3 {
 		t.Errorf("a 3 s quota hold cost %.0f more reservation calls (in %.1fs), want a few", extra, held.took)
 	}
 	if loose.answer != 0 {
