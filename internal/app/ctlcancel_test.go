@@ -1,11 +1,8 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,23 +16,12 @@ import (
 // second cancel finds nothing (exit 1, not a usage error).
 func TestCtlCancel(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	path := filepath.Join(t.TempDir(), "shaper.yaml")
-	doc := "redis: {url: \"" + redistest.URL(t) + "\", prefix: " + prefix + "}\ndownstreams:\n" +
-		"  - {name: api, rate: 1/s, handler: {type: log}}\n"
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	prefix, ctl := ctlOn(t, "  - {name: api, rate: 1/s, handler: {type: log}}\n")
 	p := queue.NewProducer(redistest.Client(t), queue.ProducerConfig{Prefix: prefix})
 	defer p.Close()
 	rc, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte("x"), ProcessAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
-	}
-	ctl := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := app.Ctl(context.Background(), append([]string{"-config", path}, args...), &out)
-		return out.String(), err
 	}
 	if out, err := ctl("cancel", "api", rc.ID); err != nil || !strings.Contains(out, "cancelled (it was scheduled)") {
 		t.Errorf("ctl cancel: %q, %v; want cancelled (it was scheduled)", out, err)

@@ -19,18 +19,7 @@ import (
 // archived) without writing it, and names the downstreams it knows.
 func TestCtlRate(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	path := filepath.Join(t.TempDir(), "shaper.yaml")
-	doc := "redis: {url: \"" + redistest.URL(t) + "\", prefix: " + prefix + "}\ndownstreams:\n" +
-		"  - {name: api, rate: 1/s, handler: {type: log}}\n  - {name: db, rate: 100/s, handler: {type: log}}\n"
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctl := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := app.Ctl(context.Background(), append([]string{"-config", path}, args...), &out)
-		return out.String(), err
-	}
+	prefix, ctl := ctlOn(t, "  - {name: api, rate: 1/s, handler: {type: log}}\n  - {name: db, rate: 100/s, handler: {type: log}}\n")
 	override := func(name string) string {
 		st, err := shaping.NewControl(redistest.Client(t), prefix).State(context.Background(), name)
 		if err != nil {
@@ -68,5 +57,22 @@ func TestCtlRate(t *testing.T) {
 	}
 	if got := override("db"); got != "" {
 		t.Errorf("db's override %q after a refused rate, want none", got)
+	}
+}
+
+// ctlOn writes a config of the given downstreams on a fresh prefix of the
+// test Redis and returns the prefix and a ctl that runs against it.
+func ctlOn(t *testing.T, downstreams string) (string, func(args ...string) (string, error)) {
+	t.Helper()
+	prefix := redistest.Prefix(t)
+	path := filepath.Join(t.TempDir(), "shaper.yaml")
+	doc := "redis: {url: \"" + redistest.URL(t) + "\", prefix: " + prefix + "}\ndownstreams:\n" + downstreams
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return prefix, func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := app.Ctl(context.Background(), append([]string{"-config", path}, args...), &out)
+		return out.String(), err
 	}
 }
