@@ -43,7 +43,11 @@ func TestQuotasNeverExceededAcrossResets(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50),
-		Quotas:  []shaping.Quota{{Limit: perSec, Per: time.Second}, {Limit: per30, Per: 30 * time.Second}},
+		// the margin covers how late a call may reach the stand-in on a
+		// shared CI machine under -race (one arrived more than the default
+		// 20ms late): the test is about the resets, not the jitter
+		Quotas: []shaping.Quota{{Limit: perSec, Per: time.Second, Margin: 100 * time.Millisecond},
+			{Limit: per30, Per: 30 * time.Second, Margin: 100 * time.Millisecond}},
 		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
 	defer d.Shutdown(context.Background())
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})

@@ -87,18 +87,20 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 
 // takeDownstream is how the engine serves r: each process holds at most
 // r's workers (the budget across the fleet is workers per live process).
-// A FIFO downstream takes only what keeps takeAhead of releases waiting
-// for their slots (Want), so what it holds is about that look-ahead and
-// its calls in flight, not the whole budget; the release path's bucket
-// still decides each slot, and a task that leaves unsent (late, refused)
-// makes room for the next at once. A fair downstream, or one with a cap
-// per key, takes up to the budget: its lane picks among the tasks it
-// holds (keys at their ceiling or cap are passed over).
+// A downstream takes only what keeps takeAhead of releases waiting for
+// their slots (Want), so what it holds is about that look-ahead and its
+// calls in flight, not the whole budget; the release path's bucket still
+// decides each slot, and a task that leaves unsent (late, refused) makes
+// room for the next at once. On a fair downstream this keeps a key that
+// arrives (fair.lua puts its first task at the front of pending) from
+// waiting behind the budget's worth of tasks already taken. One with a
+// cap per key takes up to the budget: its lane passes over the tasks of
+// keys at their cap, which would otherwise fill the look-ahead.
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
 		Handler: r.serveTake, Gate: r.takeGate, Malformed: func(id string, msg []byte) bool { return q.taken(r, id, msg) },
 		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
-	if r.ds.Fairness == nil && r.ds.KeyConcurrency == 0 {
+	if r.ds.KeyConcurrency == 0 {
 		d.Want = r.takeWant
 		r.paced = true
 	}
