@@ -22,7 +22,7 @@ var ErrBucket = errors.New("shaping: bucket")
 // interval of one reservation's cost, a pushback, or the burst allowance.
 // Past it Reserve refuses the cost (ErrCostExceedsCapacity) and PushBack
 // clamps, so no task or answer can park a downstream for longer than this
-// (and `shaper ctl reset` clears a bucket at once). internal/lua/shaping.lua checks
+// (and `shaper ctl reset` clears a bucket at once). lua/shaping.lua checks
 // the same bound.
 const MaxInterval = sizing.MaxInterval
 

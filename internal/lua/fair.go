@@ -2,16 +2,10 @@ package lua
 
 import (
 	"context"
-	_ "embed"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
-//go:embed fair.lua
-var fairSrc string
-
-var fair = redis.NewScript(fairSrc)
+var fair = script("fair.lua")
 
 // FairArgs are fair.lua's arguments common to park and feed. Its KEYS are
 // the six fair-share keys (keys.FairKeys.List) and then asynq's

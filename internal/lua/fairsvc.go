@@ -2,7 +2,6 @@ package lua
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,10 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed fairsvc.lua
-var fairSvcSrc string
-
-var fairSvc = redis.NewScript(fairSvcSrc)
+var fairSvc = script("fairsvc.lua")
 
 // FairService adds one process's service increments (units per weight
 // served since its last call, by admission key) to the keys' attained

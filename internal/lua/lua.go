@@ -1,5 +1,5 @@
-// Package lua is shaper's one Redis store: every Lua script, embedded from
-// the .lua file beside this one (after the preludes it names, see
+// Package lua is shaper's one Redis store: every Lua script of package
+// github.com/shaper-io/shaper/lua (after the preludes it names, see
 // script), behind one typed method of Store with named arguments and a
 // checked reply. Nothing outside this package knows an ARGV position, a
 // mode number or a reply's layout. Each .lua file's header states its
@@ -14,31 +14,23 @@ package lua
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/clock"
+	scripts "github.com/shaper-io/shaper/lua"
 )
 
-// sources holds every script and the preludes some of them start with.
-//
-//go:embed *.lua
-var sources embed.FS
-
-// script is the concatenation of the named files, preludes first: Redis
-// runs one source per script, and a prelude lets a rule (reading the
-// clock, the shared admission arguments) live once.
+// script is the concatenation of the named files of package lua, preludes
+// first: Redis runs one source per script, and a prelude lets a rule
+// (reading the clock, the shared admission arguments) live once. A name
+// that package lua does not embed panics when this package initialises.
 func script(files ...string) *redis.Script {
 	var b strings.Builder
 	for _, f := range files {
-		src, err := sources.ReadFile(f)
-		if err != nil {
-			panic("lua: " + err.Error()) // a file embedded above: cannot happen
-		}
-		b.Write(src)
+		b.WriteString(scripts.Source(f))
 	}
 	return redis.NewScript(b.String())
 }

@@ -15,7 +15,7 @@
 // would dequeue without a slot, and its recoverer would race the engine's
 // (see Recovery).
 //
-// # The scripts (internal/lua)
+// # The scripts (lua/, run by internal/lua)
 //
 //   - take.lua, once per LookAhead·Rate releases or so: on the Redis clock,
 //     it reserves consecutive slots on the downstream's bucket (shaping.lua's

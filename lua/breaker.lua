@@ -41,7 +41,7 @@
 -- margin, so an escalated cool-down outlives a quiet half-open spell, and
 -- a breaker left alone that long is forgotten (closed).
 --
--- lua.go prepends prelude_clock.lua (now_us).
+-- internal/lua prepends prelude_clock.lua (now_us).
 
 local MARGIN_MS = 1000
 local N = 10

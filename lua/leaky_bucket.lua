@@ -17,8 +17,8 @@
 -- Allowed when level + cost <= capacity (not level < capacity, which would
 -- overfill by cost-1 and refuse a request that exactly fits).
 --
--- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
--- now, MARGIN_MS, int() and the helpers used below come from there.
+-- internal/lua prepends prelude_clock.lua and prelude_admission.lua: cost,
+-- mode, now, MARGIN_MS, int() and the helpers used below come from there.
 local key = KEYS[1]
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])

@@ -17,8 +17,8 @@
 -- requests do not inflate the count; PEXPIRE runs in this script when the
 -- key is created, so a crash can never leave a counter without a TTL.
 --
--- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
--- now, MARGIN_MS, int() and the helpers used below come from there.
+-- internal/lua prepends prelude_clock.lua and prelude_admission.lua: cost,
+-- mode, now, MARGIN_MS, int() and the helpers used below come from there.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 

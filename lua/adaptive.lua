@@ -18,7 +18,7 @@
 --
 -- Output: the adaptive rate after the event (milli-units/s).
 --
--- lua.go prepends prelude_clock.lua (now_us).
+-- internal/lua prepends prelude_clock.lua (now_us).
 
 local key, event = KEYS[1], ARGV[1]
 local floor, ceil = tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -12,7 +12,7 @@
 --   key held state)}
 -- TTL: open, the cool-down plus the max cool-down plus a margin (as
 --   breaker.lua); close writes nothing.
--- lua.go prepends prelude_clock.lua (now_us).
+-- internal/lua prepends prelude_clock.lua (now_us).
 local MARGIN_MS = 1000
 local key = KEYS[1]
 local before = tonumber(redis.call('HGET', key, 'st')) or 0

@@ -18,8 +18,8 @@
 -- The decision is made before incrementing: a rejected request writes
 -- nothing. Window N's counter lives 2 windows (it is "previous" in N+1).
 --
--- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
--- now, MARGIN_MS, int() and the helpers used below come from there.
+-- internal/lua prepends prelude_clock.lua and prelude_admission.lua: cost,
+-- mode, now, MARGIN_MS, int() and the helpers used below come from there.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 

@@ -18,8 +18,8 @@
 -- Rejected requests write nothing. The TTL is the time to refill to full
 -- plus a margin: a full bucket carries no state.
 --
--- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
--- now, MARGIN_MS, int() and the helpers used below come from there.
+-- internal/lua prepends prelude_clock.lua and prelude_admission.lua: cost,
+-- mode, now, MARGIN_MS, int() and the helpers used below come from there.
 local key = KEYS[1]
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])

@@ -29,8 +29,8 @@
 -- floor(a/b) exactly for integers below 2^53, b > 0 (a double quotient can
 -- round up to the next integer).
 --
--- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
--- now, MARGIN_MS, int() and the helpers used below come from there.
+-- internal/lua prepends prelude_clock.lua and prelude_admission.lua: cost,
+-- mode, now, MARGIN_MS, int() and the helpers used below come from there.
 local function fdiv(a, b)
   local q = math.floor(a / b)
   local r = a - q * b

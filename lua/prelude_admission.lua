@@ -1,5 +1,5 @@
--- prelude_admission.lua: prepended by lua.go, after prelude_clock.lua, to
--- the six admission scripts. It reads the arguments they share (ARGV[3]
+-- prelude_admission.lua: prepended by internal/lua, after prelude_clock.lua,
+-- to the six admission scripts. It reads the arguments they share (ARGV[3]
 -- cost, ARGV[4] mode: 0 charge, 1 peek, 2 refund, ARGV[5] now; each
 -- script's header has the whole contract) and defines what several of
 -- them use. It writes nothing.

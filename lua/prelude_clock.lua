@@ -1,5 +1,6 @@
--- prelude_clock.lua: prepended by lua.go to every script that reads the
--- time (the admission scripts, adaptive.lua), so the rule lives once.
+-- prelude_clock.lua: prepended by internal/lua to every script that reads
+-- the time (the admission scripts, adaptive.lua, breaker.lua,
+-- breakerset.lua, answer.lua), so the rule lives once.
 --
 -- now_us(arg) is the explicit now in microseconds a caller passed in arg
 -- (tests and replays only), or Redis TIME when arg is 0 or missing, so

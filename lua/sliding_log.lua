@@ -17,8 +17,8 @@
 -- ("<time>-<seq>", added with NX) so equal timestamps never collapse into
 -- one member and under-count. Entries are added only when allowed.
 --
--- lua.go prepends prelude_clock.lua and prelude_admission.lua: cost, mode,
--- now, MARGIN_MS, int() and the helpers used below come from there.
+-- internal/lua prepends prelude_clock.lua and prelude_admission.lua: cost,
+-- mode, now, MARGIN_MS, int() and the helpers used below come from there.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
