@@ -109,19 +109,19 @@ func (i *Inspector) Asynq() *asynq.Inspector { return i.in }
 // ErrNoTask: no such task in the downstream's queue.
 var ErrNoTask = errors.New("queue: no such task")
 
-// ErrTaskTaken: the task is active, taken for its call; a task already
-// taken is never cancelled.
-var ErrTaskTaken = errors.New("queue: the task is active (taken for its call)")
-
-// Cancel deletes a task of downstream that is not in a call (pending,
-// scheduled, retry, archived or completed), so that it never reaches the
-// downstream, and returns the state it was in. It fails with ErrNoTask,
-// ErrTaskTaken, or a Redis error.
+// Cancel cancels task id of downstream and returns the state it was in.
+// A task that waits (pending, scheduled, retry, archived, completed) is
+// deleted: it never reaches the downstream. An active one (taken, waiting
+// for its slot or in its call) is cut where it runs: Cancel publishes on
+// asynq's cancellation channel (Inspector.CancelProcessing), and the
+// process that holds it removes it, unsent if its call had not started,
+// with its call's context cancelled if it had; the downstream may have
+// seen a call already under way. It fails with ErrNoTask or a Redis error.
 func (i *Inspector) Cancel(downstream, id string) (asynq.TaskState, error) {
 	q := i.space.Queue(downstream)
 	info, err := i.in.GetTaskInfo(q, id)
 	if err == nil && info.State == asynq.TaskStateActive {
-		return info.State, fmt.Errorf("%w: %q", ErrTaskTaken, id)
+		return i.cut(downstream, id)
 	}
 	if err == nil {
 		err = i.in.DeleteTask(q, id)
@@ -130,9 +130,17 @@ func (i *Inspector) Cancel(downstream, id string) (asynq.TaskState, error) {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		return 0, fmt.Errorf("%w %q in downstream %q", ErrNoTask, id, downstream)
 	case err != nil && strings.Contains(err.Error(), "active"):
-		return asynq.TaskStateActive, fmt.Errorf("%w: %q (taken meanwhile)", ErrTaskTaken, id)
+		return i.cut(downstream, id) // taken meanwhile
 	case err != nil:
 		return 0, fmt.Errorf("queue: cancel %q of %q: %w", id, downstream, err)
 	}
 	return info.State, nil
+}
+
+// cut asks the process holding active task id to cancel it.
+func (i *Inspector) cut(downstream, id string) (asynq.TaskState, error) {
+	if err := i.in.CancelProcessing(id); err != nil {
+		return 0, fmt.Errorf("queue: cancel %q of %q: %w", id, downstream, err)
+	}
+	return asynq.TaskStateActive, nil
 }

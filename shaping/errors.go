@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // ThrottledError is returned by a handler when the downstream said "slow
@@ -65,4 +67,10 @@ var ErrPermanent = errors.New("permanent failure")
 func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
 
 // ErrUnknownDownstream: a name that was never added.
-var ErrUnknownDownstream = errors.New("shaping: unknown downstream")
+var ErrUnknownDownstream = control.ErrUnknownDownstream
+
+// ErrCancelled is the cause of a handler's context (context.Cause) when its
+// task was cancelled while taken (asynq's Inspector.CancelProcessing, or
+// DELETE on an active task): the handler should stop; the task is removed,
+// not retried, unless the handler still returns nil.
+var ErrCancelled = take.ErrCancelled

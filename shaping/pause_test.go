@@ -75,7 +75,9 @@ func TestPauseGivesBackWhatWasTaken(t *testing.T) {
 // their slots come, not as workers free up. A take is made when the next
 // slot is within a third of the 150ms look-ahead and serves the slots up
 // to it, so at most 200ms of slots (10 at 50/s) are ever taken and
-// waiting, one more in its reservation, and 2 calls.
+// waiting, one more in its reservation, 2 calls, and up to 2 tasks whose
+// finishing write waits for one of the engine's 2 Redis workers (14 were
+// seen under -race on a shared 2-core machine; alone it is 9-11).
 func TestThrottledHoldsTheLookAhead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -93,7 +95,7 @@ func TestThrottledHoldsTheLookAhead(t *testing.T) {
 		most = max(most, b.Active)
 	}
 	t.Logf("throttled at 50/s: at most %d active (budget 51); %d released", most, rec.count())
-	if most > 10+1+2 {
-		t.Errorf("throttled at 50/s: %d active, want at most the look-ahead's 10 slots + 1 + 2 calls", most)
+	if most > 10+1+2+2 {
+		t.Errorf("throttled at 50/s: %d active, want at most the look-ahead's 10 slots + 1 + 2 calls + 2 finishing", most)
 	}
 }

@@ -100,6 +100,13 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 		if !started {
 			return r.giveBack(ctx)
 		}
+		if herr != nil && errors.Is(context.Cause(ctx), ErrCancelled) {
+			// cut by an operator: not the downstream's failure (no breaker,
+			// no adaptive step); the engine removes the task
+			r.outcome("cancelled")
+			r.cancelled("during_call")
+			return herr
+		}
 		d := Classify(herr, budget, r.ds.Adaptive != nil)
 		if d.Outcome == "throttled" && !t.answer.costSet && len(r.ds.Quotas) > 0 {
 			// refused (429/503): the call used none of the quotas, given

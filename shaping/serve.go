@@ -79,6 +79,7 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 				d.m.FinishRetries.WithLabelValues(ds).Inc()
 			}
 		},
+
 	}
 	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
@@ -183,7 +184,18 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	}
 	err := r.serve(withOrder(ctx, t.Order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
+		if errors.Is(context.Cause(ctx), ErrCancelled) {
+			r.cancelled("before_call")
+		}
 		return take.ErrRequeue
 	}
 	return err
+}
+
+// cancelled counts a task cancelled after it was taken: before_call
+// (removed unsent) or during_call.
+func (r *runner) cancelled(when string) {
+	if r.d.m != nil {
+		r.d.m.Cancelled.WithLabelValues(r.ds.Name, when).Inc()
+	}
 }

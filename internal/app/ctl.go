@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/cliflags"
@@ -39,7 +40,7 @@ commands:
                          open NAME's circuit breaker now, or close it (clear: the same), every process
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
                          or clear (back to the config's mode); every process within a second
-  cancel NAME ID         delete task ID of NAME if it is not in a call (it never reaches NAME)
+  cancel NAME ID         cancel task ID of NAME: deleted if it waits; cut where it runs if taken
   help                   this text
 flags:
   -config FILE           the YAML config every shaper process runs (required; its redis and downstreams)
@@ -174,6 +175,10 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		st, err := queue.NewInspector(rdb, pl.Prefix).Cancel(rest[1], rest[2])
 		if err != nil {
 			return err
+		}
+		if st == asynq.TaskStateActive {
+			fmt.Fprintf(out, "%s: task %s is active: cancelling it where it runs (removed unsent, or its call cut if under way)\n", rest[1], rest[2])
+			return nil
 		}
 		fmt.Fprintf(out, "%s: task %s cancelled (it was %s)\n", rest[1], rest[2], st)
 	default:

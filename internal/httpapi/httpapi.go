@@ -444,21 +444,21 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
 type Cancelled struct {
 	ID string `json:"id"`
 	// State is the state the task was cancelled in (pending, scheduled,
-	// retry, archived, completed).
+	// retry, archived, completed, active).
 	State string `json:"state"`
 }
 
-// cancelTask deletes a task that is not in a call (queue.Inspector.Cancel):
-// it never reaches the downstream. A task taken (active) is never
-// touched: 409.
+// cancelTask cancels a task (queue.Inspector.Cancel): one that waits is
+// deleted (200); an active one is cut by the process that holds it (202:
+// removed unsent, or its call's context cancelled if the call had begun).
 func (a *API) cancelTask(w http.ResponseWriter, r *http.Request) {
 	ds, id := r.PathValue("downstream"), r.PathValue("id")
 	st, err := a.cfg.Inspector.Cancel(ds, id)
 	switch {
 	case errors.Is(err, queue.ErrNoTask):
 		server.WriteError(w, http.StatusNotFound, fmt.Sprintf("no task %q in downstream %q", id, ds))
-	case errors.Is(err, queue.ErrTaskTaken):
-		server.WriteError(w, http.StatusConflict, fmt.Sprintf("task %q is active (taken for its call); a task already taken is not cancelled", id))
+	case err == nil && st == asynq.TaskStateActive:
+		server.WriteJSON(w, http.StatusAccepted, Cancelled{ID: id, State: st.String()})
 	case err != nil:
 		a.cfg.Logger.Warn("task cancel failed", "downstream", ds, "id", id, "err", err)
 		w.Header().Set("Retry-After", "1")

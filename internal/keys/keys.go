@@ -185,6 +185,11 @@ type AsynqQueue struct {
 	Name string
 }
 
+// AsynqCancelChannel is asynq's pub/sub channel for cancelling a task in
+// progress (the message is its id): asynq.Inspector.CancelProcessing
+// publishes there, whatever the queue, and the take engine listens.
+const AsynqCancelChannel = "asynq:cancel"
+
 // Asynq names the asynq keys of downstream ds's queue.
 func (s Space) Asynq(ds string) AsynqQueue { return AsynqQueue{Name: s.Queue(ds)} }
 

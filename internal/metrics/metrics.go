@@ -18,6 +18,7 @@ type Metrics struct {
 	SlotWait, Lateness                                                                                           *prometheus.HistogramVec // downstream
 
 	Outcomes       *prometheus.CounterVec   // downstream, outcome
+	Cancelled      *prometheus.CounterVec   // downstream, when
 	BreakerState   *prometheus.GaugeVec     // downstream
 	BreakerMoves   *prometheus.CounterVec   // downstream, to
 	Backlog        *prometheus.GaugeVec     // downstream, state
@@ -62,7 +63,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		LateSkips:         f.counter("shaping", "late_skips_total", "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases).", "downstream"),
 		Pushbacks:         f.counter("shaping", "pushbacks_total", "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward.", "downstream"),
 		AdaptiveDecreases: f.counter("shaping", "adaptive_decreases_total", "429/503/timeout answers reported to the adaptive (AIMD) rate.", "downstream"),
-		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed.", "downstream", "outcome"),
+		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed, cancelled.", "downstream", "outcome"),
+		Cancelled:         f.counter("shaping", "cancelled_tasks_total", "Tasks cancelled after they were taken (asynq's CancelProcessing, DELETE on an active task): when is before_call (removed unsent) or during_call (the call's context was cancelled).", "downstream", "when"),
 		Backlog:           f.gauge("queue", "tasks", "Tasks per downstream queue and state (pending, active, scheduled, retry, archived).", "downstream", "state"),
 		RateInForce:       f.gauge("shaping", "rate_per_second", "Release rate in force for the downstream.", "downstream"),
 		Paused:            f.gauge("shaping", "paused", "1 while the downstream is paused.", "downstream"),

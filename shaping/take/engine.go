@@ -37,6 +37,7 @@ type Engine struct {
 	callCtx  context.Context
 	cancel   context.CancelFunc // cancels callCtx after the shutdown timeout
 	jobs     sync.WaitGroup
+	held     sync.Map // task id → *job, from its take until it is finished (Cancel)
 
 	stats counters
 	order atomic.Int64 // the last Task.Order given
@@ -114,6 +115,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		})
 	}
+	listenCtx, stopListen := context.WithCancel(context.Background())
+	defer stopListen()
+	go e.listenCancels(listenCtx)
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan struct{})
 	go func() {
@@ -207,10 +211,12 @@ type Stats struct {
 	LateSkips int64
 	// Errors counts Redis calls that failed.
 	Errors int64
+	// Cancelled counts tasks removed by Cancel.
+	Cancelled int64
 }
 
 type counters struct {
-	takes, taken, probes, done, retried, archived, requeued, lost, recovered, forwarded, lateSkips, errors atomic.Int64
+	takes, taken, probes, done, retried, archived, requeued, lost, recovered, forwarded, lateSkips, errors, cancelled atomic.Int64
 }
 
 // Stats returns the engine's counts.
@@ -218,5 +224,6 @@ func (e *Engine) Stats() Stats {
 	c := &e.stats
 	return Stats{Takes: c.takes.Load(), Taken: c.taken.Load(), Probes: c.probes.Load(), Done: c.done.Load(),
 		Retried: c.retried.Load(), Archived: c.archived.Load(), Requeued: c.requeued.Load(), Lost: c.lost.Load(),
-		Recovered: c.recovered.Load(), Forwarded: c.forwarded.Load(), LateSkips: c.lateSkips.Load(), Errors: c.errors.Load()}
+		Recovered: c.recovered.Load(), Forwarded: c.forwarded.Load(), LateSkips: c.lateSkips.Load(), Errors: c.errors.Load(),
+		Cancelled: c.cancelled.Load()}
 }

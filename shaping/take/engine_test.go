@@ -443,8 +443,10 @@ func TestTakeEngineGateAndRequeue(t *testing.T) {
 			t.Errorf("task %s delivered %d times, want 1", id, rec.count[id])
 		}
 	}
-	if s := e.Stats(); s.Requeued != 5 || s.Retried != 0 {
-		t.Errorf("stats %+v: want 5 requeued, 0 retried", s)
+	// a job woken past its slot's tolerance (a loaded machine) is given
+	// back too, as a late skip: those are not the handler's
+	if s := e.Stats(); s.Requeued-s.LateSkips != 5 || s.Retried != 0 {
+		t.Errorf("stats %+v: want 5 requeued besides late skips, 0 retried", s)
 	}
 }
 

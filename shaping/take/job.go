@@ -23,6 +23,16 @@ type job struct {
 	slot  time.Time
 	order int64        // Task.Order
 	state atomic.Int32 // jobWaiting, then jobStarted (by the job) or jobClaimed (by the loop)
+	// cutCtx ends when the task is cancelled (cause ErrCancelled) or
+	// finished (released by the loop)
+	cutCtx context.Context
+	cut    context.CancelCauseFunc
+}
+
+func newJob(e *Engine, l *lane, tt lua.TakenTask, slot time.Time) *job {
+	j := &job{e: e, l: l, tt: tt, slot: slot, order: e.order.Add(1)}
+	j.cutCtx, j.cut = context.WithCancelCause(context.Background())
+	return j
 }
 
 // A job's states: it starts once its slot comes, unless the loop claimed it
@@ -39,7 +49,7 @@ func (j *job) run() {
 	}
 	j.l.unstarted.Add(-1)
 	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
-	if tol := j.l.d.LateTolerance; tol >= 0 && time.Since(j.slot) > tol {
+	if tol := j.l.d.LateTolerance; tol >= 0 && time.Since(j.slot) > tol && !j.cancelled() {
 		j.e.stats.lateSkips.Add(1)
 		j.requeue() // the slot is wasted; the task goes again at a slot of its own
 		return
@@ -49,10 +59,26 @@ func (j *job) run() {
 		j.quarantine(reason)
 		return
 	}
+	if j.cancelled() {
+		j.remove(m, false)
+		return
+	}
 	t := newTask(m, j.slot, j.order)
 	ctx, cancel := context.WithDeadline(j.e.callCtx, m.deadline(time.Now()))
+	ctx, cancelCall := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(j.cutCtx, func() {
+		if j.cancelled() {
+			cancelCall(ErrCancelled)
+		}
+	})
 	err := j.call(ctx, t)
+	stop()
+	cancelCall(nil)
 	cancel()
+	if err != nil && j.cancelled() {
+		j.remove(m, true)
+		return
+	}
 	if err != nil && (j.e.callCtx.Err() != nil || errors.Is(err, ErrRequeue)) {
 		j.requeue() // cut by shutdown, or given back: no attempt consumed
 		return
@@ -82,6 +108,7 @@ func (j *job) waitSlot() bool {
 		defer t.Stop()
 		select {
 		case <-t.C:
+		case <-j.cutCtx.Done(): // cancelled: removed at once, without its slot
 		case <-j.e.stopCh:
 			return false
 		}

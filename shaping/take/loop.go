@@ -192,11 +192,12 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 		l.wake(at)
 	}
 	for _, tt := range r.Tasks {
-		j := &job{e: e, l: l, tt: tt, slot: local(tt.Slot), order: e.order.Add(1)}
+		j := newJob(e, l, tt, local(tt.Slot))
 		if len(l.held) == 0 {
 			l.nextExtend = at.Add(e.cfg.Extend)
 		}
 		l.held[tt.ID] = j
+		e.held.Store(tt.ID, j)
 		l.unstarted.Add(1)
 		e.stats.taken.Add(1)
 		e.jobs.Add(1)
@@ -249,6 +250,10 @@ func (e *Engine) requeueUnstarted(l *lane) {
 
 // finished runs in the loop when a job of l is over.
 func (e *Engine) finished(l *lane, id string) {
+	if j := l.held[id]; j != nil {
+		e.held.CompareAndDelete(id, j)
+		j.cut(nil)
+	}
 	delete(l.held, id)
 	e.jobs.Done()
 }
