@@ -79,7 +79,6 @@ func (d *Dispatcher) newEngine() (*take.Engine, error) {
 				d.m.FinishRetries.WithLabelValues(ds).Inc()
 			}
 		},
-
 	}
 	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
