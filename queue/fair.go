@@ -7,26 +7,27 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // FairShare is a fair downstream as its producers see it: its tasks wait
 // in weighted fair order of their Key (shaping.Fairness) before its queue.
 // The dispatcher's downstream must carry the same Fairness.
 type FairShare struct {
-	// Fairness holds the weights and per-key ceiling; required.
-	Fairness *shaping.Fairness
+	// Fairness holds the weights and per-key ceiling (a
+	// *shaping.Fairness); required.
+	Fairness *fairindex.Fairness
 	// Rate is the downstream's configured rate: it sizes the promoted
 	// part of the queue and the expected start of a task.
 	Rate limiters.Limit
 }
 
 // fairOptions returns the asynq options that keep a fair task away from
-// asynq's forwarder while it waits in fair order: scheduled FairHorizon
-// beyond when it is due.
+// asynq's forwarder while it waits in fair order: scheduled
+// fairindex.Horizon (shaping.FairHorizon) beyond when it is due.
 func fairOptions(due time.Time) asynq.Option {
-	return asynq.ProcessAt(due.Add(shaping.FairHorizon))
+	return asynq.ProcessAt(due.Add(fairindex.Horizon))
 }
 
 // park puts an enqueued fair task in fair order and says when it is
@@ -47,7 +48,7 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 		}
 		p.cfg.Logger.Warn("queue: fair share: task enqueued but not in fair order; it runs after the horizon at worst",
 			"downstream", t.Downstream, "id", id, "err", err, "delete_err", derr)
-		return due.Add(shaping.FairHorizon), nil
+		return due.Add(fairindex.Horizon), nil
 	}
 	if st.Ahead < 0 {
 		return due, nil // waits for its due time

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // DefaultControlInterval is how stale a Producer lets its copy of the
@@ -39,7 +39,7 @@ type LimiterMode struct {
 // version moved. Concurrent enqueues do not wait for it: one refreshes, the
 // others go on with the copy they have.
 type follower struct {
-	ctl   *shaping.Control
+	ctl   *control.Store
 	every time.Duration
 	names []string // downstreams followed
 	modes map[string][]LimiterMode
@@ -51,7 +51,7 @@ type follower struct {
 	full time.Time
 
 	smu   sync.Mutex
-	state map[string]shaping.State
+	state map[string]control.State
 }
 
 // maybeRefresh refreshes if the copy is older than the interval and no
@@ -90,7 +90,7 @@ func (f *follower) maybeRefresh(ctx context.Context) {
 }
 
 // apply sets ds's layers to the modes st gives.
-func (f *follower) apply(ds string, st shaping.State) {
+func (f *follower) apply(ds string, st control.State) {
 	f.smu.Lock()
 	f.state[ds] = st
 	f.smu.Unlock()
@@ -104,9 +104,9 @@ func (f *follower) apply(ds string, st shaping.State) {
 }
 
 // stateOf is ds's runtime state as last read (the zero State before).
-func (f *follower) stateOf(ds string) shaping.State {
+func (f *follower) stateOf(ds string) control.State {
 	if f == nil {
-		return shaping.State{}
+		return control.State{}
 	}
 	f.smu.Lock()
 	defer f.smu.Unlock()
@@ -115,9 +115,9 @@ func (f *follower) stateOf(ds string) shaping.State {
 
 // newFollower follows the downstreams with admission modes or a shaping
 // rate (for predictions); nil when there are none.
-func (p *Producer) newFollower(ctl *shaping.Control) *follower {
+func (p *Producer) newFollower(ctl *control.Store) *follower {
 	f := &follower{ctl: ctl, every: p.cfg.ControlInterval, modes: map[string][]LimiterMode{}, seen: map[string]string{},
-		state: map[string]shaping.State{}}
+		state: map[string]control.State{}}
 	if f.every <= 0 {
 		f.every = DefaultControlInterval
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // ErrLate: the task's predicted start is past its deadline and its
@@ -133,7 +132,7 @@ func (p *Producer) predict(ctx context.Context, t Task, rec *Receipt) error {
 // later than predicted.
 func (p *Producer) expectedStart(ctx context.Context, t Task, sh Shaping) (time.Time, error) {
 	rate := p.rateInForce(t.Downstream, sh.Rate)
-	res, err := p.buckets.Peek(ctx, shaping.Bucket{Name: t.Downstream, Rate: rate}, max(t.Cost, 1))
+	wait, err := p.buckets.Peek(ctx, t.Downstream, rate, max(t.Cost, 1))
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -146,7 +145,7 @@ func (p *Producer) expectedStart(ctx context.Context, t Task, sh Shaping) (time.
 		return time.Time{}, fmt.Errorf("queue: pending of %q: %w", t.Downstream, err)
 	}
 	pending, active := pendingCmd.Val(), activeCmd.Val()
-	iv, wait, maxWait := rate.Interval(1), res.Wait, cmp.Or(sh.MaxWait, time.Second)
+	iv, maxWait := rate.Interval(1), cmp.Or(sh.MaxWait, time.Second)
 	// Tasks taken wait for slots the lane may not have reserved yet (a take
 	// has just answered): each but one call in flight needs a slot ahead.
 	wait = max(wait, time.Duration(active-1)*iv)

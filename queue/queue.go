@@ -24,12 +24,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/bucket"
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // DefaultType is the task type used when a Task leaves Type empty.
@@ -49,7 +51,7 @@ var (
 	ErrInvalidTask = errors.New("queue: invalid task")
 	// ErrUnknownDownstream is shaping.ErrUnknownDownstream: the Producer
 	// was given its Downstreams and the task names another.
-	ErrUnknownDownstream = shaping.ErrUnknownDownstream
+	ErrUnknownDownstream = control.ErrUnknownDownstream
 	// ErrDuplicate: a task with the same UniqueKey exists (Outcome
 	// Duplicate).
 	ErrDuplicate = errors.New("queue: duplicate unique key")
@@ -218,7 +220,7 @@ type ProducerConfig struct {
 type Producer struct {
 	client *asynq.Client
 	rdb    redis.UniversalClient
-	fair   *shaping.FairQueue
+	fair   *fairindex.Queue
 	// insp takes back a fair task that could not be parked or is refused
 	// as late: one for the producer, not one per call
 	insp    *asynq.Inspector
@@ -226,9 +228,9 @@ type Producer struct {
 	m       *metrics.Metrics // nil records nothing
 	space   keys.Space
 	known   map[string]bool
-	seq     atomic.Uint64    // spreads batched tasks over aggregation groups
-	buckets *shaping.Buckets // for predictions
-	follow  *follower        // nil: no runtime state to follow
+	seq     atomic.Uint64  // spreads batched tasks over aggregation groups
+	buckets *bucket.Client // for predictions
+	follow  *follower      // nil: no runtime state to follow
 }
 
 // NewProducer returns a Producer over rdb. Close it when done (rdb itself
@@ -240,10 +242,10 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: shaping.NewFairQueue(rdb, cfg.Prefix),
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: fairindex.New(rdb, cfg.Prefix),
 		insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
-		buckets: shaping.NewBuckets(rdb, cfg.Prefix)}
-	p.follow = p.newFollower(shaping.NewControl(rdb, cfg.Prefix))
+		buckets: bucket.New(rdb, cfg.Prefix, bucket.DefaultTimeout, nil)}
+	p.follow = p.newFollower(control.New(rdb, cfg.Prefix))
 	if len(cfg.Downstreams) > 0 {
 		p.known = map[string]bool{}
 		for _, d := range cfg.Downstreams {
@@ -455,7 +457,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 		if id == "" {
 			id = uuid.NewString()
 		}
-		headers[shaping.HeaderRowID] = id
+		headers[envelope.HeaderRowID] = id
 	}
 	if id != "" {
 		opts = append(opts, asynq.TaskID(id))

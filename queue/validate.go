@@ -96,7 +96,8 @@ func quote(s string) string {
 }
 
 // unknownDownstreamError reads `queue: unknown downstream "x"` and is
-// ErrUnknownDownstream (which shaping owns, with shaping's prefix).
+// ErrUnknownDownstream (shaping.ErrUnknownDownstream, whose own message
+// has shaping's prefix).
 type unknownDownstreamError string
 
 func (e unknownDownstreamError) Error() string {

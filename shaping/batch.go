@@ -76,7 +76,7 @@ func DecodeBatch(payload []byte) ([]BatchRow, error) {
 func EncodeBatch(rows []BatchRow) ([]byte, error) { return json.Marshal(batchPayload{Rows: rows}) }
 
 // HeaderRowID carries a batched task's ID into its batch (see BatchRow.ID).
-const HeaderRowID = "shaper-id"
+const HeaderRowID = envelope.HeaderRowID
 
 // aggregate is the asynq GroupAggregator of batching downstreams.
 func aggregate(group string, tasks []*asynq.Task) *asynq.Task {

@@ -3,6 +3,7 @@ package shaping
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -169,12 +170,22 @@ func (b *breaker) applyReply(rep lua.BreakerReply) {
 // refresh re-reads the shared state (the control loop calls it when the
 // downstream's version moved, and every fullRefresh).
 func (b *breaker) refresh(ctx context.Context) error {
-	v, err := b.r.d.control.rdbCmd().HMGet(ctx, b.key, "st", "since", "until").Result()
+	v, err := b.r.d.control.st.Cmd().HMGet(ctx, b.key, "st", "since", "until").Result()
 	if err != nil {
 		return err
 	}
 	b.apply(BreakerMode(toInt(v[0])), toInt(v[1]), toInt(v[2]), false)
 	return nil
+}
+
+// toInt is v (a Redis reply's string) as an integer; 0 when it is not one.
+func toInt(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // status is the mirror as a BreakerStatus.

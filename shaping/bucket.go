@@ -2,12 +2,12 @@ package shaping
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/bucket"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/sizing"
@@ -16,7 +16,7 @@ import (
 
 // ErrBucket: the shaping script failed or timed out. Shaping fails closed:
 // no release happens without a reservation.
-var ErrBucket = errors.New("shaping: bucket")
+var ErrBucket = bucket.ErrBucket
 
 // MaxInterval is the furthest one call may move a bucket's next_free: the
 // interval of one reservation's cost, a pushback, or the burst allowance.
@@ -51,12 +51,6 @@ type Bucket struct {
 	// Quotas are checked by Reserve and ReserveN in the same script call:
 	// a slot needs room in each (see Quota).
 	Quotas []Quota
-}
-
-// validateRate validates a shaping rate: Rate and Period only, as shaping
-// reads nothing else of a Limit (its burst is Downstream.Burst).
-func validateRate(l limiters.Limit) error {
-	return limiters.Limit{Rate: l.Rate, Period: l.Period}.Validate()
 }
 
 // DefaultMaxCost is the largest cost a downstream accepts unless it
@@ -118,10 +112,11 @@ func (r Reservation) SlotN(j int) time.Time {
 // concurrent use.
 // The zero Buckets is not usable: NewBuckets builds one.
 type Buckets struct {
-	store   *lua.Store
+	c       *bucket.Client // reservations, peeks, pushbacks and resets
+	store   *lua.Store     // settlements (answer.go)
 	space   keys.Space
-	timeout time.Duration
-	observe func(d time.Duration, err error)
+	timeout time.Duration                    // WithTimeout's, handed to c
+	observe func(d time.Duration, err error) // WithObserver's, handed to c
 }
 
 // BucketsOption configures Buckets.
@@ -137,32 +132,33 @@ func WithObserver(f func(d time.Duration, err error)) BucketsOption {
 
 // NewBuckets returns a client for buckets under prefix ("" = "shaper").
 func NewBuckets(rdb redis.Scripter, prefix string, opts ...BucketsOption) *Buckets {
-	b := &Buckets{store: lua.New(rdb), space: keys.New(prefix), timeout: 2 * time.Second}
+	b := &Buckets{store: lua.New(rdb), space: keys.New(prefix), timeout: bucket.DefaultTimeout}
 	for _, o := range opts {
 		o(b)
 	}
+	b.c = bucket.New(rdb, prefix, b.timeout, b.observe)
 	return b
 }
 
-const maxIntervalUS = int64(MaxInterval / time.Microsecond)
+const maxIntervalUS = bucket.MaxIntervalUS
 
 // Reset clears bucket name: its next_free is forgotten, so the next
 // reservation starts now. For an operator undoing a pushback or a cost
 // that parked the downstream (`shaper ctl reset`).
 func (s *Buckets) Reset(ctx context.Context, name string) error {
-	_, err := s.run(ctx, Bucket{Name: name}, opReset, lua.BucketArgs{MaxWait: -1})
+	_, err := s.run(ctx, Bucket{Name: name}, bucket.Reset, lua.BucketArgs{MaxWait: -1})
 	return err
 }
 
 // Key is the Redis key of bucket name's next_free.
-func (s *Buckets) Key(name string) string { return s.space.Bucket(name) }
+func (s *Buckets) Key(name string) string { return s.c.Key(name) }
 
 // Reserve reserves a slot for cost units on b if its wait is at most
 // maxWait (maxWait < 0: any wait). Reservations are atomic across every
 // process sharing the Redis: slots never overlap, so releases at their
 // slots never exceed the rate.
 func (s *Buckets) Reserve(ctx context.Context, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, opReserve, 0, 1)
+	return s.call(ctx, b, cost, maxWait, bucket.Reserve, 0, 1)
 }
 
 // ReserveN reserves up to n consecutive slots of cost units each in one
@@ -173,7 +169,7 @@ func (s *Buckets) ReserveN(ctx context.Context, b Bucket, cost int64, n int, max
 	if n < 1 || n > maxSlotsPerCall {
 		return Reservation{}, fmt.Errorf("shaping: bucket %q: n must be 1-%d, got %d", b.Name, maxSlotsPerCall, n)
 	}
-	return s.call(ctx, b, cost, maxWait, opReserve, 0, n)
+	return s.call(ctx, b, cost, maxWait, bucket.Reserve, 0, n)
 }
 
 // maxSlotsPerCall is the script's cap on ReserveN's n.
@@ -181,7 +177,7 @@ const maxSlotsPerCall = 1000
 
 // Peek reports the wait a reservation would get, without reserving.
 func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, error) {
-	return s.call(ctx, b, cost, -1, opPeek, 0, 1)
+	return s.call(ctx, b, cost, -1, bucket.Peek, 0, 1)
 }
 
 // PushBack moves b's next_free to at least now+d: every process's next
@@ -194,38 +190,23 @@ func (s *Buckets) PushBack(ctx context.Context, b Bucket, d time.Duration) (time
 // pushBack is PushBack's reply: NextFree and the Redis clock's Now.
 func (s *Buckets) pushBack(ctx context.Context, b Bucket, d time.Duration) (Reservation, error) {
 	d = min(max(d, 0), MaxInterval)
-	return s.run(ctx, b, opPushBack, lua.BucketArgs{Interval: int64(d / time.Microsecond), MaxWait: -1})
+	return s.run(ctx, b, bucket.PushBack, lua.BucketArgs{Interval: int64(d / time.Microsecond), MaxWait: -1})
 }
 
 // interval is the µs a release of cost occupies in b: the rate's
-// interval, the late tolerance's slack, at least a spread quota's.
-func (b Bucket) interval(cost int64) (int64, bool) {
-	interval, ok := b.Rate.IntervalMicros(cost)
-	if ok && b.LateTolerance > 0 {
-		interval += int64(sizing.PaceSlack(b.Rate, cost, b.LateTolerance) / time.Microsecond)
-	}
+// interval with the late tolerance's slack (bucket.Interval), at least a
+// spread quota's.
+func (b Bucket) interval(cost int64) int64 {
+	interval := bucket.Interval(b.Rate, cost, b.LateTolerance)
 	for _, q := range b.Quotas {
 		interval = max(interval, q.spreadInterval(cost))
 	}
-	return interval, ok
+	return interval
 }
 
-// bucketOp is what run asks the script to do.
-type bucketOp int
-
-const (
-	opReserve bucketOp = iota
-	opPeek
-	opPushBack
-	opReset
-)
-
-func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, o bucketOp, now int64, n int) (Reservation, error) {
-	if cost < 1 {
-		return Reservation{}, fmt.Errorf("%w: cost must be at least 1, got %d", limiters.ErrInvalidCost, cost)
-	}
-	if err := validateRate(b.Rate); err != nil {
-		return Reservation{}, fmt.Errorf("shaping: bucket %q: %w", b.Name, err)
+func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, o bucket.Op, now int64, n int) (Reservation, error) {
+	if err := bucket.Check(b.Name, b.Rate, cost); err != nil {
+		return Reservation{}, err
 	}
 	if b.MaxCost > 0 && cost > b.MaxCost {
 		return Reservation{}, fmt.Errorf("%w: cost %d > max cost %d of downstream %q", limiters.ErrCostExceedsCapacity, cost, b.MaxCost, b.Name)
@@ -235,50 +216,21 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 			return Reservation{}, fmt.Errorf("%w: cost %d > quota %s of downstream %q", limiters.ErrCostExceedsCapacity, cost, q, b.Name)
 		}
 	}
-	interval, ok := b.interval(cost)
-	if !ok || interval > maxIntervalUS {
-		return Reservation{}, fmt.Errorf("%w: cost %d at %s would hold downstream %q for more than %s", limiters.ErrCostExceedsCapacity, cost, b.Rate.RateString(), b.Name, MaxInterval)
+	a, err := bucket.Args(b.Name, b.Rate, b.Burst, cost, b.interval(cost), maxWait)
+	if err != nil {
+		return Reservation{}, err
 	}
-	burstUS, ok := b.Rate.IntervalMicros(max(b.Burst, 1) - 1)
-	if !ok || burstUS > maxIntervalUS {
-		return Reservation{}, fmt.Errorf("shaping: bucket %q: burst %d at %s is longer than %s", b.Name, b.Burst, b.Rate.RateString(), MaxInterval)
-	}
-	mw := int64(-1)
-	if maxWait >= 0 {
-		mw = int64(maxWait / time.Microsecond)
-	}
-	a := lua.BucketArgs{Interval: interval, Burst: burstUS, MaxWait: mw, Now: now, Slots: int64(n)}
-	if o == opReserve {
+	a.Now, a.Slots = now, int64(n)
+	if o == bucket.Reserve {
 		a.Answers, a.Cost, a.Guard, a.Quotas = s.answerKeys(b.Name), cost, b.quotaGuard(cost), s.quotaArgs(b)
 	}
 	return s.run(ctx, b, o, a)
 }
 
-func (s *Buckets) run(ctx context.Context, b Bucket, o bucketOp, a lua.BucketArgs) (Reservation, error) {
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	start := time.Now()
-	key := s.space.Bucket(b.Name)
-	var v lua.BucketReply
-	var err error
-	switch o {
-	case opReserve:
-		v, err = s.store.Reserve(ctx, key, a)
-	case opPeek:
-		v, err = s.store.PeekBucket(ctx, key, a)
-	case opPushBack:
-		v, err = s.store.PushBack(ctx, key, a)
-	case opReset:
-		err = s.store.ResetBucket(ctx, key)
-	}
-	if s.observe != nil {
-		s.observe(time.Since(start), err)
-	}
+func (s *Buckets) run(ctx context.Context, b Bucket, o bucket.Op, a lua.BucketArgs) (Reservation, error) {
+	v, err := s.c.Run(ctx, b.Name, o, a)
 	if err != nil {
-		return Reservation{}, fmt.Errorf("%w %q: %w", ErrBucket, b.Name, err)
+		return Reservation{}, err
 	}
 	res := Reservation{
 		OK:       v.Reserved >= 1,

@@ -3,41 +3,35 @@ package shaping
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
 // StateTTL is how long a downstream's runtime state (pause, rate override,
 // adaptive rate) outlives its last change.
-const StateTTL = 30 * 24 * time.Hour
+const StateTTL = control.StateTTL
 
 // State is a downstream's runtime state as stored in Redis, shared by every
-// process.
-type State struct {
-	// Paused is true while the downstream is paused (false: the zero value).
-	Paused bool
-	// Override replaces the configured (or scheduled) rate; zero: none.
-	Override limiters.Limit
-	// Adaptive is the AIMD rate in units per second; 0 when not in use.
-	Adaptive float64
-	// Modes are the runtime modes set by SetMode: the shaping's under
-	// "", each admission limiter's under its name. A name absent keeps
-	// the mode its configuration gives; nil when none is set.
-	Modes map[string]limiters.Mode
-}
+// process: Paused, Override (a rate replacing the configured one; zero:
+// none), Adaptive (the AIMD rate in units per second; 0 when not in use)
+// and Modes (the runtime modes SetMode set: the shaping's under "", each
+// admission limiter's under its name). See control.State, the type it
+// names, which producers share.
+type State = control.State
 
 // Control changes downstreams at runtime, for every process at once: each
 // dispatcher reads the state at least every ControlInterval. Safe for
 // concurrent use; needs no Dispatcher.
 // The zero Control is not usable: NewControl builds one.
 type Control struct {
-	rdb   redis.Scripter
+	st    *control.Store // the state hash and the versions
 	store *lua.Store
 	space keys.Space
 	// served finds a downstream the dispatcher owning this Control
@@ -47,59 +41,29 @@ type Control struct {
 
 // NewControl returns a Control for keys under prefix.
 func NewControl(rdb redis.Scripter, prefix string) *Control {
-	return &Control{rdb: rdb, store: lua.New(rdb), space: keys.New(prefix)}
-}
-
-func (c *Control) set(ctx context.Context, ds string, kv ...string) error {
-	if !dsName.MatchString(ds) {
-		return fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
-	}
-	var pairs [][2]string
-	for i := 0; i+1 < len(kv); i += 2 {
-		pairs = append(pairs, [2]string{kv[i], kv[i+1]})
-	}
-	if _, err := c.store.SetState(ctx, c.space.DownstreamState(ds), StateTTL.Milliseconds(), pairs...); err != nil {
-		return fmt.Errorf("shaping: control %q: %w", ds, err)
-	}
-	return c.bump(ctx, ds)
+	return &Control{st: control.New(rdb, prefix), store: lua.New(rdb), space: keys.New(prefix)}
 }
 
 // bump tells every process that ds's state changed: they re-read it on
 // their next control tick (processes also re-read everything every
 // fullRefresh, so a lost bump delays a change, never loses it).
-func (c *Control) bump(ctx context.Context, ds string) error {
-	k := c.space.ControlVersions()
-	_, err := c.rdbCmd().Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HIncrBy(ctx, k, ds, 1)
-		p.PExpire(ctx, k, StateTTL)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("shaping: control %q: %w", ds, err)
-	}
-	return nil
-}
+func (c *Control) bump(ctx context.Context, ds string) error { return c.st.Bump(ctx, ds) }
 
 // Ping reports whether Redis answers, with the one command the control
 // loop also uses.
 func (c *Control) Ping(ctx context.Context) error {
-	_, err := c.versions(ctx)
+	_, err := c.st.Versions(ctx)
 	return err
-}
-
-// versions reads every downstream's change counter (one command).
-func (c *Control) versions(ctx context.Context) (map[string]string, error) {
-	return c.rdbCmd().HGetAll(ctx, c.space.ControlVersions()).Result()
 }
 
 // Pause stops releases of ds in every process: nothing more is taken from
 // its queue, and tasks taken and waiting for a slot go back to the head of
 // it, with no attempt consumed (a batching downstream's held tasks stay
 // held). Nothing is dropped.
-func (c *Control) Pause(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "1") }
+func (c *Control) Pause(ctx context.Context, ds string) error { return c.st.SetPaused(ctx, ds, true) }
 
 // Resume undoes Pause.
-func (c *Control) Resume(ctx context.Context, ds string) error { return c.set(ctx, ds, "paused", "") }
+func (c *Control) Resume(ctx context.Context, ds string) error { return c.st.SetPaused(ctx, ds, false) }
 
 // SetRate overrides ds's rate in every process; the zero Limit removes the
 // override (back to the configured or scheduled rate). Only l.Rate and
@@ -110,54 +74,23 @@ func (c *Control) Resume(ctx context.Context, ds string) error { return c.set(ct
 // so check with the downstream's CheckRate first. Either way the control
 // loop ignores an override that fails CheckRate.
 func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) error {
-	if l.IsZero() {
-		return c.set(ctx, ds, "override_rate", "", "override_period_us", "")
-	}
-	if err := validateRate(l); err != nil {
-		return err
-	}
-	if c.served != nil {
-		if d, ok := c.served(ds); ok {
-			if err := d.CheckRate(l); err != nil {
-				return err
+	if !l.IsZero() {
+		if err := sizing.ValidateRate(l); err != nil {
+			return err
+		}
+		if c.served != nil {
+			if d, ok := c.served(ds); ok {
+				if err := d.CheckRate(l); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	return c.set(ctx, ds, "override_rate", strconv.FormatInt(l.Rate, 10),
-		"override_period_us", strconv.FormatInt(int64(l.Period/time.Microsecond), 10))
+	return c.st.SetOverride(ctx, ds, l)
 }
 
 // State reads ds's runtime state.
-func (c *Control) State(ctx context.Context, ds string) (State, error) {
-	h, err := c.rdbCmd().HGetAll(ctx, c.space.DownstreamState(ds)).Result()
-	if err != nil {
-		return State{}, fmt.Errorf("shaping: state of %q: %w", ds, err)
-	}
-	var st State
-	st.Paused = h["paused"] == "1"
-	if r, p := toInt(h["override_rate"]), toInt(h["override_period_us"]); r > 0 && p > 0 {
-		st.Override = limiters.Limit{Rate: r, Period: time.Duration(p) * time.Microsecond, Burst: r}
-	}
-	st.Adaptive = float64(toInt(h["ar"])) / 1000
-	st.Modes = parseModes(h)
-	return st, nil
-}
-
-func (c *Control) rdbCmd() redis.Cmdable {
-	if cmd, ok := c.rdb.(redis.Cmdable); ok {
-		return cmd
-	}
-	panic("shaping: Control needs a redis.Cmdable client")
-}
-
-func toInt(v any) int64 {
-	s, ok := v.(string)
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
-}
+func (c *Control) State(ctx context.Context, ds string) (State, error) { return c.st.State(ctx, ds) }
 
 // Adaptive makes a downstream's rate follow its answers: additive increase
 // while it succeeds, multiplicative decrease on 429/503/timeouts, between

@@ -49,7 +49,7 @@ func (d *Dispatcher) controlLoop(runners []*runner) {
 		case <-t.C():
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
-		vers, err := d.control.versions(ctx)
+		vers, err := d.control.Versions(ctx)
 		now := clk.Now()
 		full := now.Sub(last) >= fullRefresh
 		if full {

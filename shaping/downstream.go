@@ -20,7 +20,7 @@ func (ds *Downstream) prepare() error {
 	if !dsName.MatchString(ds.Name) {
 		return fmt.Errorf("shaping: downstream name must be 1-64 of [A-Za-z0-9_.-], got %q", ds.Name)
 	}
-	if err := validateRate(ds.Rate); err != nil {
+	if err := sizing.ValidateRate(ds.Rate); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
 	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
@@ -31,10 +31,10 @@ func (ds *Downstream) prepare() error {
 			ds.Name, ds.Concurrency, ds.KeyConcurrency, ds.LeaseTime)
 	}
 	if a := ds.Adaptive; a != nil {
-		if err := validateRate(a.Floor); err != nil {
+		if err := sizing.ValidateRate(a.Floor); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive floor: %w", ds.Name, err)
 		}
-		if err := validateRate(a.Ceiling); err != nil {
+		if err := sizing.ValidateRate(a.Ceiling); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive ceiling: %w", ds.Name, err)
 		}
 		if a.Floor.PerSec() > a.Ceiling.PerSec() {
@@ -50,7 +50,7 @@ func (ds *Downstream) prepare() error {
 		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
 	}
 	if f := ds.Fairness; f != nil {
-		if err := f.validate(); err != nil {
+		if err := f.Validate(); err != nil {
 			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 		}
 		if ds.Batch != nil {
@@ -123,7 +123,7 @@ func (ds Downstream) CheckRate(l limiters.Limit) error {
 }
 
 func (ds Downstream) checkRate(l limiters.Limit) error {
-	if err := validateRate(l); err != nil {
+	if err := sizing.ValidateRate(l); err != nil {
 		return err
 	}
 	if ds.MaxCost == 0 {

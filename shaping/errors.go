@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/shaping/take"
 )
 

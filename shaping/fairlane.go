@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/metrics"
 )
 
@@ -62,11 +63,12 @@ type attained struct {
 	at time.Time
 }
 
-// fairMemory is how long the lane remembers service: long enough to span
-// a few turns of every key at the lane's pace (keys that keep waiters here
-// share by weight over it), short enough that a key gone quiet is not
+// fairMemory is how long the lane remembers service, as long as the
+// count the processes share does (fairindex.ServiceMemory): long enough to
+// span a few turns of every key at the lane's pace (keys that keep waiters
+// here share by weight over it), short enough that a key gone quiet is not
 // owed a burst of more than fairMemory of its share when it returns.
-const fairMemory = 2 * time.Second
+const fairMemory = fairindex.ServiceMemory
 
 func newFairOrder(f *Fairness) *fairOrder {
 	return &fairOrder{f: f, waiting: map[string]int{}, svc: map[string]attained{}, others: map[string]attained{},
@@ -138,8 +140,8 @@ func (o *fairOrder) lift(key string, now time.Time, rate float64) {
 
 // liftCredit is how long a new key's first tasks take to reach the lanes
 // under a backlog: the pending target (FairTarget, about 500ms of
-// releases) and the lanes' reservation horizon (fairLookahead).
-const liftCredit = 500*time.Millisecond + fairLookahead
+// releases) and the lanes' reservation horizon (fairindex.Lookahead).
+const liftCredit = 500*time.Millisecond + fairindex.Lookahead
 
 // exchanging takes the service to report and the keys to ask about: the
 // keys with waiters here, at most maxExchangeKeys. lifted says where the

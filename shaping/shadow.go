@@ -3,19 +3,9 @@ package shaping
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/shaper-io/shaper/limiters"
-)
-
-// Runtime modes live in the downstream's state hash, beside pause and the
-// rate override: shapingModeField for its shaping, modeFieldPrefix+name
-// for each admission limiter. A field absent means the configured mode.
-const (
-	shapingModeField = "shaping_mode"
-	modeFieldPrefix  = "mode:"
 )
 
 // SetMode sets, in every process, the mode of ds's shaping (limiter "")
@@ -23,74 +13,12 @@ const (
 // read it on their next control tick (within a second). It overrides the
 // mode the configuration gives until ClearMode.
 func (c *Control) SetMode(ctx context.Context, ds, limiter string, m limiters.Mode) error {
-	f, err := modeField(limiter)
-	if err != nil {
-		return err
-	}
-	return c.set(ctx, ds, f, m.String())
+	return c.st.SetMode(ctx, ds, limiter, m)
 }
 
 // ClearMode removes a mode SetMode set: back to the configured one.
 func (c *Control) ClearMode(ctx context.Context, ds, limiter string) error {
-	f, err := modeField(limiter)
-	if err != nil {
-		return err
-	}
-	return c.set(ctx, ds, f, "")
-}
-
-func modeField(limiter string) (string, error) {
-	if limiter == "" {
-		return shapingModeField, nil
-	}
-	if !limiterName(limiter) {
-		return "", fmt.Errorf("%w: limiter name %q", limiters.ErrInvalidLimit, limiter)
-	}
-	return modeFieldPrefix + limiter, nil
-}
-
-// limiterName reports a limiter name as limiters.Config accepts it.
-func limiterName(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-", r)) {
-			return false
-		}
-	}
-	return true
-}
-
-// parseModes reads the mode fields of a state hash; nil when there are
-// none. Unreadable values are ignored (the configured mode holds).
-func parseModes(h map[string]string) map[string]limiters.Mode {
-	var out map[string]limiters.Mode
-	for f, v := range h {
-		name, ok := strings.CutPrefix(f, modeFieldPrefix)
-		if f == shapingModeField {
-			name, ok = "", true
-		}
-		m, err := limiters.ParseMode(v)
-		if !ok || err != nil {
-			continue
-		}
-		if out == nil {
-			out = map[string]limiters.Mode{}
-		}
-		out[name] = m
-	}
-	return out
-}
-
-// ModeOf is the mode in force for the shaping (name "") or an admission
-// limiter of a downstream whose state is st and whose configuration says
-// configured.
-func (st State) ModeOf(name string, configured limiters.Mode) limiters.Mode {
-	if m, ok := st.Modes[name]; ok {
-		return m
-	}
-	return configured
+	return c.st.ClearMode(ctx, ds, limiter)
 }
 
 // Shaping modes a runner has seen: unknown until its first control
@@ -207,7 +135,9 @@ func (r *runner) slot(ctx context.Context, cost int64, key string, front bool) (
 // Versions reads every downstream's change counter, the one command a
 // process's control tick costs: a downstream whose counter moved has new
 // runtime state (State). For producers that follow the runtime modes.
-func (c *Control) Versions(ctx context.Context) (map[string]string, error) { return c.versions(ctx) }
+func (c *Control) Versions(ctx context.Context) (map[string]string, error) {
+	return c.st.Versions(ctx)
+}
 
 // Mode is the mode a downstream's shaping runs in now in this process.
 func (d *Dispatcher) Mode(downstream string) (limiters.Mode, error) {

@@ -156,7 +156,7 @@ func fairThreeProcesses(t *testing.T, fairness string, weights map[string]float6
 	}
 	// Shares while all three have work, once the releases already
 	// committed when B and C arrived (A's tasks in pending and in slots
-	// reserved up to 250ms ahead: fairLookahead) are out: 0.5s.
+	// reserved up to 250ms ahead: fairindex.Lookahead) are out: 0.5s.
 	from := maxTime(r["B"][0], r["C"][0]).Add(500 * time.Millisecond)
 	to := minTime(r["B"][nB-1], r["C"][nB-1])
 	var wsum float64

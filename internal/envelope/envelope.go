@@ -17,6 +17,7 @@ const (
 	HeaderKey      = "shaper-key"       // admission key (tenant, API key, …)
 	HeaderMaxRetry = "shaper-max-retry" // the producer's retry budget (see CrashAllowance)
 	HeaderDeadline = "shaper-deadline"  // RFC 3339 time after which the task must not start
+	HeaderRowID    = "shaper-id"        // a batched task's ID, carried into its batch's row
 )
 
 // CrashAllowance is added to the producer's MaxRetry when the task is

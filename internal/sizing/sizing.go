@@ -1,11 +1,13 @@
-// Package sizing holds the rules that size a shaping downstream: the
-// default worker budget and max cost, the longest interval one
-// reservation may cover (and so the slowest rate a downstream may run at
-// and the slowest pace a spread quota may set), the longest hold of one
-// answer, and how late a release may start. The dispatcher (package shaping) and
-// the config's validation (internal/config) both apply them; they live
-// here, below both, so that checking a file does not import the
-// dispatcher. Package shaping re-exports them (shaping.DefaultWorkers,
+// Package sizing holds the rules that size a shaping downstream: which
+// fields of a rate a bucket reads, the default worker budget and max
+// cost, the longest interval one reservation may cover (and so the
+// slowest rate a downstream may run at and the slowest pace a spread
+// quota may set), the longest hold of one answer, and how late a release
+// may start. The dispatcher (package shaping), the producer's predictions
+// (package queue, through internal/bucket and internal/fairindex) and the
+// config's validation (internal/config) apply them; they live here, below
+// all three, so that checking a file does not import the dispatcher.
+// Package shaping re-exports them (shaping.DefaultWorkers,
 // shaping.MaxInterval).
 package sizing
 
@@ -73,6 +75,13 @@ func PaceSlack(rate limiters.Limit, cost int64, tol time.Duration) time.Duration
 	}
 	us := (int64(iv/time.Microsecond)*int64(tol/time.Microsecond) + 999999) / 1000000
 	return time.Duration(us) * time.Microsecond
+}
+
+// ValidateRate validates a shaping rate: Rate and Period only, as a
+// bucket reads nothing else of a Limit (a downstream's burst is its own
+// setting, and a fair key's ceiling has none).
+func ValidateRate(l limiters.Limit) error {
+	return limiters.Limit{Rate: l.Rate, Period: l.Period}.Validate()
 }
 
 // ErrRateTooSlow is wrapped by every SlowRateError (test with errors.Is).

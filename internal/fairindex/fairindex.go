@@ -1,0 +1,217 @@
+// Package fairindex is a fair downstream's shared state in Redis: the
+// tasks parked in weighted fair order of their admission key, their
+// promotion into the asynq pending list (fair.lua), and the service each
+// key was given, counted across every process (fairsvc.lua). Producers
+// (package queue) park tasks; dispatchers (package shaping) feed the
+// pending list and exchange service. Package shaping re-exports its
+// public names (shaping.Fairness, shaping.FairQueue, shaping.FairHorizon).
+package fairindex
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/clock"
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/sizing"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// Fairness shares a downstream's rate among the admission keys (the
+// task's Key: tenant, user, API key) that have tasks waiting: each gets
+// rate × its weight / the sum of the waiting keys' weights, and a key
+// alone gets the whole rate (no slot idles while any key has work). A key
+// that arrives late starts at once, not behind another key's backlog. See
+// docs/algorithms.md, fair share, for how it works and its bounds.
+//
+// The zero value shares equally among keys, with no per-key ceiling.
+type Fairness struct {
+	// Weights by key; a key not listed has DefaultWeight. A weight is in
+	// (0, MaxWeight].
+	Weights map[string]float64
+	// DefaultWeight is the weight of keys not in Weights; zero means 1.
+	DefaultWeight float64
+	// KeyRate, when set (Rate > 0), caps each key's rate, even when it is
+	// alone, across every process: counted at the release, a key's units
+	// released in any one-second window are at most KeyRate's units in a
+	// second plus one task's cost (for tasks of cost 1: at most KeyRate + 1
+	// releases). The dispatcher's lane decides it before it reserves a
+	// key's slot; its tasks are also promoted at most that fast (fair.lua),
+	// so workers seldom hold a task that must wait for it. Only Rate and
+	// Period are read: a key has no burst.
+	KeyRate limiters.Limit
+}
+
+// MaxWeight bounds a fair-share weight.
+const MaxWeight = 1e6
+
+// Horizon is how far ahead a fair downstream's task is scheduled in
+// asynq while it waits in fair order. Were no process to promote tasks
+// for that long, asynq would release them in FIFO order: nothing is lost.
+const Horizon = 24 * time.Hour
+
+// ttl is the TTL of the fair-share keys: the horizon plus a margin.
+const ttl = Horizon + time.Hour
+
+// Lookahead bounds how far ahead a fair downstream's lane reserves
+// slots, so that a key arriving late is released within about this plus
+// one promotion round.
+const Lookahead = 200 * time.Millisecond
+
+// maxPerCall bounds the promotions of one script call.
+const maxPerCall = 1000
+
+// ServiceMemory is how long service is remembered, by each lane and in
+// the count the processes share: long enough to span a few turns of every
+// key at the lane's pace (keys that keep waiters share by weight over it),
+// short enough that a key gone quiet is not owed a burst of more than
+// ServiceMemory of its share when it returns.
+const ServiceMemory = 2 * time.Second
+
+// Weight is key's weight.
+func (f *Fairness) Weight(key string) float64 {
+	if w, ok := f.Weights[key]; ok {
+		return w
+	}
+	if f.DefaultWeight > 0 {
+		return f.DefaultWeight
+	}
+	return 1
+}
+
+// Validate reports the first field of f out of range, naming it.
+func (f *Fairness) Validate() error {
+	if f.DefaultWeight < 0 || f.DefaultWeight > MaxWeight || math.IsNaN(f.DefaultWeight) {
+		return fmt.Errorf("Fairness.DefaultWeight must be in (0, %g], got %g", float64(MaxWeight), f.DefaultWeight)
+	}
+	for k, w := range f.Weights {
+		if !(w > 0 && w <= MaxWeight) {
+			return fmt.Errorf("Fairness.Weights[%q] must be in (0, %g], got %g", k, float64(MaxWeight), w)
+		}
+	}
+	if f.KeyRate.Rate != 0 {
+		if err := sizing.ValidateRate(f.KeyRate); err != nil {
+			return fmt.Errorf("Fairness.KeyRate: %w", err)
+		}
+	}
+	return nil
+}
+
+// Target is how many promoted tasks a fair downstream at rate keeps in
+// asynq's pending list: about 500ms of releases, at least 2. Workers
+// take from there as they free up; the rest waits in fair order. It must
+// not run dry under a backlog: a worker pool that finds the list empty
+// sleeps for the poll interval (asynq's TaskCheckInterval), and its
+// process then releases only what it holds. A key's first task does not
+// wait behind it (fair.lua puts it at the front).
+func Target(rate limiters.Limit) int64 {
+	return min(max(int64(math.Ceil(rate.PerSec()/2)), 2), maxPerCall)
+}
+
+// Queue parks fair downstreams' tasks in weighted fair order and promotes
+// them into asynq's pending list (fair.lua). Producers park; dispatchers
+// feed. Safe for concurrent use.
+// The zero Queue is not usable: New builds one.
+type Queue struct {
+	store *lua.Store
+	space keys.Space
+	now   func() time.Time // explicit script time (tests); nil reads Redis TIME
+}
+
+// New returns a Queue over rdb for key prefix ("" means "shaper").
+func New(rdb redis.Scripter, prefix string) *Queue {
+	return &Queue{store: lua.New(rdb), space: keys.New(prefix)}
+}
+
+// SetNow gives q's park and feed scripts an explicit clock (fair.lua's
+// now), for step tests; nil goes back to Redis TIME. Call it before q is
+// shared.
+func (q *Queue) SetNow(now func() time.Time) { q.now = now }
+
+// State is what a park or feed saw, after it.
+type State struct {
+	// Promoted is how many tasks the call moved to the pending list.
+	Promoted int
+	// Parked tasks wait in fair order; Later ones are not yet due.
+	Parked, Later int
+	// Pending and Active are the asynq queue's pending and active lengths.
+	Pending, Active int
+	// Keys is how many admission keys have tasks waiting.
+	Keys int
+	// Ahead (Park) is how many tasks go before this one: promoted ahead of
+	// it, and parked with an earlier turn (0 when it went to the front);
+	// -1 when it is not yet due.
+	Ahead int
+}
+
+func (q *Queue) args(ds string, rate limiters.Limit) ([]string, lua.FairArgs) {
+	a := q.space.Asynq(ds)
+	ks := append(q.space.Fair(ds).List(), a.Scheduled(), a.Pending(), a.Active())
+	fa := lua.FairArgs{TaskPrefix: a.TaskPrefix(), Target: Target(rate), Max: maxPerCall, TTLms: ttl.Milliseconds()}
+	if q.now != nil {
+		fa.NowMs = q.now().UnixMilli()
+	}
+	return ks, fa
+}
+
+// Park puts task id of downstream ds (enqueued in asynq scheduled at
+// least Horizon ahead) in fair order for key, due at due (zero: now),
+// and promotes what fits under the downstream's target at rate.
+func (q *Queue) Park(ctx context.Context, ds string, rate limiters.Limit, f *Fairness, id, key string, cost int64, due time.Time) (State, error) {
+	ks, a := q.args(ds, rate)
+	t := lua.FairTask{ID: id, Key: key, Cost: max(cost, 1), Weight: f.Weight(key)}
+	if !due.IsZero() {
+		t.DueMs = due.UnixMilli()
+	}
+	if f.KeyRate.Rate > 0 {
+		t.PerMs = float64(f.KeyRate.Interval(1)) / float64(time.Millisecond)
+	}
+	rep, err := q.store.FairPark(ctx, ks, a, t)
+	return state(rep), err
+}
+
+// Feed moves downstream ds's due tasks into fair order and promotes what
+// fits under its target at rate.
+func (q *Queue) Feed(ctx context.Context, ds string, rate limiters.Limit) (State, error) {
+	ks, a := q.args(ds, rate)
+	rep, err := q.store.FairFeed(ctx, ks, a)
+	return state(rep), err
+}
+
+// Exchange adds this process's service increments on downstream ds (units
+// per weight served since its last exchange, by key) to the service all
+// processes share, starting a key the count does not hold at its lifted
+// service, if any, and returns the shared service of the keys in want
+// (fairsvc.lua; it decays with ServiceMemory), as of clk's now (Redis TIME
+// for the real clock: lua.NowArg).
+func (q *Queue) Exchange(ctx context.Context, ds string, clk clock.Clock, inc, lifted map[string]float64, want []string) (map[string]float64, error) {
+	v, err := q.store.FairService(ctx, q.space.Fair(ds).Service, ServiceMemory, lua.NowArg(clk)/1000, inc, lifted, want)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(want))
+	for i, k := range want {
+		out[k] = v[i]
+	}
+	return out, nil
+}
+
+// ExpectedStart estimates when a task just parked (the state Park
+// returned) of cost at rate will be released: the promoted tasks and the
+// parked ones before it go first, one interval each, then the lane's
+// reservation horizon (Lookahead). The workers' held tasks are not
+// counted: the lanes let keys with few waiters pass them. Keys that
+// arrive later with an earlier turn are not foreseen.
+func (st State) ExpectedStart(now time.Time, rate limiters.Limit, cost int64) time.Time {
+	return now.Add(Lookahead + rate.Interval(max(cost, 1))*time.Duration(max(st.Ahead, 0)))
+}
+
+func state(r lua.FairReply) State {
+	return State{Promoted: int(r.Promoted), Parked: int(r.Parked), Later: int(r.Later), Pending: int(r.Pending),
+		Active: int(r.Active), Keys: int(r.Keys), Ahead: int(r.Ahead)}
+}
