@@ -27,7 +27,16 @@
 -- KEYS[8] -> asynq:{<q>}:completed           ZSET
 -- KEYS[9] -> <prefix>:take:{<q>}:maintained  STRING (optional: with it,
 --            the maintenance of ARGV[9] runs at most once per ARGV[11] ms
---            across every process; the others' calls skip it)
+--            across every process; the others' calls skip it; required
+--            with priority lists)
+-- KEYS[10..13] -> <prefix>:take:{<q>}:priority:1, :2, :4, :5  LISTs
+--            (optional, with ARGV[12] = 1): the waiting tasks of priority
+--            1, 2, 4 and 5 (priority.lua places them; a task of the
+--            default priority 3 waits in pending). A take serves the
+--            lists in priority order: 1, 2, pending, 4, 5; each is FIFO
+--            (pushed at the left, taken from the right, as pending). A
+--            task's priority is its hash's field "shaper_priority", so a
+--            forwarded, recovered or requeued task returns to its list.
 -- ARGV[1] -> interval in µs between slots (0: no rate limit)
 -- ARGV[2] -> burst allowance in µs ((burst-1) * interval; 0: none)
 -- ARGV[3] -> look-ahead in µs: take only slots that start within it
@@ -39,6 +48,7 @@
 -- ARGV[9] -> 1: forward due tasks and recover expired leases first; 0: not
 -- ARGV[10] -> now in µs, or 0 to read Redis TIME (explicit now: tests only)
 -- ARGV[11] -> with KEYS[9]: the maintenance's spacing in ms, >= 1
+-- ARGV[12] -> 1: KEYS[10..13] are the priority lists; else none
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us}
@@ -48,7 +58,8 @@
 --   next_us: taken and early, when the next slot would start (so the
 --            next take can succeed from next_us - look-ahead on); 0 for
 --            the other statuses.
---   drained: 1 when pending ran out during this call.
+--   drained: 1 when pending (and every priority list) ran out during
+--   this call.
 --   msg is the task hash's "msg" field, or "" when the hash has none (the
 --   caller archives such a task with the reason).
 -- Errors: an argument out of range.
@@ -65,6 +76,24 @@ local n = tonumber(ARGV[4])
 local budget = tonumber(ARGV[5])
 local lease = tonumber(ARGV[6])
 local tprefix, gprefix = ARGV[7], ARGV[8]
+local levels = ARGV[12] == '1' and KEYS[13] ~= nil
+-- the lists a take serves, in priority order; a list's own level, for
+-- a task that goes back to it (forward, recovery)
+local serve = {KEYS[2]}
+local listOf = {}
+if levels then
+  serve = {KEYS[10], KEYS[11], KEYS[2], KEYS[12], KEYS[13]}
+  listOf = {['1'] = KEYS[10], ['2'] = KEYS[11], ['4'] = KEYS[12], ['5'] = KEYS[13]}
+end
+local function home(id)
+  if not levels then return KEYS[2] end
+  return listOf[redis.call('HGET', tprefix .. id, 'shaper_priority') or ''] or KEYS[2]
+end
+local function waiting()
+  local n = 0
+  for _, k in ipairs(serve) do n = n + redis.call('LLEN', k) end
+  return n
+end
 local function bounded(v)
   return v ~= nil and v >= 0 and v <= MAX_US and v == math.floor(v)
 end
@@ -81,7 +110,7 @@ if maintain and KEYS[9] then
   local every = tonumber(ARGV[11])
   if every == nil or every < 1 then return redis.error_reply('take: maintenance spacing must be at least 1 ms') end
   maintain = redis.call('SET', KEYS[9], '1', 'PX', math.floor(every), 'NX') ~= false
-  if not maintain and redis.call('LLEN', KEYS[2]) == 0 then return {1, 0, 0, 1, 0, 0} end
+  if not maintain and waiting() == 0 then return {1, 0, 0, 1, 0, 0} end
 end
 
 local now = tonumber(ARGV[10])
@@ -102,7 +131,7 @@ local function forward(src)
       redis.call('ZREM', src, id)
       redis.call('HSET', tk, 'state', 'aggregating')
     else
-      redis.call('LPUSH', KEYS[2], id)
+      redis.call('LPUSH', home(id), id)
       redis.call('ZREM', src, id)
       redis.call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%d', now * 1000))
     end
@@ -116,7 +145,7 @@ if maintain then
   local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now_s, 'LIMIT', 0, 100)
   for _, id in ipairs(ids) do
     if redis.call('LREM', KEYS[3], 0, id) > 0 then
-      redis.call('RPUSH', KEYS[2], id)
+      redis.call('RPUSH', home(id), id)
       redis.call('HSET', tprefix .. id, 'state', 'pending')
       recovered = recovered + 1
     end
@@ -128,7 +157,7 @@ if maintain then
     redis.call('ZREM', KEYS[8], id)
   end
   -- an idle queue's periodic maintenance ends here, cheaply
-  if redis.call('LLEN', KEYS[2]) == 0 then return {1, now, 0, 1, recovered, forwarded} end
+  if waiting() == 0 then return {1, now, 0, 1, recovered, forwarded} end
 end
 
 local function reply(status, nxt, drained)
@@ -146,6 +175,21 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 
+-- pick moves the next task in priority order to active. A task of a
+-- priority list whose hash is gone was deleted behind shaper's back
+-- (asynq's Inspector cannot find it in pending): it is dropped.
+local function pick()
+  for _, k in ipairs(serve) do
+    while true do
+      local id = redis.call('RPOPLPUSH', k, KEYS[3])
+      if not id then break end
+      if k == KEYS[2] or redis.call('EXISTS', tprefix .. id) == 1 then return id end
+      redis.call('LREM', KEYS[3], 1, id)
+    end
+  end
+  return nil
+end
+
 local out = reply(0, 0, 0)
 local exp = now_s + lease
 local count, drained = 0, 0
@@ -153,7 +197,7 @@ for j = 0, n - 1 do
   local s = base + j * interval
   if s < now then s = now end
   if s - now > ahead then break end
-  local id = redis.call('RPOPLPUSH', KEYS[2], KEYS[3])
+  local id = pick()
   if not id then
     drained = 1
     break

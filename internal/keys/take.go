@@ -1,6 +1,9 @@
 package keys
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // The keys of asynq v0.26 (internal/base/base.go) that the take engine
 // (shaping/take) reads and writes besides those in keys.go. asynq stays
@@ -51,4 +54,12 @@ func (s Space) TakeBucket(ds string) string {
 // serves all for its TTL. It carries the queue's hash tag.
 func (s Space) TakeMaintained(ds string) string {
 	return s.prefix() + ":take:{" + s.Queue(ds) + "}:maintained"
+}
+
+// TakePriority is the LIST of downstream ds's waiting tasks of priority
+// p (1, 2, 4 or 5; a task of the default priority 3 waits in asynq's
+// pending list), in the queue's hash tag so take.lua serves every list
+// in one call.
+func (s Space) TakePriority(ds string, p int) string {
+	return s.prefix() + ":take:{" + s.Queue(ds) + "}:priority:" + strconv.Itoa(p)
 }

@@ -52,6 +52,10 @@ type TakeArgs struct {
 	// LLEN, not five commands).
 	Maintained    string
 	MaintainEvery time.Duration
+	// Levels, when set, are KEYS[10..13]: the priority lists of levels 1,
+	// 2, 4 and 5 (keys.Space.TakePriority, in that order); a take serves
+	// them and pending in priority order. They need Maintained.
+	Levels []string
 }
 
 // TakeStatus says what a take did.
@@ -105,9 +109,16 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 	if a.Maintained != "" {
 		ks = append(ks, a.Maintained)
 	}
+	levels := 0
+	if len(a.Levels) > 0 {
+		if len(a.Levels) != 4 || a.Maintained == "" {
+			return TakeReply{}, fmt.Errorf("take: priority lists need all four levels and Maintained")
+		}
+		ks, levels = append(ks, a.Levels...), 1
+	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
 		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now,
-		max(a.MaintainEvery.Milliseconds(), 1)).Slice()
+		max(a.MaintainEvery.Milliseconds(), 1), levels).Slice()
 	if err != nil {
 		return TakeReply{}, fmt.Errorf("take: %w", err)
 	}
@@ -214,9 +225,11 @@ func (s *Store) TakeFail(ctx context.Context, a TakeFailArgs) (bool, error) {
 }
 
 // TakeRequeue gives back tasks that were taken but never started: each to
-// the head of pending, no attempt consumed, in the order given (the first
-// id given is taken again first). It returns how many were still active.
-func (s *Store) TakeRequeue(ctx context.Context, q keys.AsynqQueue, ids ...string) (int64, error) {
+// the head of pending (or of its priority list, with levels: the four
+// lists of TakeArgs.Levels), no attempt consumed, in the order given (the
+// first id given is taken again first). It returns how many were still
+// active.
+func (s *Store) TakeRequeue(ctx context.Context, q keys.AsynqQueue, levels []string, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -224,7 +237,8 @@ func (s *Store) TakeRequeue(ctx context.Context, q keys.AsynqQueue, ids ...strin
 	for i, id := range ids {
 		args[len(ids)-1-i] = id // the script pushes each to the head: last pushed is next
 	}
-	n, err := takeRequeue.Run(ctx, s.rdb, []string{q.Active(), q.Lease(), q.Pending(), q.TaskPrefix()}, args...).Int64()
+	ks := append([]string{q.Active(), q.Lease(), q.Pending(), q.TaskPrefix()}, levels...)
+	n, err := takeRequeue.Run(ctx, s.rdb, ks, args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("take: requeue: %w", err)
 	}

@@ -102,7 +102,7 @@ func TestTakeSteps(t *testing.T) {
 	if fmt.Sprint(taken) != fmt.Sprint(r.ids[:3]) {
 		t.Errorf("taken %v, want the first enqueued %v (FIFO)", taken, r.ids[:3])
 	}
-	n, err := r.st.TakeRequeue(context.Background(), r.q, taken...)
+	n, err := r.st.TakeRequeue(context.Background(), r.q, nil, taken...)
 	if err != nil || n != 3 {
 		t.Fatalf("requeue: got %d, %v; want 3", n, err)
 	}

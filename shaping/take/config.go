@@ -142,6 +142,13 @@ type Downstream struct {
 	// IsFailure reports whether err counts as a failure: a retry that is
 	// not one consumes no attempt (default: every error is one).
 	IsFailure func(err error) bool
+	// Priority serves the downstream's tasks by priority
+	// (internal/priority): 1 and 2 before asynq's pending list (priority
+	// 3), 4 and 5 after, each first in, first out, from lists of their own
+	// (keys.Space.TakePriority) that the producer fills. Without it a
+	// take serves pending alone, and an idle check costs one command in
+	// place of one over five lists.
+	Priority bool
 	// Gate, when set, is asked before each take or idle check whether the
 	// downstream may take now: a zero time means yes, a later one means
 	// not before then (a pause, an open breaker, a hold the downstream

@@ -172,7 +172,7 @@ func (j *job) quarantine(reason string) {
 
 func (j *job) requeue() {
 	j.settle("requeue", &j.e.stats.requeued, func(ctx context.Context) (bool, error) {
-		n, err := j.e.store.TakeRequeue(ctx, j.l.q, j.tt.ID)
+		n, err := j.e.store.TakeRequeue(ctx, j.l.q, j.l.levels, j.tt.ID)
 		return n == 1, err
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/priority"
 )
 
 // laneState is what a lane's next check is.
@@ -26,6 +27,8 @@ type lane struct {
 	slots  int          // the most tasks one take asks for
 	minGap time.Duration
 	lead   time.Duration // a take is due when the next slot starts within it
+	levels []string      // the priority lists (Downstream.Priority), or none
+	probe  []string      // the lists an idle check looks at: pending and levels
 
 	state        laneState
 	next         time.Time     // when the lane's next take or probe is due
@@ -58,10 +61,17 @@ func newLane(cfg Config, d Downstream) *lane {
 	// (never more often than every 10ms), backing off to IdlePoll.
 	minGap := min(max(time.Duration(iv)*time.Microsecond, 10*time.Millisecond), cfg.IdlePoll)
 	q := cfg.Keys.Asynq(d.Name)
+	var levels []string
+	if d.Priority {
+		for _, p := range priority.Levels {
+			levels = append(levels, cfg.Keys.TakePriority(d.Name, p))
+		}
+	}
 	return &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
+		levels: levels, probe: append([]string{q.Pending()}, levels...),
 		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
-			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain}}
+			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain, Levels: levels}}
 }
 
 // free is how many more tasks this process may take for the lane.

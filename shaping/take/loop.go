@@ -230,7 +230,7 @@ func (e *Engine) requeueUnstarted(l *lane) {
 	}
 	op := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		n, err := e.store.TakeRequeue(ctx, l.q, ids...)
+		n, err := e.store.TakeRequeue(ctx, l.q, l.levels, ids...)
 		cancel()
 		e.post(func() {
 			if err != nil {
@@ -264,7 +264,7 @@ func (e *Engine) startProbes(ls []*lane) {
 		defer cancel()
 		pipe := e.cfg.Redis.Pipeline()
 		for _, l := range ls {
-			pipe.LLen(ctx, l.q.Pending())
+			pipe.Exists(ctx, l.probe...) // a list exists while it holds a task
 		}
 		cmds, err := pipe.Exec(ctx)
 		at := time.Now()
