@@ -76,7 +76,11 @@ func (i *Inspector) Backlog(downstream string) (Backlog, error) {
 	if err != nil {
 		return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", downstream, err)
 	}
-	return Backlog{Downstream: downstream, Pending: q.Pending, Active: q.Active, Scheduled: q.Scheduled,
+	prio, err := i.prioritized(context.Background(), downstream)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", downstream, err)
+	}
+	return Backlog{Downstream: downstream, Pending: q.Pending + prio, Active: q.Active, Scheduled: q.Scheduled,
 		Retry: q.Retry, Archived: q.Archived, Completed: q.Completed, Processed: q.Processed, Failed: q.Failed}, nil
 }
 
@@ -125,6 +129,13 @@ func (i *Inspector) Cancel(downstream, id string) (asynq.TaskState, error) {
 	}
 	if err == nil {
 		err = i.in.DeleteTask(q, id)
+		if err != nil && strings.Contains(err.Error(), "not found in list") {
+			// pending on its priority list, which asynq does not know
+			var ok bool
+			if ok, err = i.cancelPrioritized(context.Background(), downstream, id); err == nil && !ok {
+				err = asynq.ErrTaskNotFound // taken or gone meanwhile
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):

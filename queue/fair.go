@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/shaper-io/shaper/internal/fairindex"
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -82,4 +83,11 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// fairFor is t's downstream's fair share when t waits in fair order: a
+// task of a priority other than the default goes by priority alone.
+func (p *Producer) fairFor(t Task) (FairShare, bool) {
+	fs, ok := p.cfg.Fair[t.Downstream]
+	return fs, ok && (t.Priority == 0 || t.Priority == priority.Default)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -92,6 +93,14 @@ type Task struct {
 	Deadline time.Time
 	// TTL, when positive, sets Deadline to the time of Enqueue plus TTL.
 	TTL time.Duration
+	// Priority is 1 (taken first) to 5 (taken last); 0 means the
+	// downstream's default (ProducerConfig.Priority), else 3. A waiting
+	// task of a higher priority is always taken before one of a lower
+	// priority; retries keep it. Only a downstream in
+	// ProducerConfig.Priority takes priorities other than 3. On a fair
+	// downstream, fair share orders the tasks of priority 3; the others
+	// go by priority alone, first in, first out.
+	Priority int
 }
 
 // Receipt describes what Enqueue did with a task. Its zero value is the
@@ -113,6 +122,9 @@ type Receipt struct {
 	// A fair downstream's task is runnable at its turn, not at ProcessAt:
 	// see ExpectedStart.
 	ProcessAt time.Time
+	// Priority is the priority the task waits at (1 to 5); 0 unless
+	// enqueued.
+	Priority int
 	// ExpectedStart is an estimate of when the task will be released:
 	// for a fair downstream, from its place in fair order; for another,
 	// from its downstream's bucket and the backlog ahead of it (see
@@ -207,6 +219,10 @@ type ProducerConfig struct {
 	// Fair names the downstreams whose tasks wait in weighted fair order
 	// of their Key (shaping.Downstream.Fairness) before their queue.
 	Fair map[string]FairShare
+	// Priority names the downstreams that serve priorities
+	// (shaping.Downstream.Priority), with the priority of a task that
+	// names none (0 means 3).
+	Priority map[string]int
 	// Batched names the downstreams whose tasks are aggregated into
 	// batches (shaping.Downstream.Batch), with how many aggregation groups
 	// to spread them over (shaping.BatchGroups): asynq closes at most one
@@ -286,6 +302,12 @@ func (p *Producer) Validate(t Task) error {
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
+	if err := priority.Validate(t.Priority); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidTask, err)
+	}
+	if _, err := p.priorityOf(t); err != nil {
+		return err
+	}
 	if err := checkDeadline(t); err != nil {
 		return err
 	}
@@ -337,6 +359,7 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 		t.Type = DefaultType
 	}
 	t.Deadline, t.TTL = t.deadline(time.Now()), 0
+	t.Priority, _ = p.priorityOf(t) // checked by Validate
 	p.follow.maybeRefresh(ctx)
 	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
 	adm, hasAdm := p.cfg.Admission[t.Downstream]
@@ -382,7 +405,14 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	}
 	rec.ID = info.ID
 	rec.ProcessAt = info.NextProcessAt
-	if fs, ok := p.cfg.Fair[t.Downstream]; ok {
+	rec.Priority = t.Priority
+	if err := p.place(ctx, t.Downstream, info.ID, t.Priority); err != nil {
+		// enqueued at the default priority: the task is kept, and said so
+		p.cfg.Logger.Warn("queue: task enqueued at the default priority: its priority could not be recorded",
+			"downstream", t.Downstream, "id", info.ID, "priority", t.Priority, "err", err)
+		rec.Priority = priority.Default
+	}
+	if fs, ok := p.fairFor(t); ok {
 		due := later(t.ProcessAt, time.Now())
 		rec.ProcessAt = due
 		rec.ExpectedStart, err = p.park(ctx, fs, t, info.ID, due)
@@ -462,7 +492,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if id != "" {
 		opts = append(opts, asynq.TaskID(id))
 	}
-	if _, fair := p.cfg.Fair[t.Downstream]; fair {
+	if _, fair := p.fairFor(t); fair {
 		opts = append(opts, fairOptions(later(t.ProcessAt, time.Now())))
 	} else if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
 		opts = append(opts, asynq.ProcessAt(t.ProcessAt))

@@ -130,6 +130,13 @@ type Downstream struct {
 	// an hour, 100,000 a day), checked in the reservation's script call;
 	// a release needs room in each. See Quota.
 	Quotas []Quota
+	// Priority, when set, serves the downstream's tasks by priority (1
+	// first, 5 last, 3 by default; see queue.Task.Priority): a waiting
+	// task of a higher priority is always taken before one of a lower
+	// priority, under every limit, since the take picks it. Producers
+	// must enqueue through queue.ProducerConfig.Priority for it. Not with
+	// Batch.
+	Priority *Priority
 	// Batch, when set, aggregates the downstream's tasks into batches
 	// before shaping (the producer must enqueue them with Batched: see
 	// queue.ProducerConfig.Batched). Handlers receive BatchType tasks

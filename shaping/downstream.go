@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -55,6 +56,14 @@ func (ds *Downstream) prepare() error {
 		}
 		if ds.Batch != nil {
 			return fmt.Errorf("shaping: downstream %q: Fairness and Batch cannot be combined", ds.Name)
+		}
+	}
+	if pr := ds.Priority; pr != nil {
+		if err := priority.Validate(pr.Default); err != nil {
+			return fmt.Errorf("shaping: downstream %q: Priority.Default: %w", ds.Name, err)
+		}
+		if ds.Batch != nil {
+			return fmt.Errorf("shaping: downstream %q: Priority and Batch cannot be combined (a batch is served by asynq's server, which knows no priority)", ds.Name)
 		}
 	}
 	if ds.MaxHold < 0 || ds.MaxHold > MaxInterval {
@@ -155,4 +164,11 @@ func (ds *Downstream) checkRates() error {
 		return check("adaptive ceiling: ", a.Ceiling)
 	}
 	return nil
+}
+
+// Priority is a downstream's priority setting (Downstream.Priority).
+type Priority struct {
+	// Default is the priority of a task that names none: 1 to 5; 0
+	// means 3.
+	Default int
 }

@@ -1,0 +1,133 @@
+package shaping_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// A downstream with Priority at 20/s: a backlog of mixed priorities from
+// the producer is released in priority order, first in, first out within
+// each; while paused, tasks of priority 5 and 3 come, then one of
+// priority 1: after the resume it goes first, then the 3s; the backlog
+// counts the tasks on the
+// priority lists as pending, Cancel deletes one there, and a producer
+// refuses a priority for a downstream that serves none.
+func TestPriorityOrderUnderRate(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer d.Shutdown(context.Background())
+	var mu sync.Mutex
+	var order []string
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},
+		Handler: func(ctx context.Context, task *shaping.Task) error {
+			mu.Lock()
+			order = append(order, string(task.Payload))
+			mu.Unlock()
+			return nil
+		}}))
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Priority: map[string]int{"api": 0}})
+	defer p.Close()
+	enq := func(name string, prio int) string {
+		t.Helper()
+		rc, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte(name), Priority: prio})
+		must(t, err)
+		want := prio
+		if want == 0 {
+			want = 3
+		}
+		if rc.Priority != want {
+			t.Errorf("%s: receipt priority %d, want %d", name, rc.Priority, want)
+		}
+		return rc.ID
+	}
+	prios := []int{5, 3, 0, 1, 4, 2, 5, 1, 3, 2, 4, 0}
+	var want []string
+	level := func(pr int) int { // a task that names none goes at 3
+		if pr == 0 {
+			return 3
+		}
+		return pr
+	}
+	for i, pr := range prios {
+		enq(fmt.Sprintf("t%02d-p%d", i, level(pr)), pr)
+	}
+	cancelled := enq("cancelled-p2", 2)
+	in := queue.NewInspector(rdb, prefix)
+	b, err := in.Backlog("api")
+	must(t, err)
+	if b.Pending != len(prios)+1 {
+		t.Errorf("backlog pending %d, want %d (the priority lists count)", b.Pending, len(prios)+1)
+	}
+	if st, err := in.Cancel("api", cancelled); err != nil || st.String() != "pending" {
+		t.Errorf("cancel of a task on a priority list: %v, %v; want pending, nil", st, err)
+	}
+	for lv := 1; lv <= 5; lv++ {
+		for i, pr := range prios {
+			if level(pr) == lv {
+				want = append(want, fmt.Sprintf("t%02d-p%d", i, lv))
+			}
+		}
+	}
+	must(t, d.Start())
+	waitFor(t, 10*time.Second, "the backlog released", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= len(want)
+	})
+	mu.Lock()
+	if !slices.Equal(order, want) {
+		t.Errorf("released %v, want %v", order, want)
+	}
+	order = nil
+	mu.Unlock()
+
+	// a pause with work of priorities 3 and 5 waiting; a 1 comes meanwhile
+	ctl := shaping.NewControl(rdb, prefix)
+	must(t, ctl.Pause(context.Background(), "api"))
+	for i := range 5 {
+		enq(fmt.Sprintf("late-p5-%d", i), 5)
+		enq(fmt.Sprintf("late-p3-%d", i), 3)
+	}
+	enq("urgent-p1", 1)
+	must(t, ctl.Resume(context.Background(), "api"))
+	waitFor(t, 10*time.Second, "the second backlog released", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= 11
+	})
+	mu.Lock()
+	got := slices.Clone(order)
+	mu.Unlock()
+	if got[0] != "urgent-p1" {
+		t.Errorf("after the resume: %v, want urgent-p1 first", got)
+	}
+	for i, name := range got[1:6] {
+		if name != fmt.Sprintf("late-p3-%d", i) {
+			t.Errorf("after the resume: %v, want the 3s in order before the 5s", got)
+			break
+		}
+	}
+
+	plain := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	defer plain.Close()
+	if _, err := plain.Enqueue(context.Background(), queue.Task{Downstream: "api", Priority: 1}); !errors.Is(err, queue.ErrInvalidTask) {
+		t.Errorf("priority 1 without ProducerConfig.Priority: %v, want ErrInvalidTask", err)
+	}
+	if _, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Priority: 6}); !errors.Is(err, queue.ErrInvalidTask) {
+		t.Errorf("priority 6: %v, want ErrInvalidTask", err)
+	}
+}
