@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/taskspec"
 )
 
@@ -17,6 +18,7 @@ func FuzzParse(f *testing.F) {
 		`{"downstream":"api","payload":{"a":1},"key":"t1","cost":2}`,
 		`{"downstream":"api","payload_base64":"aGk=","in":"5s","unique":"u-1"}`,
 		`{"downstream":"api","at":"2026-12-01T00:00:00Z","max_retry":0,"timeout":"30s","type":"x"}`,
+		`{"downstream":"api","priority":1}`, `{"downstream":"api","priority":0}`,
 		`{"downstream":"a b","cost":-1}`,
 		`{"payload":`, `[]`, `null`, `{"downstream":"api","extra":1}`, "{\"key\":\"\u2028\"}",
 	} {
@@ -39,6 +41,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if err == nil && task.Cost < 0 {
 			t.Fatalf("accepted a negative cost: %+v", task)
+		}
+		if err == nil && task.Priority != 0 && (task.Priority < priority.First || task.Priority > priority.Last) {
+			t.Fatalf("accepted priority %d: %+v", task.Priority, task)
 		}
 	})
 }

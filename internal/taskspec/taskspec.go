@@ -7,7 +7,7 @@
 //
 //	{"downstream": "billing-api", "payload": {"invoice": 42}, "key": "tenant-7",
 //	 "cost": 1, "unique": "invoice-42", "in": "30s", "type": "charge", "max_retry": 3,
-//	 "ttl": "5m"}
+//	 "priority": 2, "ttl": "5m"}
 //
 // Decoding is strict: an unknown field, a value of the wrong type, a second
 // JSON value after the object, or a field out of range is an *Error that
@@ -27,6 +27,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 )
@@ -35,7 +36,7 @@ import (
 var ErrInvalid = errors.New("taskspec: invalid task")
 
 // Fields lists the fields a task object may have, in documentation order.
-var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "at", "in", "type", "max_retry", "timeout", "deadline", "ttl"}
+var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "at", "in", "type", "max_retry", "priority", "timeout", "deadline", "ttl"}
 
 // Error is a bad task: Field names the field ("" for the object as a
 // whole) and Msg says what is wrong with it, on one line.
@@ -72,6 +73,9 @@ type Spec struct {
 	At       *time.Time
 	In       *time.Duration
 	MaxRetry *int
+	// Priority is the task's priority, priority.First to priority.Last
+	// (queue.Task.Priority); nil is the downstream's default.
+	Priority *int
 	Timeout  *time.Duration
 	// Deadline and TTL are the task's deadline, absolute or from now
 	// (queue.Task.Deadline, TTL); at most one is set.
@@ -156,6 +160,7 @@ var fieldParsers = []struct {
 	{"payload_base64", parseBase64},
 	{"cost", parseCost},
 	{"max_retry", parseMaxRetry},
+	{"priority", parsePriority},
 	{"at", func(s *Spec, _ string, v json.RawMessage) *Error {
 		t, err := parseAtJSON(v)
 		if err == nil {
@@ -234,6 +239,42 @@ func parseMaxRetry(s *Spec, field string, v json.RawMessage) *Error {
 	return err
 }
 
+// parsePriority reads a priority: an integer from priority.First to
+// priority.Last. 0 is refused: leaving the field out is how a task asks
+// for its downstream's default.
+func parsePriority(s *Spec, field string, v json.RawMessage) *Error {
+	var n json.Number
+	if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
+		return errf(field, "%s, got %s", priorityRange, describe(v))
+	}
+	p, err := strconv.Atoi(n.String())
+	if err != nil {
+		return errf(field, "%s, got %s", priorityRange, clip(n.String(), 40))
+	}
+	if msg := OutOfPriority(p); msg != "" {
+		return errf(field, "%s", msg)
+	}
+	s.Priority = &p
+	return nil
+}
+
+// priorityRange says which priorities a task may name.
+var priorityRange = fmt.Sprintf("must be an integer from %d (first) to %d (last)", priority.First, priority.Last)
+
+// OutOfPriority says how p falls outside priority.First..priority.Last,
+// as "must be an integer from 1 (first) to 5 (last), got 9"; "" when p is
+// a priority. 0 is outside: a task that wants its downstream's default
+// leaves the priority out.
+func OutOfPriority(p int) string {
+	switch {
+	case p == 0:
+		return fmt.Sprintf("%s, got 0 (leave it out for the downstream's default)", priorityRange)
+	case p < priority.First || p > priority.Last:
+		return fmt.Sprintf("%s, got %d", priorityRange, p)
+	}
+	return ""
+}
+
 // MaxRetryBound is the largest max_retry a task may ask for.
 const MaxRetryBound = 10000
 
@@ -309,6 +350,9 @@ func (s Spec) Merge(d Spec) Spec {
 	if s.MaxRetry == nil {
 		s.MaxRetry = d.MaxRetry
 	}
+	if s.Priority == nil {
+		s.Priority = d.Priority
+	}
 	if s.Timeout == nil {
 		s.Timeout = d.Timeout
 	}
@@ -363,6 +407,12 @@ func (s Spec) Task(now time.Time) (queue.Task, error) {
 	if s.MaxRetry != nil {
 		r := *s.MaxRetry
 		t.MaxRetry = &r
+	}
+	if s.Priority != nil {
+		if msg := OutOfPriority(*s.Priority); msg != "" {
+			return t, errf("priority", "%s", msg)
+		}
+		t.Priority = *s.Priority
 	}
 	if s.Timeout != nil {
 		if *s.Timeout <= 0 {

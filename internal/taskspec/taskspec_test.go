@@ -81,6 +81,16 @@ func TestParseBad(t *testing.T) {
 		{`{"cost":1e30}`, "cost: got 1e30, want an integer"},
 		{`{"max_retry":-1}`, "max_retry: must be 0..10000, got -1"},
 		{`{"max_retry":true}`, "max_retry: got true, want an integer"},
+		{`{"priority":9}`, "priority: must be an integer from 1 (first) to 5 (last), got 9"},
+		{`{"priority":6}`, "priority: must be an integer from 1 (first) to 5 (last), got 6"},
+		{`{"priority":-1}`, "priority: must be an integer from 1 (first) to 5 (last), got -1"},
+		{`{"priority":0}`, "priority: must be an integer from 1 (first) to 5 (last), got 0 (leave it out for the downstream's default)"},
+		{`{"priority":1.5}`, "priority: must be an integer from 1 (first) to 5 (last), got 1.5"},
+		{`{"priority":1e0}`, "priority: must be an integer from 1 (first) to 5 (last), got 1e0"},
+		{`{"priority":"1"}`, `priority: must be an integer from 1 (first) to 5 (last), got the string "1"`},
+		{`{"priority":true}`, "priority: must be an integer from 1 (first) to 5 (last), got true"},
+		{`{"priority":[1]}`, "priority: must be an integer from 1 (first) to 5 (last), got an array"},
+		{`{"priority":99999999999999999999}`, "priority: must be an integer from 1 (first) to 5 (last), got 99999999999999999999"},
 		{`{"at":"tomorrow"}`, `at: invalid time "tomorrow" (want RFC 3339`},
 		{`{"at":"2026-13-01T00:00:00Z"}`, "at: invalid time"},
 		{`{"at":[1]}`, "at: got an array"},
@@ -111,6 +121,33 @@ func TestParseBad(t *testing.T) {
 	}
 }
 
+// A priority from 1 to 5 reaches queue.Task.Priority; one left out (or
+// null) is 0 there, the downstream's default.
+func TestParsePriority(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for i, c := range []struct {
+		in   string
+		want int
+	}{
+		{`{"downstream":"api","priority":1}`, 1},
+		{`{"downstream":"api","priority":3}`, 3},
+		{`{"downstream":"api","priority":5}`, 5},
+		{`{"downstream":"api","priority":null}`, 0},
+		{`{"downstream":"api"}`, 0},
+	} {
+		s, err := Parse([]byte(c.in))
+		if err != nil {
+			t.Errorf("case %d: Parse(%s) = %v", i, c.in, err)
+			continue
+		}
+		task, err := s.Task(now)
+		if err != nil || task.Priority != c.want {
+			t.Errorf("case %d: %s: got priority %d (%v), want %d", i, c.in, task.Priority, err, c.want)
+		}
+	}
+}
+
 func TestTaskChecks(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -127,6 +164,14 @@ func TestTaskChecks(t *testing.T) {
 			t.Errorf("case %d: Task = %v, want %q", i, err, c.want)
 		}
 	}
+	// A Spec built in code (the CLI's flags) is checked too.
+	api := "api"
+	for _, p := range []int{0, 6, -1} {
+		_, err := Spec{Downstream: &api, Priority: &p}.Task(now)
+		if err == nil || !strings.HasPrefix(err.Error(), "priority: must be an integer from 1 (first) to 5 (last), got ") || !errors.Is(err, ErrInvalid) {
+			t.Errorf("priority %d: Task = %v, want the priority error", p, err)
+		}
+	}
 }
 
 func TestMerge(t *testing.T) {
@@ -135,15 +180,19 @@ func TestMerge(t *testing.T) {
 	d := 10 * time.Second
 	at := time.Unix(2e9, 0)
 	cost := int64(4)
-	defaults := Spec{Downstream: str("api"), Key: str("tenant"), Cost: &cost, In: &d, Payload: []byte("x"), Unique: str("u")}
+	prio, own := 2, 1
+	defaults := Spec{Downstream: str("api"), Key: str("tenant"), Cost: &cost, In: &d, Payload: []byte("x"), Unique: str("u"), Priority: &prio}
 	s := Spec{Key: str("own"), At: &at}.Merge(defaults)
 	if *s.Downstream != "api" || *s.Key != "own" || *s.Cost != 4 || s.In != nil || !s.At.Equal(at) ||
-		string(s.Payload) != "x" || s.Unique != nil {
-		t.Errorf("merged = %+v: want the line's key and at, the defaults' downstream, cost, payload, no in and no unique", s)
+		string(s.Payload) != "x" || s.Unique != nil || s.Priority == nil || *s.Priority != 2 {
+		t.Errorf("merged = %+v: want the line's key and at, the defaults' downstream, cost, payload and priority, no in and no unique", s)
 	}
 	s = Spec{}.Merge(defaults)
 	if s.In == nil || *s.In != d {
 		t.Errorf("merged in = %v, want the default's", s.In)
+	}
+	if s = (Spec{Priority: &own}).Merge(defaults); *s.Priority != 1 {
+		t.Errorf("merged priority = %d, want the line's 1", *s.Priority)
 	}
 }
 
