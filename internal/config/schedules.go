@@ -9,6 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/shaper-io/shaper/internal/cronspec"
+	"github.com/shaper-io/shaper/internal/priority"
 )
 
 // RateChange sets the downstream's rate each time Cron fires: the rate in
@@ -55,6 +56,9 @@ type CronJob struct {
 	Payload any    `yaml:"payload,omitempty"`
 	Key     string `yaml:"key,omitempty"`
 	Cost    int64  `yaml:"cost,omitempty"`
+	// Priority of the job's tasks, 1-5 (0: the downstream's default); a
+	// value other than 3 needs the downstream's priority setting.
+	Priority int `yaml:"priority,omitempty"`
 }
 
 // PayloadJSON is the payload as JSON ("null" when none).
@@ -209,6 +213,12 @@ func (c *Config) validateCron() *Error {
 		}
 		if j.Cost < 1 {
 			return errf(p+".cost", "must be at least 1, got %d", j.Cost)
+		}
+		if err := priority.Validate(j.Priority); err != nil {
+			return errf(p+".priority", "%v", err)
+		}
+		if d, _ := c.Downstream(j.Downstream); j.Priority != 0 && j.Priority != priority.Default && d.Priority == nil {
+			return errf(p+".priority", "%d needs downstream %s to serve priorities (set priority: {} on it)", j.Priority, q(j.Downstream))
 		}
 		if _, err := j.PayloadJSON(); err != nil {
 			return errf(p+".payload", "cannot be sent as JSON: %v", err)

@@ -119,6 +119,11 @@ type Downstream struct {
 	// Fairness, when set, shares the rate among the task keys with tasks
 	// waiting (weighted fair share) instead of first come, first served.
 	Fairness *Fairness `yaml:"fairness,omitempty"`
+	// Priority, when set, serves the downstream's tasks by priority: a
+	// task's "priority" from 1 (first) to 5 (last); a waiting task of a
+	// higher priority is always taken before one of a lower priority.
+	// Without it, tasks may name only priority 3.
+	Priority *Priority `yaml:"priority,omitempty"`
 	// Workers is the worker budget. Default ceil(rate × MaxWait) + 1,
 	// between 2 and 1000; an explicit value may be 1-10000.
 	Workers int `yaml:"workers"`
@@ -158,6 +163,12 @@ type Downstream struct {
 	// OnLate is what becomes of a task with a deadline it cannot meet:
 	// LateArchive (default) or LateReject (see rollout.go).
 	OnLate OnLate `yaml:"on_late,omitempty"`
+}
+
+// Priority is a downstream's priority setting.
+type Priority struct {
+	// Default is the priority of a task that names none, 1-5. Default 3.
+	Default int `yaml:"default,omitempty"`
 }
 
 // Fairness shares a downstream's rate among the keys (the task's key:

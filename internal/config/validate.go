@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -285,6 +286,14 @@ func (d *Downstream) validate(p string) *Error {
 	}
 	if e := d.validateFairness(p); e != nil {
 		return e
+	}
+	if pr := d.Priority; pr != nil {
+		if err := priority.Validate(pr.Default); err != nil {
+			return errf(p+".priority.default", "%v", err)
+		}
+		if d.Batch != nil {
+			return errf(p+".priority", "cannot be combined with batch (a batch is served by asynq's server, which knows no priority)")
+		}
 	}
 	if d.Workers < 1 || d.Workers > maxWorkers {
 		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)

@@ -155,6 +155,12 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Producer.Retention[dc.Name] = time.Duration(dc.Retention)
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
 		p.Producer.Shaping[dc.Name] = producerShaping(dc, sd)
+		if dc.Priority != nil {
+			if p.Producer.Priority == nil {
+				p.Producer.Priority = map[string]int{}
+			}
+			p.Producer.Priority[dc.Name] = dc.Priority.Default
+		}
 		if sd.Fairness != nil {
 			p.Producer.Fair[dc.Name] = queue.FairShare{Fairness: sd.Fairness, Rate: sd.Rate}
 		}
@@ -247,6 +253,9 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
+	if dc.Priority != nil {
+		sd.Priority = &shaping.Priority{Default: dc.Priority.Default}
+	}
 	if rh := dc.RateHeaders; rh != nil {
 		m, err := rh.Mapping()
 		if err != nil {
@@ -371,7 +380,7 @@ func cronJobs(cfg *config.Config) ([]queue.CronJob, error) {
 			return nil, fmt.Errorf("config: cron[%d].payload: %w", i, err)
 		}
 		out = append(out, queue.CronJob{Name: j.Name, Schedule: s, Task: queue.Task{
-			Downstream: j.Downstream, Type: j.Type, Payload: payload, Key: j.Key, Cost: j.Cost}})
+			Downstream: j.Downstream, Type: j.Type, Payload: payload, Key: j.Key, Cost: j.Cost, Priority: j.Priority}})
 	}
 	return out, nil
 }
