@@ -48,6 +48,8 @@ type ProcessDownstream struct {
 	AchievedPerSecond float64 `json:"achieved_per_second"`
 	Held              float64 `json:"held"`
 	Paused            bool    `json:"paused"`
+	// LeasesInUse is the calls in flight it holds a concurrency lease for.
+	LeasesInUse float64 `json:"leases_in_use,omitempty"`
 }
 
 // NewFleet returns the fleet of processes under prefix; this one listens
@@ -70,7 +72,7 @@ func (f *Fleet) exchange(ctx context.Context, s *Snapshot, now time.Time) ([]Pro
 		me.At = s.GeneratedAt
 		me.Downstreams = map[string]ProcessDownstream{}
 		for _, d := range s.Downstreams {
-			me.Downstreams[d.Name] = ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused}
+			me.Downstreams[d.Name] = processDownstream(d)
 		}
 		b, _ := json.Marshal(me)
 		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -108,6 +110,28 @@ func (f *Fleet) exchange(ctx context.Context, s *Snapshot, now time.Time) ([]Pro
 	return out, nil
 }
 
+func processDownstream(d DownstreamSnapshot) ProcessDownstream {
+	return ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused, LeasesInUse: d.LeasesInUse}
+}
+
+// fleetDownstream sums d's figures over the fleet's processes, taking
+// this process's (self) from d, which is newer than what it published.
+func fleetDownstream(fleet []ProcessSnapshot, self string, d DownstreamSnapshot) *FleetDownstream {
+	me := processDownstream(d)
+	out := &FleetDownstream{Processes: 1, AchievedPerSecond: me.AchievedPerSecond, Held: me.Held, LeasesInUse: me.LeasesInUse}
+	for _, p := range fleet {
+		pd, ok := p.Downstreams[d.Name]
+		if !ok || p.ID == self {
+			continue
+		}
+		out.Processes++
+		out.AchievedPerSecond += pd.AchievedPerSecond
+		out.Held += pd.Held
+		out.LeasesInUse += pd.LeasesInUse
+	}
+	return out
+}
+
 // fleetCells formats the fleet: the header's process count and, per
 // downstream, the rate every process achieved together, each one's
 // share and what they hold.
@@ -135,4 +159,48 @@ func fleetCells(cells map[string]string, s Snapshot) {
 		}
 		cells[k] = fmt.Sprintf("%s together, held %s · %s", perSec(sum), count(held), strings.Join(parts, ", "))
 	}
+}
+
+// processRows lists the live processes, this one first: the others as
+// the fleet last read them, this one with its figures of now (alone
+// without a fleet).
+func processRows(s Snapshot) []ProcessRow {
+	listen := ""
+	var others []ProcessRow
+	for _, p := range s.Fleet {
+		if p.ID == s.Self {
+			listen = p.Listen
+			continue
+		}
+		seen := "seen " + secs(max(s.GeneratedAt.Sub(p.At).Seconds(), 0)) + " ago"
+		others = append(others, ProcessRow{ID: p.ID, Text: processText(p.Listen, seen, p.Downstreams)})
+	}
+	me := map[string]ProcessDownstream{}
+	for _, d := range s.Downstreams {
+		me[d.Name] = processDownstream(d)
+	}
+	self := ProcessRow{ID: cmpOr(s.Self, "this process"), Self: true, Text: processText(listen, "serves this page", me)}
+	return append([]ProcessRow{self}, others...)
+}
+
+// processText is a process's line: its address, when it was heard of,
+// and per downstream its achieved rate (or paused) and the tasks it holds.
+func processText(listen, seen string, ds map[string]ProcessDownstream) string {
+	var parts []string
+	if listen != "" && !strings.HasSuffix(listen, ":0") {
+		parts = append(parts, listen)
+	}
+	parts = append(parts, seen)
+	for _, name := range sortedKeys(ds) {
+		pd := ds[name]
+		s := name + " " + perSec(pd.AchievedPerSecond)
+		if pd.Paused {
+			s = name + " paused"
+		}
+		if pd.Held > 0 {
+			s += ", holds " + count(pd.Held)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " · ")
 }

@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,11 +17,14 @@ const mSettled = "shaper_shaping_settled_cost_units_total"
 type QuotaSnapshot struct {
 	// Quota reads like "5000/1h0m0s" (sliding) or "100000/24h0m0s@0s".
 	Quota string `json:"quota"`
-	// Display reads it as a person would: "100000 per 24h, windows from
-	// 00:00:00 UTC".
+	// Display reads it as a person would: "100,000 per day from 00:00
+	// UTC", "5,000 per hour (sliding)".
 	Display string `json:"display"`
-	Used    int64  `json:"used"`
-	Limit   int64  `json:"limit"`
+	// Aligned is true for fixed windows (the use resets at once), false
+	// for a sliding one (the use falls as units leave the window).
+	Aligned bool  `json:"aligned"`
+	Used    int64 `json:"used"`
+	Limit   int64 `json:"limit"`
 	// ResetInSeconds is how long until the use next falls; nil when
 	// nothing counts.
 	ResetInSeconds *float64 `json:"reset_in_seconds,omitempty"`
@@ -66,7 +70,7 @@ func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
 		return
 	}
 	for _, q := range l.Quotas {
-		qs := QuotaSnapshot{Quota: q.Quota.String(), Display: humanQuota(q.Quota), Used: q.Used, Limit: q.Quota.Limit}
+		qs := QuotaSnapshot{Quota: q.Quota.String(), Display: humanQuota(q.Quota), Aligned: q.Quota.Aligned, Used: q.Used, Limit: q.Quota.Limit}
 		if !q.Reset.IsZero() {
 			s := max(q.Reset.Sub(now).Seconds(), 0)
 			qs.ResetInSeconds = &s
@@ -89,39 +93,83 @@ func (p *Page) limits(d *DownstreamSnapshot, f families, now time.Time) {
 	d.SettledRefundedTotal = f.counter(mSettled, ls)
 }
 
-// secs reads a number of seconds as a person would: "45 s", "3m 20s",
-// "17h 2m", "2d 4h".
+// secs reads a number of seconds as a person would: "45 s", "3 m 20 s",
+// "17 h 02 m", "2 d 04 h".
 func secs(v float64) string {
 	d := time.Duration(max(v, 0) * float64(time.Second)).Round(time.Second)
+	h := int(d.Hours())
 	switch {
 	case d < time.Minute:
 		return fmt.Sprintf("%.0f s", d.Seconds())
 	case d < time.Hour:
-		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+		return fmt.Sprintf("%d m %02d s", int(d.Minutes()), int(d.Seconds())%60)
 	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+		return fmt.Sprintf("%d h %02d m", h, int(d.Minutes())%60)
 	}
-	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+	return fmt.Sprintf("%d d %02d h", h/24, h%24)
 }
 
-// humanQuota reads a quota as a person would: "100000 per 24h, windows
-// from 00:00 UTC", "5000 per 1h sliding".
+// humanQuota reads a quota as a person would: "100,000 per day from
+// 00:00 UTC", "5,000 per hour (sliding)".
 func humanQuota(q shaping.Quota) string {
-	s := fmt.Sprintf("%d per %s", q.Limit, shortDuration(q.Per))
+	s := thousands(q.Limit) + " per " + period(q.Per)
 	if !q.Aligned {
-		return s + " sliding"
+		return s + " (sliding)"
 	}
-	return s + ", windows from " + time.Unix(0, 0).UTC().Add(q.Offset).Format("15:04:05 UTC")
+	at := time.Unix(0, 0).UTC().Add(q.Offset)
+	layout := "15:04"
+	if at.Second() != 0 || at.Nanosecond() != 0 {
+		layout = "15:04:05.999"
+	}
+	return s + " from " + at.Format(layout) + " UTC"
 }
 
-// shortDuration drops a Duration's zero units: 24h, 1h30m, 90s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
+// period reads a window's length in words: "day", "hour", "10 minutes",
+// "7 days", "1.5s".
+func period(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{7 * 24 * time.Hour, "week"}, {24 * time.Hour, "day"}, {time.Hour, "hour"}, {time.Minute, "minute"}, {time.Second, "second"}} {
+		switch {
+		case d == u.d:
+			return u.name
+		case d%u.d == 0:
+			return fmt.Sprintf("%d %ss", d/u.d, u.name)
+		}
 	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
+	return d.String()
+}
+
+// thousands writes n with a comma between groups of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// quotaText is one quota's line: "100,000 per day from 00:00 UTC · 132
+// used · resets in 17 h 02 m" (a sliding quota's use "falls" instead: its
+// oldest units leave the window).
+func quotaText(q QuotaSnapshot) string {
+	s := fmt.Sprintf("%s · %s used", cmpOr(q.Display, q.Quota), thousands(q.Used))
+	switch {
+	case q.ResetInSeconds == nil:
+	case q.Aligned:
+		s += " · resets in " + secs(*q.ResetInSeconds)
+	default:
+		s += " · use falls in " + secs(*q.ResetInSeconds)
 	}
 	return s
 }
@@ -132,13 +180,9 @@ func limitCells(cells map[string]string, d DownstreamSnapshot) {
 	k := func(f string) string { return DownstreamKey(d.Name, f) }
 	var qs []string
 	for _, q := range d.Quotas {
-		s := fmt.Sprintf("%s: %d of %d used", cmpOr(q.Display, q.Quota), q.Used, q.Limit)
-		if q.ResetInSeconds != nil {
-			s += ", use falls in " + secs(*q.ResetInSeconds)
-		}
-		qs = append(qs, s)
+		qs = append(qs, quotaText(q))
 	}
-	cells[k("quotas")] = cmpOr(strings.Join(qs, " · "), "none")
+	cells[k("quotas")] = cmpOr(strings.Join(qs, "; "), "none")
 	cells[k("announced")] = "none"
 	if a := d.Announced; a != nil {
 		s := fmt.Sprintf("%s: %d left", a.Source, a.Remaining)
@@ -162,5 +206,12 @@ func limitCells(cells map[string]string, d DownstreamSnapshot) {
 		}
 		cells[k("clamp")] = s
 	}
-	cells[k("settled")] = fmt.Sprintf("+%s charged / −%s refunded", count(d.SettledChargedTotal), count(d.SettledRefundedTotal))
+	var settled []string
+	if d.SettledChargedTotal > 0 {
+		settled = append(settled, "+"+count(d.SettledChargedTotal)+" charged")
+	}
+	if d.SettledRefundedTotal > 0 {
+		settled = append(settled, "−"+count(d.SettledRefundedTotal)+" refunded")
+	}
+	cells[k("settled")] = cmpOr(strings.Join(settled, " · "), "none")
 }

@@ -28,6 +28,8 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// the backlog gauge, which cmd/shaper keeps fresh from the Inspector
+	b.m.Backlog.WithLabelValues("api", "pending").Set(4)
 	var s statuspage.Snapshot
 	k := func(f string) string { return s.View.Cells[statuspage.DownstreamKey("api", f)] }
 	defer func() {
@@ -37,8 +39,11 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the quota spent and the page showing it", func() bool {
 		s = b.snapshot(t)
-		return strings.HasPrefix(k("quotas"), "6 per 1m sliding: 6 of 6 used, use falls in ") && strings.HasPrefix(k("state"), "held by")
+		return strings.HasPrefix(k("quotas"), "6 per minute (sliding) · 6 used · use falls in ") && k("state") == "held by quota"
 	})
+	if got := k("why_kind") + ": " + k("why"); !strings.HasPrefix(got, "quota: 6 per minute (sliding) · 6 used · use falls in ") {
+		t.Errorf("why-waiting line %q, want the quota in words", got)
+	}
 	if got := k("announced"); !strings.Contains(got, "x-ratelimit: 3000 of 10000 left") || !strings.Contains(got, "resets in") {
 		t.Errorf("announced cell %q, want the x-ratelimit limit of 3 of 10 and its reset", got)
 	}
@@ -56,7 +61,7 @@ func TestHumanDurations(t *testing.T) {
 	for _, c := range []struct {
 		s    float64
 		want string
-	}{{0, "0 s"}, {45.4, "45 s"}, {200, "3m 20s"}, {61330, "17h 2m"}, {2*86400 + 4*3600, "2d 4h"}} {
+	}{{0, "0 s"}, {45.4, "45 s"}, {200, "3 m 20 s"}, {61330, "17 h 02 m"}, {2*86400 + 4*3600, "2 d 04 h"}} {
 		if got := statuspage.Secs(c.s); got != c.want {
 			t.Errorf("secs(%v) = %q, want %q", c.s, got, c.want)
 		}

@@ -76,8 +76,10 @@ type DownstreamSnapshot struct {
 	// Fair is the fair share's state; nil without fairness.
 	Fair     *FairInfo        `json:"fair,omitempty"`
 	Lateness LatenessSnapshot `json:"lateness"`
-	// Pushbacks: 429/503 answers with a pause that pushed the bucket back.
-	PushbacksTotal float64 `json:"pushbacks_total"`
+	// Pushbacks: 429/503 answers with a pause that pushed the bucket back;
+	// RecentPushbacks those in the last RecentSpan.
+	PushbacksTotal  float64 `json:"pushbacks_total"`
+	RecentPushbacks float64 `json:"recent_pushbacks"`
 	// BucketFullTotal counts reservation attempts that found the bucket
 	// full (the slot would lie past max_wait): the task stays held and
 	// asks again once a slot frees. It is how a backlog waits, not an error.
@@ -120,6 +122,25 @@ type DownstreamSnapshot struct {
 	// Settled…Total are cost units charged or refunded after calls.
 	SettledChargedTotal  float64 `json:"settled_charged_total"`
 	SettledRefundedTotal float64 `json:"settled_refunded_total"`
+	// Fleet is the downstream's figures summed over every live process
+	// (this one's as of now); nil without Options.Fleet.
+	Fleet *FleetDownstream `json:"fleet,omitempty"`
+	// Why is what holds the backlog now (WhyWaiting); DrainSeconds the
+	// predicted time to drain it (DrainSeconds), nil when it does not
+	// drain by itself or nothing waits.
+	Why          Why      `json:"why"`
+	DrainSeconds *float64 `json:"drain_seconds,omitempty"`
+}
+
+// FleetDownstream is a downstream's figures summed over the fleet's live
+// processes.
+type FleetDownstream struct {
+	// Processes is how many live processes serve the downstream.
+	Processes         int     `json:"processes"`
+	AchievedPerSecond float64 `json:"achieved_per_second"`
+	Held              float64 `json:"held"`
+	// LeasesInUse is the calls in flight under the concurrency cap.
+	LeasesInUse float64 `json:"leases_in_use"`
 }
 
 // BreakerInfo is a downstream's circuit breaker as this process last saw
@@ -160,6 +181,10 @@ type FairInfo struct {
 	// TopKeys are the keys with the most releases by this process in the
 	// last minute (at most metrics.FairTopKeys), most first.
 	TopKeys []KeyReleases `json:"top_keys"`
+	// KeyRate is the per-key ceiling (key_rate, e.g. "5/s") and
+	// KeyRatePerSecond its units per second; "" and 0 without one.
+	KeyRate          string  `json:"key_rate,omitempty"`
+	KeyRatePerSecond float64 `json:"key_rate_per_second,omitempty"`
 }
 
 // KeyReleases is one key's releases in the last minute.
@@ -220,6 +245,22 @@ type View struct {
 	Cells map[string]string `json:"cells"`
 	// Sparks maps a downstream to its sparkline.
 	Sparks map[string]Spark `json:"sparks"`
+	// Rows maps a card's detail row (its data-row key, DownstreamKey of
+	// the row's field) to whether it is shown: the rows of features that
+	// are off, and of counts still zero, are hidden.
+	Rows map[string]bool `json:"rows"`
+	// Processes are the live processes, one line each, this one marked.
+	Processes []ProcessRow `json:"processes"`
+}
+
+// ProcessRow is one live process on the page.
+type ProcessRow struct {
+	ID string `json:"id"`
+	// Self marks the process that serves the page.
+	Self bool `json:"self"`
+	// Text is its address, when it was last heard of and what it does
+	// per downstream.
+	Text string `json:"text"`
 }
 
 // Spark is a sparkline: SVG polyline points in a SparkW×SparkH box, and
@@ -280,6 +321,16 @@ func (p *Page) Snapshot() Snapshot {
 	if fl := p.opts.Fleet; fl != nil {
 		snap.Self = fl.self.ID
 	}
+	for i := range snap.Downstreams {
+		d := &snap.Downstreams[i]
+		if p.opts.Fleet != nil {
+			d.Fleet = fleetDownstream(snap.Fleet, snap.Self, *d)
+		}
+		d.Why = WhyWaiting(*d, now, snap.Redis.Reachable)
+		if s, ok := DrainSeconds(*d, d.Why); ok {
+			d.DrainSeconds = &s
+		}
+	}
 	snap.View = view(snap)
 	return snap
 }
@@ -291,6 +342,17 @@ type window struct {
 	cur, base sample
 	ring      []sample
 	span      float64 // seconds from base to now
+}
+
+// since is the oldest sample of the ring within span of now (cur when
+// there is none).
+func (w window) since(span time.Duration) sample {
+	for _, s := range w.ring {
+		if w.now.Sub(s.at) <= span {
+			return s
+		}
+	}
+	return w.cur
 }
 
 // downstream is one downstream's part of the snapshot; false when the
@@ -315,7 +377,11 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 	}
 	if ds.Fairness != nil {
 		d.Fair = fairInfo(f, l)
+		if kr := ds.Fairness.KeyRate; !kr.IsZero() {
+			d.Fair.KeyRate, d.Fair.KeyRatePerSecond = kr.RateString(), kr.PerSec()
+		}
 	}
+	d.RecentPushbacks = d.PushbacksTotal - w.since(RecentSpan).ds[ds.Name].pushbacks
 	if a := st.adaptive; a != nil {
 		d.Adaptive = &AdaptiveInfo{Floor: a.Floor, Ceiling: cmpOr(a.Ceiling, st.rate), RatePerSecond: cs.Adaptive}
 	}

@@ -140,6 +140,7 @@ type sample struct {
 
 type dsSample struct {
 	releases   float64
+	pushbacks  float64
 	lateness   hist
 	shadowWait hist
 }
@@ -165,6 +166,7 @@ func New(opts Options) *Page {
 	p := &Page{opts: opts, static: map[string]configured{}, control: map[string]shaping.State{}}
 	p.tmpl = template.Must(template.New("status.html").Funcs(template.FuncMap{
 		"cell": func(v View, k string) string { return v.Cells[k] },
+		"off":  func(v View, k string) bool { return !v.Rows[k] },
 		"dk":   DownstreamKey,
 		"lk":   LimiterKey,
 		"sk":   ScriptKey,
@@ -269,7 +271,7 @@ func (p *Page) sampleOf(now time.Time, f families) sample {
 	s := sample{at: now, ds: map[string]dsSample{}, sc: map[string]hist{}}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
 		l := map[string]string{"downstream": ds.Name}
-		s.ds[ds.Name] = dsSample{releases: f.counter(mReleases, l), lateness: f.histogram(mLateness, l),
+		s.ds[ds.Name] = dsSample{releases: f.counter(mReleases, l), pushbacks: f.counter(mPushbacks, l), lateness: f.histogram(mLateness, l),
 			shadowWait: f.histogram(mShadowWait, l)}
 	}
 	for _, sc := range f.labelValues(mScript+"", "script", nil) {
@@ -308,9 +310,10 @@ type Mounter interface {
 	Handle(pattern string, h http.Handler)
 }
 
-// Mount mounts the page: GET / and GET /status (HTML), GET /status.json,
-// and the page's script and style under /status/. All are open (no token)
-// and read-only.
+// Mount mounts the page: GET / and GET /status (HTML; ?details=open
+// renders every card's details unfolded), GET /status.json, and the
+// page's script and style under /status/. All are open (no token) and
+// read-only.
 func (p *Page) Mount(m Mounter) {
 	m.Handle("GET /{$}", http.HandlerFunc(p.serveHTML))
 	m.Handle("GET /status", http.HandlerFunc(p.serveHTML))
@@ -341,13 +344,15 @@ type pageData struct {
 	SparkH     int
 	States     []string
 	Outcomes   []string
+	// Open renders the cards' details unfolded (GET /?details=open).
+	Open bool
 }
 
 func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	headers(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	data := pageData{Snapshot: p.Snapshot(), IntervalMs: p.opts.Interval.Milliseconds(), SparkW: SparkW, SparkH: SparkH,
-		States: BacklogStates, Outcomes: Outcomes}
+		States: BacklogStates, Outcomes: Outcomes, Open: r.URL.Query().Get("details") == "open"}
 	if err := p.tmpl.Execute(w, data); err != nil {
 		p.opts.Logger.Warn("status page: render", "err", err)
 	}

@@ -41,7 +41,7 @@ func dur(v *float64) string {
 
 // view formats a snapshot for the page.
 func view(s Snapshot) View {
-	v := View{Cells: map[string]string{}, Sparks: map[string]Spark{}}
+	v := View{Cells: map[string]string{}, Sparks: map[string]Spark{}, Rows: map[string]bool{}, Processes: processRows(s)}
 	v.Cells["updated"] = s.GeneratedAt.Format("15:04:05") + " UTC"
 	v.Cells["window"] = strconv.FormatFloat(math.Round(s.WindowSeconds), 'f', 0, 64) + " s"
 	v.Cells["warning"] = s.Warning
@@ -56,6 +56,10 @@ func view(s Snapshot) View {
 	}
 	for _, d := range s.Downstreams {
 		downstreamCells(v.Cells, d, s.Redis.Reachable, s.GeneratedAt)
+		headlineCells(v.Cells, d, s.WindowSeconds)
+		for f, on := range detailRows(d, len(s.Fleet)) {
+			v.Rows[DownstreamKey(d.Name, f)] = on
+		}
 		v.Sparks[d.Name] = spark(d.PerSecond, d.RatePerSecond, int(math.Round(s.WindowSeconds/max(s.IntervalSeconds, 1e-9))))
 	}
 	for _, l := range s.Limiters {
@@ -92,10 +96,6 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 			cur = perSec(a.RatePerSecond)
 		}
 		cells[k("adaptive")] = fmt.Sprintf("%s (%s … %s)", cur, a.Floor, a.Ceiling)
-	}
-	cells[k("achieved")] = perSec(d.AchievedPerSecond)
-	if d.Paused {
-		cells[k("achieved")] = "paused (" + perSec(d.AchievedPerSecond) + " over the last minute)"
 	}
 	cells[k("releases")] = count(d.ReleasesTotal)
 	for _, st := range BacklogStates {
@@ -196,8 +196,10 @@ func downstreamState(d DownstreamSnapshot, redisReachable bool) string {
 		return "paused"
 	case d.Breaker != nil && d.Breaker.State != "closed":
 		return "breaker " + strings.ReplaceAll(d.Breaker.State, "_", "-")
-	case d.HeldBy != "" && d.HeldBy != "announced pace":
-		return "held by " + d.HeldBy
+	case strings.HasPrefix(d.HeldBy, "quota "):
+		return "held by quota"
+	case d.HeldBy == "announced":
+		return "held by announced limit"
 	case d.ShapingMode == "shadow":
 		return "shadow"
 	case d.Adaptive != nil:

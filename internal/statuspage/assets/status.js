@@ -35,11 +35,46 @@
       ref.setAttribute("y1", sp.rate_y);
       ref.setAttribute("y2", sp.rate_y);
     });
+    var rows = snap.view.rows || {};
+    Object.keys(rows).forEach(function (k) {
+      document.querySelectorAll('[data-row="' + k.replace(/["\\]/g, "\\$&") + '"]').forEach(function (el) {
+        el.hidden = !rows[k];
+      });
+    });
+    procs(snap.view.processes || []);
     // A limiter or script that appeared since the page was rendered: render
     // the page again (at most every 10 s).
     if (missing && Date.now() - loadedAt > 10000) {
       location.reload();
     }
+  }
+
+  // procs rebuilds the list of live processes, this one marked.
+  function procs(list) {
+    var ul = document.getElementById("procs");
+    if (!ul) return;
+    var items = list.map(function (p) {
+      var li = document.createElement("li");
+      if (p.self) li.className = "self";
+      var id = document.createElement("span");
+      id.className = "pid";
+      id.textContent = p.id;
+      li.appendChild(id);
+      if (p.self) {
+        var me = document.createElement("span");
+        me.className = "me";
+        me.textContent = "this process";
+        li.appendChild(document.createTextNode(" "));
+        li.appendChild(me);
+      }
+      var text = document.createElement("span");
+      text.className = "ptext";
+      text.textContent = p.text;
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(text);
+      return li;
+    });
+    ul.replaceChildren.apply(ul, items);
   }
 
   function poll() {
