@@ -107,8 +107,8 @@ admission limiters. One task comes from --payload or --payload-file; without
 them, tasks come as JSON Lines from --file or stdin, one object a line:
 
   {"downstream":"api","payload":{"id":1},"key":"tenant-7","cost":1,"unique":"job-1",
-   "at":"2026-01-02T15:04:05Z" | "in":"30s","type":"charge","max_retry":3,"timeout":"10s",
-   "deadline":"2026-01-02T15:09:05Z" | "ttl":"5m"}
+   "at":"2026-01-02T15:04:05Z" | "in":"30s","type":"charge","max_retry":3,"priority":2,
+   "timeout":"10s","deadline":"2026-01-02T15:09:05Z" | "ttl":"5m"}
 
 Flags set defaults for the fields a line leaves out (not --unique).
 
@@ -166,6 +166,7 @@ type taskFlags struct {
 	ttl                                time.Duration
 	cost                               int64
 	maxRetry                           int
+	priority                           int
 	taskTimeout                        time.Duration
 }
 
@@ -188,6 +189,7 @@ func (o *options) define(fs *flag.FlagSet) *taskFlags {
 	fs.StringVar(&tf.in, "in", "", "run no earlier than this long from now (e.g. 30s, 5m)")
 	fs.StringVar(&tf.typ, "type", "", "asynq task type (default shaper:task)")
 	fs.IntVar(&tf.maxRetry, "max-retry", 0, "handler-failure retry budget (default: the downstream's max_retry)")
+	fs.IntVar(&tf.priority, "priority", 0, "priority from 1 (taken first) to 5 (taken last); 0 or unset: the downstream's priority.default, else 3")
 	fs.DurationVar(&tf.taskTimeout, "task-timeout", 0, "bound on one delivery attempt (default asynq's 30m)")
 	fs.StringVar(&tf.deadline, "deadline", "", "start no later than this time or be archived unsent (RFC 3339 or Unix seconds)")
 	fs.DurationVar(&tf.ttl, "ttl", 0, "start within this long from enqueue or be archived unsent (e.g. 5m)")
@@ -223,6 +225,16 @@ func (tf *taskFlags) fields(d *taskspec.Spec, set map[string]bool) []taskField {
 		{"max-retry", func() error {
 			d.MaxRetry = &tf.maxRetry
 			return inRange("max-retry", int64(tf.maxRetry), taskspec.MaxRetryBound)
+		}},
+		{"priority", func() error {
+			if tf.priority == 0 {
+				return nil // not set: each line's own, else the downstream's default
+			}
+			if msg := taskspec.OutOfPriority(tf.priority); msg != "" {
+				return fmt.Errorf("--priority %s", msg)
+			}
+			d.Priority = &tf.priority
+			return nil
 		}},
 		{"task-timeout", func() error {
 			if tf.taskTimeout <= 0 {

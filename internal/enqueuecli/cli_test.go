@@ -79,6 +79,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--config", "x", "--payload", "p", "--unique", ""}, "--unique must not be empty"},
 		{[]string{"--config", "x", "--payload", "p", "--file", "f"}, "--file reads many tasks"},
 		{[]string{"--config", "x", "--max-retry", "-2"}, "--max-retry must be 0..10000, got -2"},
+		{[]string{"--config", "x", "--priority", "6"}, "--priority must be an integer from 1 (first) to 5 (last), got 6"},
+		{[]string{"--config", "x", "--priority", "-1"}, "--priority must be an integer from 1 (first) to 5 (last), got -1"},
+		{[]string{"--config", "x", "--priority", "high"}, `invalid value "high" for flag -priority`},
 		{[]string{"--config", "x", "--task-timeout", "0s"}, "--task-timeout must be positive"},
 		{[]string{"--config", "x", "--rate", "0"}, `--rate: rate must be positive, got "0"`},
 		{[]string{"--config", "x", "--rate", "10/fortnight"}, `unknown period "fortnight"`},
@@ -93,8 +96,22 @@ func TestParseFlags(t *testing.T) {
 	}
 	var help bytes.Buffer
 	if _, err := parseFlags([]string{"-h"}, &help); err == nil || !strings.Contains(help.String(), "Exit codes: 0 all enqueued") ||
-		!strings.Contains(help.String(), "-skip-duplicates") {
+		!strings.Contains(help.String(), "-skip-duplicates") || !strings.Contains(help.String(), "-priority int") {
 		t.Errorf("-h: %v, help %q", err, help.String())
+	}
+	// --priority sets the default priority; 0 leaves it unset.
+	for _, c := range []struct {
+		arg  string
+		want int // 0: unset
+	}{{"1", 1}, {"5", 5}, {"0", 0}} {
+		o, err := parseFlags([]string{"--config", "x", "--priority", c.arg}, io.Discard)
+		got := 0
+		if err == nil && o.defaults.Priority != nil {
+			got = *o.defaults.Priority
+		}
+		if err != nil || got != c.want {
+			t.Errorf("--priority %s: default priority %d (%v), want %d", c.arg, got, err, c.want)
+		}
 	}
 }
 

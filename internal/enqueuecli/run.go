@@ -79,6 +79,8 @@ type Summary struct {
 	// when it was enqueued.
 	ID        string     `json:"id,omitempty"`
 	ProcessAt *time.Time `json:"process_at,omitempty"`
+	// Priority is the priority the one task waits at (1 to 5).
+	Priority int `json:"priority,omitempty"`
 	// ExpectedStart estimates when the one task will be released.
 	ExpectedStart  *time.Time `json:"expected_start,omitempty"`
 	ElapsedSeconds float64    `json:"elapsed_seconds"`
@@ -464,6 +466,7 @@ func (r *runner) countEnqueued(rec queue.Receipt, at string) {
 			s.ID = rec.ID
 			pa := rec.ProcessAt
 			s.ProcessAt = &pa
+			s.Priority = rec.Priority
 			if es := rec.ExpectedStart; !es.IsZero() {
 				s.ExpectedStart = &es
 			}
