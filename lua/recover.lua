@@ -17,6 +17,9 @@
 -- KEYS[1] -> asynq:{<qname>}:lease   (ZSET)
 -- KEYS[2] -> asynq:{<qname>}:active  (LIST)
 -- KEYS[3] -> asynq:{<qname>}:pending (LIST; asynq dequeues from the right)
+-- KEYS[4..7] -> <prefix>:take:{<qname>}:priority:1, :2, :4, :5 (optional,
+--             all four or none): a task whose hash field "shaper_priority"
+--             names one of these goes back to the front of that list
 -- ARGV[1] -> task key prefix, asynq:{<qname>}:t:
 -- ARGV[2] -> lease duration in seconds (asynq's: 30)
 -- ARGV[3] -> stale after this many seconds without an extension
@@ -46,7 +49,13 @@ for _, id in ipairs(ids) do
     local key = ARGV[1] .. id
     if redis.call('EXISTS', key) == 1 then
       redis.call('HSET', key, 'state', 'pending', 'pending_since', string.format('%.0f', nowus * 1000))
-      redis.call('RPUSH', KEYS[3], id)
+      local home = KEYS[3]
+      if KEYS[7] then
+        local p = redis.call('HGET', key, 'shaper_priority')
+        local lists = {['1'] = KEYS[4], ['2'] = KEYS[5], ['4'] = KEYS[6], ['5'] = KEYS[7]}
+        home = lists[p or ''] or KEYS[3]
+      end
+      redis.call('RPUSH', home, id)
       moved = moved + 1
     else
       dropped = dropped + 1

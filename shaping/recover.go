@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/priority"
 )
 
 // Crash recovery, faster than asynq's. asynq returns a dead worker's
@@ -144,10 +145,15 @@ func (d *Dispatcher) recoverAll(ctx context.Context, runners []*runner) {
 // seconds for tests, 0 for Redis TIME).
 func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (moved, dropped int64, err error) {
 	q := d.space.Asynq(ds)
+	var levels []string
+	for _, lv := range priority.Levels {
+		levels = append(levels, d.space.TakePriority(ds, lv))
+	}
 	total := int64(0)
 	for {
 		m, dr, err := d.store.Recover(ctx, q, lua.RecoverArgs{Lease: int64(asynqLease / time.Second),
-			Stale: int64(d.cfg.RecoverAfter / time.Second), Batch: recoverBatch, Now: now, Skew: int64(recoverSkew / time.Second)})
+			Stale: int64(d.cfg.RecoverAfter / time.Second), Batch: recoverBatch, Now: now, Skew: int64(recoverSkew / time.Second),
+			Levels: levels})
 		if err != nil {
 			return moved, dropped, fmt.Errorf("shaping: recover %q: %w", ds, err)
 		}

@@ -271,12 +271,16 @@ type RecoverArgs struct {
 	Batch int64 // ARGV[4]: at most this many tasks per call
 	Now   int64 // ARGV[5]: unix seconds; 0 reads Redis TIME
 	Skew  int64 // ARGV[6]: leases expired more than Lease - Skew ago are asynq's
+	// Levels, when set, are KEYS[4..7]: the queue's priority lists of
+	// levels 1, 2, 4 and 5 (keys.Space.TakePriority); a task of one of
+	// those goes back to its list.
+	Levels []string
 }
 
 // Recover returns a dead process's held tasks of queue q to the front of
 // its pending list: moved went back, dropped had no task hash.
 func (s *Store) Recover(ctx context.Context, q keys.AsynqQueue, a RecoverArgs) (moved, dropped int64, err error) {
-	v, err := s.ints(ctx, recoverScript, []string{q.Lease(), q.Active(), q.Pending()}, 2,
+	v, err := s.ints(ctx, recoverScript, append([]string{q.Lease(), q.Active(), q.Pending()}, a.Levels...), 2,
 		q.TaskPrefix(), a.Lease, a.Stale, a.Batch, a.Now, a.Skew)
 	if err != nil {
 		return 0, 0, err
