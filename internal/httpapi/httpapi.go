@@ -117,6 +117,10 @@ type Accepted struct {
 	State     string    `json:"state"`
 	Deferred  bool      `json:"deferred"`
 	ProcessAt time.Time `json:"process_at"`
+	// Priority is the priority the task waits at, 1 (taken first) to 5
+	// (taken last): its own, else its downstream's default (queue
+	// Receipt.Priority).
+	Priority int `json:"priority"`
 	// RetryAfter is, for a deferred task, the admission's Retry-After in
 	// seconds (the task runs no earlier than that).
 	RetryAfter float64 `json:"retry_after,omitempty"`
@@ -292,7 +296,7 @@ func (a *API) tooLarge(w http.ResponseWriter, n int64) {
 func (a *API) accepted(w http.ResponseWriter, rec queue.Receipt, failedOpen bool) {
 	now := a.cfg.Now()
 	body := Accepted{ID: rec.ID, Downstream: rec.Downstream, Queue: rec.Queue, State: "pending",
-		Deferred: rec.Deferred, ProcessAt: rec.ProcessAt, Location: TaskPath(rec.Downstream, rec.ID)}
+		Deferred: rec.Deferred, ProcessAt: rec.ProcessAt, Priority: rec.Priority, Location: TaskPath(rec.Downstream, rec.ID)}
 	if rec.ProcessAt.After(now) {
 		body.State = "scheduled"
 	}
