@@ -23,7 +23,7 @@ import (
 const asynqVersion = "v0.26.0"
 
 // The module pins asynq to asynqVersion: another version may lay out its
-// keys or its TaskMessage differently (TestTakeMessageLayout and the keys
+// keys or its TaskMessage differently (asynqmsg.TestMessageLayout and the keys
 // tests check the layout itself), so a change of version must be a
 // decision, made here.
 func TestAsynqVersionPinned(t *testing.T) {

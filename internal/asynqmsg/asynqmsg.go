@@ -1,14 +1,22 @@
-package take
+// Package asynqmsg reads and rewrites asynq v0.26's TaskMessage (the
+// protobuf in a task hash's "msg" field) with protowire, without asynq's
+// internal packages: a rewrite changes only the fields it sets and keeps
+// every other field's bytes, so asynq's Inspector reads the result as
+// asynq wrote it. The take engine (shaping/take) finishes tasks with it;
+// the producer (queue) rewrites a waiting task's payload when a newer one
+// collapses into it.
+package asynqmsg
 
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The field numbers of asynq v0.26's TaskMessage (internal/proto/asynq.proto).
-// TestMessageLayout fails when a message asynq.Client writes stops matching
+// TestMessageLayout (asynqmsg_test.go) fails when a message asynq.Client writes stops matching
 // them.
 const (
 	fieldType         protowire.Number = 1  // string
@@ -28,13 +36,13 @@ const (
 	fieldHeaders      protowire.Number = 15 // map<string, string>
 )
 
-// errMalformed marks a message that cannot be read as a TaskMessage.
-var errMalformed = errors.New("take: malformed task message")
+// ErrMalformed marks a message that cannot be read as a TaskMessage.
+var ErrMalformed = errors.New("asynqmsg: malformed task message")
 
-// message is the part of an asynq TaskMessage the engine reads. raw is the
-// encoded message as stored; rewrites start from it so that every field the
-// engine does not change keeps its bytes.
-type message struct {
+// Message is the part of an asynq TaskMessage shaper reads. raw is the
+// encoded message as stored; rewrites start from it so that every field
+// not changed keeps its bytes.
+type Message struct {
 	raw          []byte
 	Type         string
 	Payload      []byte
@@ -52,19 +60,19 @@ type message struct {
 	GroupKey     string
 }
 
-// decodeMessage reads b as a TaskMessage. Unknown fields are skipped (and
+// Decode reads b as a TaskMessage. Unknown fields are skipped (and
 // kept by rewrites); a known field of the wrong wire type is an error.
-func decodeMessage(b []byte) (*message, error) {
-	m := &message{raw: b}
+func Decode(b []byte) (*Message, error) {
+	m := &Message{raw: b}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n))
 		}
 		b = b[n:]
 		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
-			return nil, fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+			return nil, fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(n))
 		}
 		if err := m.set(num, typ, b[:n]); err != nil {
 			return nil, err
@@ -75,7 +83,7 @@ func decodeMessage(b []byte) (*message, error) {
 }
 
 // set stores one field's value v (already delimited by ConsumeFieldValue).
-func (m *message) set(num protowire.Number, typ protowire.Type, v []byte) error {
+func (m *Message) set(num protowire.Number, typ protowire.Type, v []byte) error {
 	want := protowire.BytesType
 	switch num {
 	case fieldRetry, fieldRetried, fieldTimeout, fieldDeadline, fieldLastFailedAt, fieldRetention, fieldCompletedAt:
@@ -85,7 +93,7 @@ func (m *message) set(num protowire.Number, typ protowire.Type, v []byte) error 
 		return nil // a field this version does not know: kept as is
 	}
 	if typ != want {
-		return fmt.Errorf("%w: field %d has wire type %d", errMalformed, num, typ)
+		return fmt.Errorf("%w: field %d has wire type %d", ErrMalformed, num, typ)
 	}
 	if want == protowire.VarintType {
 		x, _ := protowire.ConsumeVarint(v)
@@ -100,7 +108,7 @@ func (m *message) set(num protowire.Number, typ protowire.Type, v []byte) error 
 	return nil
 }
 
-func (m *message) setInt(num protowire.Number, x int64) {
+func (m *Message) setInt(num protowire.Number, x int64) {
 	switch num {
 	case fieldRetry:
 		m.Retry = int(int32(x))
@@ -119,7 +127,7 @@ func (m *message) setInt(num protowire.Number, x int64) {
 	}
 }
 
-func (m *message) setString(num protowire.Number, s []byte) {
+func (m *Message) setString(num protowire.Number, s []byte) {
 	switch num {
 	case fieldType:
 		m.Type = string(s)
@@ -139,16 +147,16 @@ func (m *message) setString(num protowire.Number, s []byte) {
 }
 
 // addHeader reads one map entry (key = 1, value = 2, both strings).
-func (m *message) addHeader(b []byte) error {
+func (m *Message) addHeader(b []byte) error {
 	var k, v string
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || typ != protowire.BytesType {
-			return fmt.Errorf("%w: a header entry", errMalformed)
+			return fmt.Errorf("%w: a header entry", ErrMalformed)
 		}
 		s, n2 := protowire.ConsumeBytes(b[n:])
 		if n2 < 0 {
-			return fmt.Errorf("%w: a header entry", errMalformed)
+			return fmt.Errorf("%w: a header entry", ErrMalformed)
 		}
 		switch num {
 		case 1:
@@ -233,10 +241,10 @@ func rewrite(raw []byte, set ...field) []byte {
 	return out
 }
 
-// failed is m's message after a failure at now (Unix seconds): error_msg
+// Failed is m's message after a failure at now (Unix seconds): error_msg
 // and last_failed_at set and, when counted, retried+1 (asynq's Retry and
 // Archive).
-func (m *message) failed(errMsg string, now int64, countRetry bool) []byte {
+func (m *Message) Failed(errMsg string, now int64, countRetry bool) []byte {
 	retried := m.Retried
 	if countRetry {
 		retried++
@@ -245,15 +253,15 @@ func (m *message) failed(errMsg string, now int64, countRetry bool) []byte {
 		intField(fieldLastFailedAt, now))
 }
 
-// completed is m's message with completed_at set (asynq's MarkAsComplete).
-func (m *message) completed(now int64) []byte {
+// Completed is m's message with completed_at set (asynq's MarkAsComplete).
+func (m *Message) Completed(now int64) []byte {
 	return rewrite(m.raw, intField(fieldCompletedAt, now))
 }
 
-// quarantined is a new TaskMessage for a task whose stored message could
+// Quarantined is a new TaskMessage for a task whose stored message could
 // not be read: asynq's Inspector can show it archived with the reason, and
 // the unreadable bytes are kept as its payload.
-func quarantined(id, queue string, raw []byte, reason string, now int64) []byte {
+func Quarantined(id, queue string, raw []byte, reason string, now int64) []byte {
 	var b []byte
 	for _, f := range []field{stringField(fieldType, "shaper:malformed"), {num: fieldPayload, bytes: raw, isBytes: true},
 		stringField(fieldID, id), stringField(fieldQueue, queue), stringField(fieldErrorMsg, reason),
@@ -261,4 +269,35 @@ func quarantined(id, queue string, raw []byte, reason string, now int64) []byte 
 		b = f.append(b)
 	}
 	return b
+}
+
+// WithPayload is m's message with its payload and headers replaced (a
+// newer task collapsed into this one): every other field keeps its bytes.
+func (m *Message) WithPayload(payload []byte, headers map[string]string) []byte {
+	b := rewrite(m.raw, field{num: fieldPayload, bytes: payload, isBytes: true})
+	out := make([]byte, 0, len(b)+64)
+	for len(b) > 0 { // drop every header entry, then append the new ones
+		num, typ, n := protowire.ConsumeTag(b)
+		n2 := protowire.ConsumeFieldValue(num, typ, b[max(n, 0):])
+		if n < 0 || n2 < 0 {
+			break // Decode accepted raw, so this does not happen
+		}
+		if num != fieldHeaders {
+			out = append(out, b[:n+n2]...)
+		}
+		b = b[n+n2:]
+	}
+	keys := make([]string, 0, len(headers))
+	for k := range headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // deterministic bytes, as Go's encoder with Deterministic
+	for _, k := range keys {
+		var e []byte
+		e = stringField(1, k).append(e)
+		e = stringField(2, headers[k]).append(e)
+		out = protowire.AppendTag(out, fieldHeaders, protowire.BytesType)
+		out = protowire.AppendBytes(out, e)
+	}
+	return out
 }

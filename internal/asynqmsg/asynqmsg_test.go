@@ -1,4 +1,4 @@
-package take
+package asynqmsg
 
 import (
 	"bytes"
@@ -7,14 +7,44 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/redistest"
 )
 
-// TestTakeMessageLayout reads messages written by asynq's real Client and
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// rig is a Redis with asynq's own Client and Inspector on it.
+type rig struct {
+	rdb  redis.UniversalClient
+	sp   keys.Space
+	cl   *asynq.Client
+	insp *asynq.Inspector
+}
+
+func newRig(t *testing.T) *rig {
+	rdb := redistest.Client(t)
+	return &rig{rdb: rdb, sp: keys.New(redistest.Prefix(t)), cl: asynq.NewClientFromRedisClient(rdb),
+		insp: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
+// enqueue enqueues one task of type typ to downstream ds's queue.
+func (r *rig) enqueue(t *testing.T, ds, typ string, opts ...asynq.Option) string {
+	t.Helper()
+	info, err := r.cl.Enqueue(asynq.NewTaskWithHeaders(typ, []byte("p"), map[string]string{"a": "1"}), append([]asynq.Option{asynq.Queue(r.sp.Queue(ds))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.ID
+}
+
+// TestMessageLayout reads messages written by asynq's real Client and
 // checks every field against asynq's Inspector. It fails loudly when asynq
 // changes its TaskMessage (a field number this package does not know, or a
 // known one read differently).
-func TestTakeMessageLayout(t *testing.T) {
+func TestMessageLayout(t *testing.T) {
 	r := newRig(t)
 	q := r.sp.Queue("codec")
 	dl := time.Now().Add(time.Hour).Truncate(time.Second)
@@ -35,7 +65,7 @@ func TestTakeMessageLayout(t *testing.T) {
 		}
 		b = b[n+protowire.ConsumeFieldValue(num, typ, b[n:]):]
 	}
-	m, err := decodeMessage(raw)
+	m, err := Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,31 +89,31 @@ func TestTakeMessageLayout(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
 		}
 	}
-	if got := m.failed("", 0, false); !bytes.Equal(got, raw) {
+	if got := m.Failed("", 0, false); !bytes.Equal(got, raw) {
 		t.Errorf("rewriting no field changed the bytes:\n got %x\nwant %x", got, raw)
 	}
 }
 
-// TestTakeMessageRewrite rewrites a real message as a retry would, stores
+// TestMessageRewrite rewrites a real message as a retry would, stores
 // it, and has asynq's Inspector read the result; a second rewrite keeps
 // the fields in place.
-func TestTakeMessageRewrite(t *testing.T) {
+func TestMessageRewrite(t *testing.T) {
 	r := newRig(t)
-	ids := r.enqueue("codec", "job", 1, asynq.MaxRetry(3), asynq.Retention(time.Hour))
+	ids := []string{r.enqueue(t, "codec", "job", asynq.MaxRetry(3), asynq.Retention(time.Hour))}
 	key := r.sp.Asynq("codec").Task(ids[0])
 	ctx := context.Background()
 	raw := []byte(r.rdb.HGet(ctx, key, "msg").Val())
-	m, err := decodeMessage(raw)
+	m, err := Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Minute).Truncate(time.Second)
-	once := m.failed("boom: first", at.Unix(), true)
-	m2, err := decodeMessage(once)
+	once := m.Failed("boom: first", at.Unix(), true)
+	m2, err := Decode(once)
 	if err != nil {
 		t.Fatal(err)
 	}
-	twice := m2.failed("boom: second", at.Unix(), true)
+	twice := m2.Failed("boom: second", at.Unix(), true)
 	for i, b := range [][]byte{once, twice} {
 		if err := r.rdb.HSet(ctx, key, "msg", b).Err(); err != nil {
 			t.Fatal(err)
@@ -103,7 +133,7 @@ func TestTakeMessageRewrite(t *testing.T) {
 		t.Errorf("a second rewrite grew the message from %d to %d bytes: a field was duplicated", len(once), len(twice))
 	}
 	// a message asynq's Inspector reads for an unreadable one
-	qm := quarantined(ids[0], r.sp.Queue("codec"), []byte{0xff, 0xff}, "shaper: malformed", at.Unix())
+	qm := Quarantined(ids[0], r.sp.Queue("codec"), []byte{0xff, 0xff}, "shaper: malformed", at.Unix())
 	if err := r.rdb.HSet(ctx, key, "msg", qm).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,12 +143,38 @@ func TestTakeMessageRewrite(t *testing.T) {
 	}
 }
 
-// TestTakeMessageMalformed: bytes that are not a TaskMessage are an error,
+// TestMessageMalformed: bytes that are not a TaskMessage are an error,
 // never a panic.
-func TestTakeMessageMalformed(t *testing.T) {
+func TestMessageMalformed(t *testing.T) {
 	for i, b := range [][]byte{{0xff}, {0x0a, 0x05, 'a'}, {0x28, 0xff}, {0x2a, 0x01, 'x'}, {0x7a, 0x02, 0x08, 0x01}} {
-		if _, err := decodeMessage(b); err == nil {
+		if _, err := Decode(b); err == nil {
 			t.Errorf("case %d (%x): got no error", i, b)
 		}
+	}
+}
+
+// TestMessageWithPayload: a waiting task's payload and headers replaced in
+// its stored message are what asynq's Inspector reads, and every other
+// field is kept.
+func TestMessageWithPayload(t *testing.T) {
+	r := newRig(t)
+	id := r.enqueue(t, "codec", "job", asynq.MaxRetry(4), asynq.Retention(time.Hour), asynq.Timeout(time.Minute))
+	key := r.sp.Asynq("codec").Task(id)
+	ctx := context.Background()
+	m, err := Decode([]byte(r.rdb.HGet(ctx, key, "msg").Val()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := m.WithPayload([]byte("newer"), map[string]string{"b": "2", "c": "3"})
+	if err := r.rdb.HSet(ctx, key, "msg", b).Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.insp.GetTaskInfo(r.sp.Queue("codec"), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(info.Payload) != "newer" || len(info.Headers) != 2 || info.Headers["b"] != "2" || info.Headers["c"] != "3" ||
+		info.MaxRetry != 4 || info.Retention != time.Hour || info.Timeout != time.Minute || info.Type != "job" || info.ID != id {
+		t.Errorf("after WithPayload: %+v", info)
 	}
 }

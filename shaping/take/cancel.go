@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/asynqmsg"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 )
@@ -53,7 +54,7 @@ func (j *job) cancelled() bool { return context.Cause(j.cutCtx) == ErrCancelled 
 
 // remove finishes a cancelled task: deleted as asynq does a revoked one
 // (its unique lock released), with no retry.
-func (j *job) remove(m *message, inCall bool) {
+func (j *job) remove(m *asynqmsg.Message, inCall bool) {
 	a := lua.TakeDoneArgs{Queue: j.l.q, ID: j.tt.ID, Day: time.Now(), UniqueKey: m.UniqueKey}
 	j.e.cfg.Logger.Info("take: task cancelled", "downstream", j.l.d.Name, "task", j.tt.ID, "handler_called", inCall)
 	j.settle("cancel", &j.e.stats.cancelled, func(ctx context.Context) (bool, error) { return j.e.store.TakeDone(ctx, a) })

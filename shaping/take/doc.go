@@ -32,7 +32,7 @@
 //     each guarded by the task still being active.
 //   - take_extend.lua: lease extension on the Redis clock.
 //
-// The engine decodes asynq's TaskMessage with protowire (message.go) and
+// The engine decodes asynq's TaskMessage with protowire (internal/asynqmsg) and
 // rewrites only retried, error_msg, last_failed_at and completed_at,
 // keeping every other field's bytes.
 //

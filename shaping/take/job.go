@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/shaper-io/shaper/internal/asynqmsg"
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
@@ -64,7 +65,7 @@ func (j *job) run() {
 		return
 	}
 	t := newTask(m, j.slot, j.order)
-	ctx, cancel := context.WithDeadline(j.e.callCtx, m.deadline(time.Now()))
+	ctx, cancel := context.WithDeadline(j.e.callCtx, deadline(m, time.Now()))
 	ctx, cancelCall := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(j.cutCtx, func() {
 		if j.cancelled() {
@@ -87,11 +88,11 @@ func (j *job) run() {
 }
 
 // decode reads the task's message, or says why it cannot be delivered.
-func (j *job) decode() (*message, string) {
+func (j *job) decode() (*asynqmsg.Message, string) {
 	if len(j.tt.Msg) == 0 {
 		return nil, "shaper: task hash has no message"
 	}
-	m, err := decodeMessage(j.tt.Msg)
+	m, err := asynqmsg.Decode(j.tt.Msg)
 	if err != nil {
 		return nil, "shaper: " + err.Error()
 	}
@@ -130,7 +131,7 @@ func (j *job) call(ctx context.Context, t *Task) (err error) {
 // when the task has a retention; removed on asynq.RevokeTask), archived
 // once retries are spent or on asynq.SkipRetry, else retried after the
 // downstream's RetryDelay.
-func (j *job) finish(t *Task, m *message, err error) {
+func (j *job) finish(t *Task, m *asynqmsg.Message, err error) {
 	now := time.Now()
 	q, id, d := j.l.q, j.tt.ID, j.l.d
 	if err == nil || errors.Is(err, asynq.RevokeTask) {
@@ -140,19 +141,19 @@ func (j *job) finish(t *Task, m *message, err error) {
 			a.Retention = 0 // revoked: removed, as asynq's markAsDone
 		}
 		if a.Retention > 0 {
-			a.Msg = m.completed(now.Unix())
+			a.Msg = m.Completed(now.Unix())
 		}
 		j.settle("done", &j.e.stats.done, func(ctx context.Context) (bool, error) { return j.e.store.TakeDone(ctx, a) })
 		return
 	}
 	a := lua.TakeFailArgs{Queue: q, ID: id, Day: now, Failure: true}
 	if m.Retried >= m.Retry || errors.Is(err, asynq.SkipRetry) {
-		a.Archive, a.Msg = true, m.failed(err.Error(), now.Unix(), false)
+		a.Archive, a.Msg = true, m.Failed(err.Error(), now.Unix(), false)
 		j.settle("archive", &j.e.stats.archived, func(ctx context.Context) (bool, error) { return j.e.store.TakeFail(ctx, a) })
 		return
 	}
 	a.Failure = d.IsFailure(err)
-	a.Msg = m.failed(err.Error(), now.Unix(), a.Failure)
+	a.Msg = m.Failed(err.Error(), now.Unix(), a.Failure)
 	a.RetryIn = time.Duration(math.Ceil(d.RetryDelay(m.Retried, err, t).Seconds())) * time.Second
 	j.settle("retry", &j.e.stats.retried, func(ctx context.Context) (bool, error) { return j.e.store.TakeFail(ctx, a) })
 }
@@ -165,7 +166,7 @@ func (j *job) quarantine(reason string) {
 		return
 	}
 	a := lua.TakeFailArgs{Queue: j.l.q, ID: j.tt.ID, Day: time.Now(), Archive: true, Failure: true,
-		Msg: quarantined(j.tt.ID, j.l.q.Name, j.tt.Msg, reason, time.Now().Unix())}
+		Msg: asynqmsg.Quarantined(j.tt.ID, j.l.q.Name, j.tt.Msg, reason, time.Now().Unix())}
 	j.e.cfg.Logger.Warn("take: malformed task archived", "downstream", j.l.d.Name, "task", j.tt.ID, "reason", reason)
 	j.settle("archive", &j.e.stats.archived, func(ctx context.Context) (bool, error) { return j.e.store.TakeFail(ctx, a) })
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/asynqmsg"
 )
 
 // ErrRequeue, returned by a Handler (or wrapped), gives the task back to
@@ -39,10 +41,10 @@ type Task struct {
 	// ran in.
 	Order int64
 
-	msg *message
+	msg *asynqmsg.Message
 }
 
-func newTask(m *message, slot time.Time, order int64) *Task {
+func newTask(m *asynqmsg.Message, slot time.Time, order int64) *Task {
 	return &Task{ID: m.ID, Type: m.Type, Queue: m.Queue, Payload: m.Payload, Headers: m.Headers,
 		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, Order: order, msg: m}
 }
@@ -53,7 +55,7 @@ const defaultTimeout = 30 * time.Minute
 
 // deadline is when a call of m started at now must end, as asynq's
 // processor.computeDeadline: the earlier of now+Timeout and Deadline.
-func (m *message) deadline(now time.Time) time.Time {
+func deadline(m *asynqmsg.Message, now time.Time) time.Time {
 	switch {
 	case m.Timeout == 0 && m.Deadline == 0:
 		return now.Add(defaultTimeout)
