@@ -49,12 +49,22 @@ func TestFleetShowsEveryProcess(t *testing.T) {
 	if !strings.Contains(got, "together") || !strings.Contains(got, "host-a:1") || !strings.Contains(got, "host-b:2") {
 		t.Errorf("fleet cell %q, want the sum and both processes", got)
 	}
+	// the list of processes: this one first and marked, then the other
+	rows := s.View.Processes
+	if len(rows) != 2 || rows[0].ID != "host-a:1" || !rows[0].Self || rows[1].ID != "host-b:2" || rows[1].Self {
+		t.Errorf("processes %+v, want host-a:1 (self) then host-b:2", rows)
+	} else if !strings.Contains(rows[1].Text, "seen ") || !strings.Contains(rows[1].Text, "api 0.00/s") {
+		t.Errorf("host-b:2's line %q, want when it was seen and its api rate", rows[1].Text)
+	}
+	if f := s.Downstreams[0].Fleet; f == nil || f.Processes != 2 {
+		t.Errorf("api's fleet figures %+v, want 2 processes", f)
+	}
 	// b's entry goes stale: a's page drops it (its field is deleted)
 	raw := rdb.HGet(ctx, keys.New(prefix).Fleet(), "host-b:2").Val()
 	stale := strings.Replace(raw, `"at":"`, `"at":"2000-01-01T00:00:00Z","was":"`, 1)
 	rdb.HSet(ctx, keys.New(prefix).Fleet(), "host-b:2", stale)
 	statuspage.ReadFleet(pages[0], ctx)
-	if s := pages[0].Snapshot(); len(s.Fleet) != 1 {
-		t.Errorf("fleet after b went stale: %d processes, want 1", len(s.Fleet))
+	if s := pages[0].Snapshot(); len(s.Fleet) != 1 || len(s.View.Processes) != 1 {
+		t.Errorf("fleet after b went stale: %d processes (%d listed), want 1", len(s.Fleet), len(s.View.Processes))
 	}
 }

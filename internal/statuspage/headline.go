@@ -10,12 +10,12 @@ import (
 // line (d.Why).
 func headlineCells(cells map[string]string, d DownstreamSnapshot, windowSeconds float64) {
 	k := func(f string) string { return DownstreamKey(d.Name, f) }
-	achieved, by := d.AchievedPerSecond, "achieved"
+	achieved, by := d.AchievedPerSecond, "achieved over "+secs(windowSeconds)
 	if f := d.Fleet; f != nil && f.Processes > 1 {
-		achieved, by = f.AchievedPerSecond, fmt.Sprintf("achieved by %d processes", f.Processes)
+		achieved, by = f.AchievedPerSecond, fmt.Sprintf("%s by %d processes", by, f.Processes)
 	}
 	cells[k("achieved")] = perSec(achieved)
-	cells[k("achieved_of")] = by + " of " + perSec(d.RatePerSecond) + " in force"
+	cells[k("achieved_of")] = by + " · " + perSec(d.RatePerSecond) + " in force"
 	if d.Paused {
 		// the window's rate includes the time before the pause: say so
 		now := 0.0

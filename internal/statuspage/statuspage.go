@@ -1,27 +1,36 @@
 // Package statuspage is shaper's live status page: one HTML page, rendered
 // on the server and kept fresh by a little JavaScript that polls a JSON
-// snapshot every second. It shows, per downstream, the configured rate, the
-// rate in force, the achieved release rate over the last minute (with a
-// sparkline of releases per second), the backlog by state, lateness,
-// pushbacks, waits for a slot (reservations that found the bucket full),
-// late skips, quarantined entries, the circuit breaker's state and
-// transitions, tasks archived past their deadline or refused as late, the
-// paused/adaptive state and the shaping mode (with, in shadow, the waits
-// enforcing would have given), each quota's use and reset, the limit the
-// downstream's answers announced (and the pace it imposed) and settled
-// costs; and per admission limiter its mode and the
-// allowed/rejected/deferred counts, real and, for a limiter in shadow,
-// what it would have done.
+// snapshot every second.
 //
-// Everything on it is this process's view: counters come from the process's
-// Prometheus registry, so a fleet of shaper processes has one page each,
-// and the fleet-wide view is the Grafana dashboard (docs/grafana-dashboard.json).
-// The exception is the backlog, which is the queue's (shared) length.
+// Each downstream has a card. Its headline is the achieved release rate
+// over the last minute against the rate in force (with a sparkline of
+// releases per second), the backlog, the predicted time to drain it, and
+// the "why waiting" line: what holds the backlog now (WhyWaiting: paused,
+// breaker, an announced hold, a quota, the announced pace, pushbacks, the
+// concurrency cap, key ceilings, fair turns, tasks not due yet, or the
+// rate). Its details fold away: the configured rate, override, adaptive
+// rate and schedule, lateness, held tasks and workers, calls in flight,
+// the fair share, pushbacks, waits for a slot, late skips, quarantined
+// entries, handler outcomes, the circuit breaker, each quota's use and
+// reset, the limit the downstream's answers announced, settled costs, the
+// shaping mode (with, in shadow, the waits enforcing would have given),
+// and tasks archived past their deadline or refused as late; the rows of
+// features that are off, and of counts still zero, are hidden. Per
+// admission limiter the page shows its mode and allowed/rejected/deferred
+// counts, real and, in shadow, what it would have done.
+//
+// Counters come from this process's Prometheus registry (since it
+// started). With Options.Fleet, every process publishes a summary to the
+// others through Redis (Fleet), so the page lists every live process,
+// this one marked, and the headline's achieved rate and the concurrency
+// cap's calls in flight are the fleet's; the backlog is the queue's
+// (shared) length.
 //
 // The page and its JSON are read-only and carry no secret: names, rates and
 // counts only — never a Redis address, a handler URL or header, or a token.
 // A request never touches Redis: the runtime state that lives there (rate
-// override, adaptive rate) is read by the sampler, once per interval.
+// override, adaptive rate) and the fleet's summaries are read by the
+// sampler, once per interval.
 //
 // Assets are embedded; the page loads nothing from another origin.
 package statuspage
