@@ -39,13 +39,18 @@ const (
 	// deadline and its downstream refuses late tasks; the error is a
 	// *LateError (ErrLate). Nothing was enqueued.
 	Late
+	// Collapsed: a task with the same CollapseKey still waited, and this
+	// one was collapsed into it (Receipt.CollapsedInto; KeepLast gave it
+	// this one's payload and headers). Nothing new was enqueued; the
+	// error is nil.
+	Collapsed
 )
 
 // Enqueued reports whether the task is in the queue: Accepted or Deferred.
 func (o Outcome) Enqueued() bool { return o == Accepted || o == Deferred }
 
 // String returns "not enqueued", "accepted", "deferred", "rejected",
-// "duplicate" or "late".
+// "duplicate", "collapsed" or "late".
 func (o Outcome) String() string {
 	switch o {
 	case NotEnqueued:
@@ -60,6 +65,8 @@ func (o Outcome) String() string {
 		return "duplicate"
 	case Late:
 		return "late"
+	case Collapsed:
+		return "collapsed"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }

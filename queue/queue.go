@@ -93,6 +93,12 @@ type Task struct {
 	Deadline time.Time
 	// TTL, when positive, sets Deadline to the time of Enqueue plus TTL.
 	TTL time.Duration
+	// CollapseKey, on a downstream in ProducerConfig.Collapse, collapses
+	// redundant calls: while a task with the same key still waits (not
+	// yet taken), this one is collapsed into it (Collapse.Mode) and
+	// Receipt.CollapsedInto names it. A task already taken is never
+	// touched: this one then waits behind it. At most MaxCollapseKey bytes.
+	CollapseKey string
 	// Priority is 1 (taken first) to 5 (taken last); 0 means the
 	// downstream's default (ProducerConfig.Priority), else 3. A waiting
 	// task of a higher priority is always taken before one of a lower
@@ -125,6 +131,9 @@ type Receipt struct {
 	// Priority is the priority the task waits at (1 to 5); 0 unless
 	// enqueued.
 	Priority int
+	// CollapsedInto is, for Outcome Collapsed, the waiting task this one
+	// was collapsed into (also in ID).
+	CollapsedInto string
 	// ExpectedStart is an estimate of when the task will be released:
 	// for a fair downstream, from its place in fair order; for another,
 	// from its downstream's bucket and the backlog ahead of it (see
@@ -219,6 +228,9 @@ type ProducerConfig struct {
 	// Fair names the downstreams whose tasks wait in weighted fair order
 	// of their Key (shaping.Downstream.Fairness) before their queue.
 	Fair map[string]FairShare
+	// Collapse names the downstreams that collapse redundant calls
+	// (Task.CollapseKey).
+	Collapse map[string]Collapse
 	// Priority names the downstreams that serve priorities
 	// (shaping.Downstream.Priority), with the priority of a task that
 	// names none (0 means 3).
@@ -299,6 +311,8 @@ func (p *Producer) Validate(t Task) error {
 		return fmt.Errorf("%w: key is %d bytes, over the limit of 1024", ErrInvalidTask, len(t.Key))
 	case len(t.UniqueKey) > 1024:
 		return fmt.Errorf("%w: unique key is %d bytes, over the limit of 1024", ErrInvalidTask, len(t.UniqueKey))
+	case len(t.CollapseKey) > MaxCollapseKey:
+		return fmt.Errorf("%w: collapse key is %d bytes, over the limit of %d", ErrInvalidTask, len(t.CollapseKey), MaxCollapseKey)
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}
@@ -334,6 +348,7 @@ func (p *Producer) maxCost(downstream string) int64 {
 func (p *Producer) Enqueue(ctx context.Context, t Task) (Receipt, error) {
 	rec, err := p.admitAndEnqueue(ctx, t)
 	switch {
+	case rec.Outcome == Collapsed:
 	case rec.ID != "" && rec.Deferred:
 		rec.Outcome = Deferred
 	case rec.ID != "":
@@ -360,6 +375,14 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	}
 	t.Deadline, t.TTL = t.deadline(time.Now()), 0
 	t.Priority, _ = p.priorityOf(t) // checked by Validate
+	col, collapsing := p.cfg.Collapse[t.Downstream]
+	collapsing = collapsing && t.CollapseKey != ""
+	if collapsing {
+		// before admission: a collapsed task makes no call of its own
+		if rec, done, err := p.collapse(ctx, col, &t); done {
+			return rec, err
+		}
+	}
 	p.follow.maybeRefresh(ctx)
 	rec := Receipt{Downstream: t.Downstream, Queue: p.space.Queue(t.Downstream)}
 	adm, hasAdm := p.cfg.Admission[t.Downstream]
@@ -401,6 +424,9 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	info, err := p.enqueue(ctx, t)
 	if err != nil {
 		p.refund(ctx, &rec, &err)
+		if collapsing {
+			p.releaseCollapse(ctx, t, &err)
+		}
 		return rec, err
 	}
 	rec.ID = info.ID
@@ -450,6 +476,19 @@ func (p *Producer) decision(ds string, res limiters.Result, outcome string) {
 	}
 }
 
+// meta is t's envelope (the headers shaper's dispatcher reads) and its
+// retry budget.
+func (p *Producer) meta(t Task) (envelope.Meta, int) {
+	maxRetry := DefaultMaxRetry
+	if r, ok := p.cfg.MaxRetry[t.Downstream]; ok {
+		maxRetry = r
+	}
+	if t.MaxRetry != nil {
+		maxRetry = *t.MaxRetry
+	}
+	return envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry, Deadline: t.Deadline}, maxRetry
+}
+
 // EnqueueHook, when set, replaces the asynq enqueue (tests use it to make
 // the enqueue fail after admission).
 var enqueueHook func(ctx context.Context, t Task) error
@@ -460,14 +499,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 			return nil, fmt.Errorf("%w: %w", ErrEnqueue, err)
 		}
 	}
-	maxRetry := DefaultMaxRetry
-	if r, ok := p.cfg.MaxRetry[t.Downstream]; ok {
-		maxRetry = r
-	}
-	if t.MaxRetry != nil {
-		maxRetry = *t.MaxRetry
-	}
-	meta := envelope.Meta{Cost: t.Cost, Key: t.Key, MaxRetry: maxRetry, Deadline: t.Deadline}
+	meta, maxRetry := p.meta(t)
 	opts := []asynq.Option{
 		asynq.Queue(p.space.Queue(t.Downstream)),
 		asynq.MaxRetry(maxRetry + envelope.CrashAllowance),

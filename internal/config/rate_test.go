@@ -48,7 +48,7 @@ func TestRate(t *testing.T) {
 		// Validation order: the bad name before the bad rate that follows it.
 		{"downstreams:\n  - name: '..'\n    rate: fast\n    handler: {type: log}\n", `config: line 2: downstreams[0].name: invalid name ".."`},
 		// A decoding error alone: the bad rate is not one of them.
-		{"downstreams:\n  - name: a\n    rate: fast\n    bogus: 1\n    handler: {type: log}\n", `config: line 4: downstreams[0].bogus: unknown field "bogus" (want one of name, rate, burst, max_wait, capacity, max_cost, max_hold, rate_headers, concurrency, key_concurrency, lease, fairness, priority, workers, max_retry, retention, handler, admission, schedule, timezone, adaptive, batch, breaker, quotas, shaping_mode, on_late)`},
+		{"downstreams:\n  - name: a\n    rate: fast\n    bogus: 1\n    handler: {type: log}\n", `config: line 4: downstreams[0].bogus: unknown field "bogus" (want one of name, rate, burst, max_wait, capacity, max_cost, max_hold, rate_headers, concurrency, key_concurrency, lease, fairness, collapse, collapse_window, priority, workers, max_retry, retention, handler, admission, schedule, timezone, adaptive, batch, breaker, quotas, shaping_mode, on_late)`},
 		{"downstreams:\n  - name: a\n    rate: 1/s\n    adaptive: {floor: 1/s, ceiling: fast}\n    handler: {type: log}\n", `config: line 4: downstreams[0].adaptive.ceiling: invalid rate "fast"`},
 	} {
 		if _, err := Parse([]byte(tt.doc)); err == nil || !strings.HasPrefix(err.Error(), tt.want) {

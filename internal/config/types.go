@@ -119,6 +119,15 @@ type Downstream struct {
 	// Fairness, when set, shares the rate among the task keys with tasks
 	// waiting (weighted fair share) instead of first come, first served.
 	Fairness *Fairness `yaml:"fairness,omitempty"`
+	// Collapse collapses redundant calls: a task with a "collapse_key"
+	// that another task still waiting (not yet taken) has is collapsed
+	// into it: CollapseKeepLast replaces the waiting task's payload and
+	// headers, CollapseKeepFirst drops the newcomer. "" (the default)
+	// collapses nothing.
+	Collapse CollapseMode `yaml:"collapse,omitempty"`
+	// CollapseWindow bounds how long a waiting task collapses newcomers
+	// after its enqueue. Default 24h, 1s-7d; only with Collapse.
+	CollapseWindow Duration `yaml:"collapse_window,omitempty"`
 	// Priority, when set, serves the downstream's tasks by priority: a
 	// task's "priority" from 1 (first) to 5 (last); a waiting task of a
 	// higher priority is always taken before one of a lower priority.
@@ -164,6 +173,15 @@ type Downstream struct {
 	// LateArchive (default) or LateReject (see rollout.go).
 	OnLate OnLate `yaml:"on_late,omitempty"`
 }
+
+// CollapseMode is what a collapse does: "keep_last" or "keep_first".
+type CollapseMode string
+
+// The collapse modes.
+const (
+	CollapseKeepLast  CollapseMode = "keep_last"
+	CollapseKeepFirst CollapseMode = "keep_first"
+)
 
 // Priority is a downstream's priority setting.
 type Priority struct {

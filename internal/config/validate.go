@@ -287,6 +287,17 @@ func (d *Downstream) validate(p string) *Error {
 	if e := d.validateFairness(p); e != nil {
 		return e
 	}
+	switch d.Collapse {
+	case "", CollapseKeepLast, CollapseKeepFirst:
+	default:
+		return errf(p+".collapse", "unknown mode %s (want keep_last or keep_first)", q(string(d.Collapse)))
+	}
+	if w := time.Duration(d.CollapseWindow); w != 0 && (d.Collapse == "" || w < time.Second || w > 7*24*time.Hour) {
+		if d.Collapse == "" {
+			return errf(p+".collapse_window", "only with collapse")
+		}
+		return errf(p+".collapse_window", "must be 1s-7d, got %s", d.CollapseWindow)
+	}
 	if pr := d.Priority; pr != nil {
 		if err := priority.Validate(pr.Default); err != nil {
 			return errf(p+".priority.default", "%v", err)

@@ -63,3 +63,10 @@ func (s Space) TakeMaintained(ds string) string {
 func (s Space) TakePriority(ds string, p int) string {
 	return s.prefix() + ":take:{" + s.Queue(ds) + "}:priority:" + strconv.Itoa(p)
 }
+
+// Collapse is the STRING naming the waiting task that holds collapse key
+// key of downstream ds (queue.Task.CollapseKey), in the queue's hash tag
+// so the claim reads the task's hash on the same cluster slot.
+func (s Space) Collapse(ds, key string) string {
+	return s.prefix() + ":collapse:{" + s.Queue(ds) + "}:" + key
+}

@@ -19,6 +19,7 @@ type Metrics struct {
 
 	Outcomes       *prometheus.CounterVec   // downstream, outcome
 	Cancelled      *prometheus.CounterVec   // downstream, when
+	Collapsed      *prometheus.CounterVec   // downstream, mode
 	BreakerState   *prometheus.GaugeVec     // downstream
 	BreakerMoves   *prometheus.CounterVec   // downstream, to
 	Backlog        *prometheus.GaugeVec     // downstream, state
@@ -65,6 +66,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		AdaptiveDecreases: f.counter("shaping", "adaptive_decreases_total", "429/503/timeout answers reported to the adaptive (AIMD) rate.", "downstream"),
 		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed, cancelled.", "downstream", "outcome"),
 		Cancelled:         f.counter("shaping", "cancelled_tasks_total", "Tasks cancelled after they were taken (asynq's CancelProcessing, DELETE on an active task): when is before_call (removed unsent) or during_call (the call's context was cancelled).", "downstream", "when"),
+		Collapsed:         f.counter("queue", "collapsed_tasks_total", "Tasks collapsed into a waiting task with the same collapse key (mode keep_last: its payload replaced; keep_first: the newcomer dropped); no call of their own.", "downstream", "mode"),
 		Backlog:           f.gauge("queue", "tasks", "Tasks per downstream queue and state (pending, active, scheduled, retry, archived).", "downstream", "state"),
 		RateInForce:       f.gauge("shaping", "rate_per_second", "Release rate in force for the downstream.", "downstream"),
 		Paused:            f.gauge("shaping", "paused", "1 while the downstream is paused.", "downstream"),

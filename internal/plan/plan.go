@@ -155,6 +155,16 @@ func Build(cfg *config.Config) (*Plan, error) {
 		p.Producer.Retention[dc.Name] = time.Duration(dc.Retention)
 		p.Producer.MaxCost[dc.Name] = sd.MaxCost
 		p.Producer.Shaping[dc.Name] = producerShaping(dc, sd)
+		if dc.Collapse != "" {
+			if p.Producer.Collapse == nil {
+				p.Producer.Collapse = map[string]queue.Collapse{}
+			}
+			mode := queue.KeepLast
+			if dc.Collapse == config.CollapseKeepFirst {
+				mode = queue.KeepFirst
+			}
+			p.Producer.Collapse[dc.Name] = queue.Collapse{Mode: mode, Window: time.Duration(dc.CollapseWindow)}
+		}
 		if dc.Priority != nil {
 			if p.Producer.Priority == nil {
 				p.Producer.Priority = map[string]int{}
