@@ -368,6 +368,28 @@ func checkWhy(t *testing.T, width int, cells map[string]string) {
 	}
 }
 
+// checkBetween asserts that the page's figure k, got, lies between the
+// values of metric in the scrapes m1 and m2.
+func checkBetween(t *testing.T, k string, got float64, m1, m2 metricsText, metric string, labels ...string) {
+	t.Helper()
+	lo, ok1 := m1.value(metric, labels...)
+	hi, ok2 := m2.value(metric, labels...)
+	// A counter's series appears at its first increment: absent is 0.
+	if strings.HasSuffix(metric, "_total") {
+		ok1, ok2 = true, true
+	}
+	if !ok1 || !ok2 {
+		t.Errorf("%s%v missing from /metrics", metric, labels)
+		return
+	}
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	if got < lo || got > hi {
+		t.Errorf("page %s = %v, want between %v and %v (%s%v before and after)", k, got, lo, hi, metric, labels)
+	}
+}
+
 // checkFigures asserts that the figures of a page dumped between the
 // scrapes m1 and m2 lie between them.
 func checkFigures(t *testing.T, dom string, m1, m2 metricsText) {
@@ -394,23 +416,7 @@ func checkFigures(t *testing.T, dom string, m1, m2 metricsText) {
 	}
 	between := func(k, metric string, labels ...string) {
 		t.Helper()
-		got := num(k)
-		lo, ok1 := m1.value(metric, labels...)
-		hi, ok2 := m2.value(metric, labels...)
-		// A counter's series appears at its first increment: absent is 0.
-		if strings.HasSuffix(metric, "_total") {
-			ok1, ok2 = true, true
-		}
-		if !ok1 || !ok2 {
-			t.Errorf("%s%v missing from /metrics", metric, labels)
-			return
-		}
-		if lo > hi {
-			lo, hi = hi, lo
-		}
-		if got < lo || got > hi {
-			t.Errorf("page %s = %v, want between %v and %v (%s%v before and after)", k, got, lo, hi, metric, labels)
-		}
+		checkBetween(t, k, num(k), m1, m2, metric, labels...)
 	}
 	between("ds/api/releases", "shaper_shaping_releases_total", "downstream=api")
 	between("ds/api/in_force", "shaper_shaping_rate_per_second", "downstream=api")

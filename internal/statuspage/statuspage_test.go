@@ -248,6 +248,33 @@ func TestStatusJSONWhileTasksFlow(t *testing.T) {
 	if api.Outcomes["success"] < 60 {
 		t.Errorf("outcomes %v, want success >= 60", api.Outcomes)
 	}
+	checkLimiterAndScripts(t, b, s)
+
+	// The view carries the same figures as text.
+	if got := s.View.Cells[statuspage.DownstreamKey("api", "releases")]; got != fmt.Sprint(api.ReleasesTotal) {
+		t.Errorf("view releases %q, want %v", got, api.ReleasesTotal)
+	}
+	if got := s.View.Cells[statuspage.LimiterKey("api", "per-tenant", "deferred")]; got != "5" {
+		t.Errorf("view per-tenant deferred %q, want 5", got)
+	}
+	if sp := s.View.Sparks["api"]; len(strings.Fields(sp.Points)) != len(api.PerSecond) {
+		t.Errorf("sparkline has %d points, want one per sample (%d)", len(strings.Fields(sp.Points)), len(api.PerSecond))
+	}
+
+	// No secret of the config reaches the page or its JSON.
+	raw, _ := get(t, b.srv.URL+"/status.json")
+	page, _ := get(t, b.srv.URL+"/")
+	for _, secret := range []string{"HANDLER-SECRET", "HEADER-SECRET", "example.invalid", "redis://", b.cfg.Redis.Prefix} {
+		if strings.Contains(raw, secret) || strings.Contains(page, secret) {
+			t.Errorf("%q appears on the status page or its JSON", secret)
+		}
+	}
+}
+
+// checkLimiterAndScripts asserts TestStatusJSONWhileTasksFlow's limiter,
+// adaptive rate and script figures.
+func checkLimiterAndScripts(t *testing.T, b *bundle, s statuspage.Snapshot) {
+	t.Helper()
 	l, ok := lim(s, "api", "per-tenant")
 	if !ok {
 		t.Fatalf("limiters %+v, want api/per-tenant", s.Limiters)
@@ -277,26 +304,6 @@ func TestStatusJSONWhileTasksFlow(t *testing.T) {
 	// worker per interval.
 	if shaping == nil || shaping.CallsTotal < 1 || shaping.CallsTotal > 60+20 || shaping.P99Seconds == nil {
 		t.Errorf("scripts %+v, want shaping with 1 to 80 calls for 60 releases and a p99", s.Scripts)
-	}
-
-	// The view carries the same figures as text.
-	if got := s.View.Cells[statuspage.DownstreamKey("api", "releases")]; got != fmt.Sprint(api.ReleasesTotal) {
-		t.Errorf("view releases %q, want %v", got, api.ReleasesTotal)
-	}
-	if got := s.View.Cells[statuspage.LimiterKey("api", "per-tenant", "deferred")]; got != "5" {
-		t.Errorf("view per-tenant deferred %q, want 5", got)
-	}
-	if sp := s.View.Sparks["api"]; len(strings.Fields(sp.Points)) != len(api.PerSecond) {
-		t.Errorf("sparkline has %d points, want one per sample (%d)", len(strings.Fields(sp.Points)), len(api.PerSecond))
-	}
-
-	// No secret of the config reaches the page or its JSON.
-	raw, _ := get(t, b.srv.URL+"/status.json")
-	page, _ := get(t, b.srv.URL+"/")
-	for _, secret := range []string{"HANDLER-SECRET", "HEADER-SECRET", "example.invalid", "redis://", b.cfg.Redis.Prefix} {
-		if strings.Contains(raw, secret) || strings.Contains(page, secret) {
-			t.Errorf("%q appears on the status page or its JSON", secret)
-		}
 	}
 }
 
