@@ -123,10 +123,13 @@ func breakerWhy(b *BreakerInfo, now time.Time) Why {
 		return Why{Reason: ReasonBreaker, Label: "breaker half-open", Text: "probe calls test the downstream; good ones close it (" + b.Settings + ")"}
 	}
 	w := Why{Reason: ReasonBreaker, Label: "breaker open", Text: "nothing is released: the downstream failed (" + b.Settings + ")"}
-	if b.OpenUntil != nil {
-		left := max(b.OpenUntil.Sub(now).Seconds(), 0)
+	switch {
+	case b.OpenUntil != nil && b.OpenUntil.After(now):
+		left := b.OpenUntil.Sub(now).Seconds()
 		w.HoldSeconds = &left
 		w.Text = "nothing is released for " + secs(left) + " more, then probe calls test the downstream"
+	case b.OpenUntil != nil:
+		w.Text = "the cool-down is over: the next probe call half-opens it"
 	}
 	return w
 }

@@ -45,6 +45,10 @@ var whyCases = []struct {
 		until := whyNow.Add(42 * time.Second)
 		d.Breaker = &statuspage.BreakerInfo{State: "open", OpenUntil: &until}
 	}, false, statuspage.ReasonBreaker, "breaker open", "nothing is released for 42 s more, then probe calls test the downstream", 42, 42 + 15},
+	{"breaker open past its cool-down", func(d *statuspage.DownstreamSnapshot) {
+		until := whyNow.Add(-time.Second)
+		d.Breaker = &statuspage.BreakerInfo{State: "open", OpenUntil: &until}
+	}, false, statuspage.ReasonBreaker, "breaker open", "the cool-down is over: the next probe call half-opens it", -1, -1},
 	{"breaker half-open", func(d *statuspage.DownstreamSnapshot) {
 		d.Breaker = &statuspage.BreakerInfo{State: "half_open", Settings: "closes after 3 probes at 1/s"}
 	}, false, statuspage.ReasonBreaker, "breaker half-open", "…closes after 3 probes at 1/s", -1, -1},
