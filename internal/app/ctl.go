@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/cliflags"
+	"github.com/shaper-io/shaper/internal/explain"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -24,7 +25,7 @@ import (
 var ErrUsage = errors.New("usage")
 
 // CtlCommands names the ctl commands, for the daemon's usage line.
-const CtlCommands = "status, pause, resume, rate, reset, breaker, mode, cancel"
+const CtlCommands = "status, pause, resume, rate, reset, breaker, mode, cancel, explain"
 
 const ctlUsage = `usage: shaper ctl -config FILE COMMAND [ARGS]   (flags may also follow the command)
 commands:
@@ -41,6 +42,8 @@ commands:
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
                          or clear (back to the config's mode); every process within a second
   cancel NAME ID         cancel task ID of NAME: deleted if it waits; cut where it runs if taken
+  explain NAME ID        why task ID of NAME is where it is (scheduled until, retry after an error,
+                         its priority, its fair-share turn) and what holds NAME now
   help                   this text
 flags:
   -config FILE           the YAML config every shaper process runs (required; its redis and downstreams)
@@ -181,6 +184,20 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 			return nil
 		}
 		fmt.Fprintf(out, "%s: task %s cancelled (it was %s)\n", rest[1], rest[2], st)
+	case "explain":
+		if err := need(3); err != nil {
+			return err
+		}
+		e, err := explain.Task(ctx, rdb, pl.Prefix, rest[1], rest[2], time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: task %s is %s (priority %d): %s\n", e.Downstream, e.ID, e.State, e.Priority, e.Text)
+		if e.Held != nil {
+			fmt.Fprintf(out, "  what holds %s now: %s: %s\n", e.Downstream, e.Held.Label, e.Held.Text)
+		} else if e.Reason == explain.Queued || e.Reason == explain.FairTurn {
+			fmt.Fprintf(out, "  what holds %s now: unknown (no shaper process serving it announced in the last 10s)\n", e.Downstream)
+		}
 	default:
 		return fmt.Errorf("%w: unknown command %q (commands: %s, help)", ErrUsage, rest[0], CtlCommands)
 	}

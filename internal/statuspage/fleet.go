@@ -50,6 +50,9 @@ type ProcessDownstream struct {
 	Paused            bool    `json:"paused"`
 	// LeasesInUse is the calls in flight it holds a concurrency lease for.
 	LeasesInUse float64 `json:"leases_in_use,omitempty"`
+	// Why is what holds the downstream's backlog, as this process saw it
+	// (shaper ctl explain and GET on a task read it).
+	Why *Why `json:"why,omitempty"`
 }
 
 // NewFleet returns the fleet of processes under prefix; this one listens
@@ -111,7 +114,34 @@ func (f *Fleet) exchange(ctx context.Context, s *Snapshot, now time.Time) ([]Pro
 }
 
 func processDownstream(d DownstreamSnapshot) ProcessDownstream {
-	return ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused, LeasesInUse: d.LeasesInUse}
+	pd := ProcessDownstream{AchievedPerSecond: d.AchievedPerSecond, Held: d.Held, Paused: d.Paused, LeasesInUse: d.LeasesInUse}
+	if d.Why.Reason != "" {
+		why := d.Why
+		pd.Why = &why
+	}
+	return pd
+}
+
+// FleetWhy is what holds downstream ds's backlog as the live process that
+// published last saw it (what every process announces in Redis under
+// prefix); false when no live process announced it.
+func FleetWhy(ctx context.Context, rdb redis.UniversalClient, prefix, ds string, now time.Time) (Why, time.Time, bool, error) {
+	all, err := rdb.HGetAll(ctx, keys.New(prefix).Fleet()).Result()
+	if err != nil {
+		return Why{}, time.Time{}, false, err
+	}
+	var best Why
+	var at time.Time
+	for _, v := range all {
+		var ps ProcessSnapshot
+		if json.Unmarshal([]byte(v), &ps) != nil || now.Sub(ps.At) > fleetStale {
+			continue
+		}
+		if pd, ok := ps.Downstreams[ds]; ok && pd.Why != nil && ps.At.After(at) {
+			best, at = *pd.Why, ps.At
+		}
+	}
+	return best, at, !at.IsZero(), nil
 }
 
 // fleetDownstream sums d's figures over the fleet's processes, taking

@@ -215,3 +215,6 @@ func limitCells(cells map[string]string, d DownstreamSnapshot) {
 	}
 	cells[k("settled")] = cmpOr(strings.Join(settled, " · "), "none")
 }
+
+// HumanDuration reads d as the page does ("45 s", "17 h 02 m").
+func HumanDuration(d time.Duration) string { return secs(d.Seconds()) }
