@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 		`{"downstream":"api","payload_base64":"aGk=","in":"5s","unique":"u-1"}`,
 		`{"downstream":"api","at":"2026-12-01T00:00:00Z","max_retry":0,"timeout":"30s","type":"x"}`,
 		`{"downstream":"api","priority":1}`, `{"downstream":"api","priority":0}`,
+		`{"downstream":"api","collapse_key":"sync-7"}`, `{"downstream":"api","collapse_key":"a\tb"}`,
 		`{"downstream":"a b","cost":-1}`,
 		`{"payload":`, `[]`, `null`, `{"downstream":"api","extra":1}`, "{\"key\":\"\u2028\"}",
 	} {
@@ -41,6 +42,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if err == nil && task.Cost < 0 {
 			t.Fatalf("accepted a negative cost: %+v", task)
+		}
+		if err == nil && task.CollapseKey != "" && taskspec.CheckCollapseKey(task.CollapseKey) != "" {
+			t.Fatalf("accepted collapse key %q: %s", task.CollapseKey, taskspec.CheckCollapseKey(task.CollapseKey))
 		}
 		if err == nil && task.Priority != 0 && (task.Priority < priority.First || task.Priority > priority.Last) {
 			t.Fatalf("accepted priority %d: %+v", task.Priority, task)

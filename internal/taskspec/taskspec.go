@@ -7,7 +7,7 @@
 //
 //	{"downstream": "billing-api", "payload": {"invoice": 42}, "key": "tenant-7",
 //	 "cost": 1, "unique": "invoice-42", "in": "30s", "type": "charge", "max_retry": 3,
-//	 "priority": 2, "ttl": "5m"}
+//	 "priority": 2, "ttl": "5m", "collapse_key": "sync-tenant-7"}
 //
 // Decoding is strict: an unknown field, a value of the wrong type, a second
 // JSON value after the object, or a field out of range is an *Error that
@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/shaper-io/shaper/internal/priority"
@@ -36,7 +37,7 @@ import (
 var ErrInvalid = errors.New("taskspec: invalid task")
 
 // Fields lists the fields a task object may have, in documentation order.
-var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "at", "in", "type", "max_retry", "priority", "timeout", "deadline", "ttl"}
+var Fields = []string{"downstream", "payload", "payload_base64", "key", "cost", "unique", "collapse_key", "at", "in", "type", "max_retry", "priority", "timeout", "deadline", "ttl"}
 
 // Error is a bad task: Field names the field ("" for the object as a
 // whole) and Msg says what is wrong with it, on one line.
@@ -66,13 +67,16 @@ type Spec struct {
 	Type       *string
 	// Payload is the payload's bytes: the JSON text of "payload" as it was
 	// written, or the decoded bytes of "payload_base64".
-	Payload  []byte
-	Key      *string
-	Cost     *int64
-	Unique   *string
-	At       *time.Time
-	In       *time.Duration
-	MaxRetry *int
+	Payload []byte
+	Key     *string
+	Cost    *int64
+	Unique  *string
+	// CollapseKey is the task's collapse key (queue.Task.CollapseKey): 1
+	// to queue.MaxCollapseKey bytes of printable text.
+	CollapseKey *string
+	At          *time.Time
+	In          *time.Duration
+	MaxRetry    *int
 	// Priority is the task's priority, priority.First to priority.Last
 	// (queue.Task.Priority); nil is the downstream's default.
 	Priority *int
@@ -153,6 +157,7 @@ var fieldParsers = []struct {
 	{"type", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Type, f, v) }},
 	{"key", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Key, f, v) }},
 	{"unique", func(s *Spec, f string, v json.RawMessage) *Error { return setString(&s.Unique, f, v) }},
+	{"collapse_key", parseCollapseKey},
 	{"payload", func(s *Spec, _ string, v json.RawMessage) *Error {
 		s.Payload = append([]byte(nil), v...)
 		return nil
@@ -204,6 +209,41 @@ func setString(dst **string, field string, v json.RawMessage) *Error {
 	}
 	*dst = &out
 	return nil
+}
+
+// parseCollapseKey reads a collapse key: a string that CheckCollapseKey
+// accepts.
+func parseCollapseKey(s *Spec, field string, v json.RawMessage) *Error {
+	var k *string
+	if err := setString(&k, field, v); err != nil {
+		return err
+	}
+	if msg := CheckCollapseKey(*k); msg != "" {
+		return errf(field, "%s", msg)
+	}
+	s.CollapseKey = k
+	return nil
+}
+
+// CheckCollapseKey says what is wrong with k as a collapse key, as "must
+// not be empty (…)" or "must be printable text, got "a\nb" (control
+// character U+000A at byte 1)"; "" when k is 1 to queue.MaxCollapseKey
+// bytes of printable UTF-8 text (no control characters).
+func CheckCollapseKey(k string) string {
+	switch {
+	case k == "":
+		return "must not be empty (leave it out for a task that is never collapsed)"
+	case len(k) > queue.MaxCollapseKey:
+		return fmt.Sprintf("must be at most %d bytes, got %d", queue.MaxCollapseKey, len(k))
+	case !utf8.ValidString(k):
+		return fmt.Sprintf("must be valid UTF-8, got %q", clip(k, 80))
+	}
+	for i, r := range k {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("must be printable text, got %q (control character %U at byte %d)", clip(k, 80), r, i)
+		}
+	}
+	return ""
 }
 
 func parseBase64(s *Spec, field string, v json.RawMessage) *Error {
@@ -327,7 +367,8 @@ func known(name string) bool {
 // Merge returns s with every field it leaves out taken from d. The start
 // time is taken as a whole: when s sets at or in, d's at and in are ignored;
 // so is the deadline (deadline, ttl).
-// Unique is never taken from d (one unique key fits one task).
+// Unique is never taken from d (one unique key fits one task); CollapseKey
+// is (tasks that share one collapse into one another).
 func (s Spec) Merge(d Spec) Spec {
 	if s.Downstream == nil {
 		s.Downstream = d.Downstream
@@ -340,6 +381,9 @@ func (s Spec) Merge(d Spec) Spec {
 	}
 	if s.Key == nil {
 		s.Key = d.Key
+	}
+	if s.CollapseKey == nil {
+		s.CollapseKey = d.CollapseKey
 	}
 	if s.Cost == nil {
 		s.Cost = d.Cost
@@ -390,6 +434,12 @@ func (s Spec) Task(now time.Time) (queue.Task, error) {
 			return t, errf("unique", "must not be empty (leave it out for a task without a unique key)")
 		}
 		t.UniqueKey = *s.Unique
+	}
+	if s.CollapseKey != nil {
+		if msg := CheckCollapseKey(*s.CollapseKey); msg != "" {
+			return t, errf("collapse_key", "%s", msg)
+		}
+		t.CollapseKey = *s.CollapseKey
 	}
 	switch {
 	case s.At != nil && s.In != nil:
