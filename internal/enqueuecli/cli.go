@@ -26,7 +26,8 @@ import (
 // ExitInterrupted, ExitRedis, ExitBadInput, ExitFailed, ExitRejected.
 const (
 	// ExitOK: every task was enqueued, to run now or (deferred by
-	// admission, or by at/in) later.
+	// admission, or by at/in) later, or collapsed into a waiting task
+	// with its collapse key.
 	ExitOK = 0
 	// ExitRejected: admission rejected at least one task, or one was
 	// refused as late (its predicted start past its deadline, on_late:
@@ -108,12 +109,13 @@ them, tasks come as JSON Lines from --file or stdin, one object a line:
 
   {"downstream":"api","payload":{"id":1},"key":"tenant-7","cost":1,"unique":"job-1",
    "at":"2026-01-02T15:04:05Z" | "in":"30s","type":"charge","max_retry":3,"priority":2,
-   "timeout":"10s","deadline":"2026-01-02T15:09:05Z" | "ttl":"5m"}
+   "timeout":"10s","deadline":"2026-01-02T15:09:05Z" | "ttl":"5m","collapse_key":"sync-7"}
 
 Flags set defaults for the fields a line leaves out (not --unique).
 
-Exit codes: 0 all enqueued (accepted or deferred), 1 some rejected by
-admission or refused as late (on_late: reject), 2 bad input (usage, config, or bad tasks: each named on one line
+Exit codes: 0 all enqueued (accepted or deferred) or collapsed into a
+waiting task, 1 some rejected by admission or refused as late (on_late:
+reject), 2 bad input (usage, config, or bad tasks: each named on one line
 of stderr, nothing enqueued for it), 3 Redis unreachable (the run stops),
 4 other enqueue failures (e.g. a duplicate --unique key), 130 interrupted.
 
@@ -162,7 +164,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 // counts only when given: a default of zero is not "cost 0".
 type taskFlags struct {
 	downstream, key, typ, at, in, rate string
-	deadline                           string
+	deadline, collapseKey              string
 	ttl                                time.Duration
 	cost                               int64
 	maxRetry                           int
@@ -184,6 +186,7 @@ func (o *options) define(fs *flag.FlagSet) *taskFlags {
 	fs.StringVar(&o.unique, "unique", "", "unique key for the one task: a second task with it is refused while the first exists")
 	fs.StringVar(&tf.downstream, "downstream", "", "the downstream; for JSON Lines, the default for lines without one")
 	fs.StringVar(&tf.key, "key", "", "admission key (tenant, user, API key)")
+	fs.StringVar(&tf.collapseKey, "collapse-key", "", "collapse key: on a downstream with collapse, a task with it collapses into a waiting task with the same key")
 	fs.Int64Var(&tf.cost, "cost", 0, "units the task takes in limiters and in the downstream's bucket (default 1)")
 	fs.StringVar(&tf.at, "at", "", "run no earlier than this time (RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)")
 	fs.StringVar(&tf.in, "in", "", "run no earlier than this long from now (e.g. 30s, 5m)")
@@ -218,6 +221,13 @@ func (tf *taskFlags) fields(d *taskspec.Spec, set map[string]bool) []taskField {
 		{"downstream", func() error { d.Downstream = &tf.downstream; return nil }},
 		{"key", func() error { d.Key = &tf.key; return nil }},
 		{"type", func() error { d.Type = &tf.typ; return nil }},
+		{"collapse-key", func() error {
+			if msg := taskspec.CheckCollapseKey(tf.collapseKey); msg != "" {
+				return fmt.Errorf("--collapse-key %s", msg)
+			}
+			d.CollapseKey = &tf.collapseKey
+			return nil
+		}},
 		{"cost", func() error {
 			d.Cost = &tf.cost
 			return inRange("cost", tf.cost, 0)

@@ -17,8 +17,8 @@ type outcome int
 
 const (
 	// handled: known either way and not to be sent again: rejected,
-	// invalid, a duplicate, a blank line, or refused by a Redis that
-	// answered.
+	// invalid, a duplicate, collapsed into a waiting task, a blank line,
+	// or refused by a Redis that answered.
 	handled outcome = iota + 1
 	// enqueued: handled, and the task is in Redis.
 	enqueued

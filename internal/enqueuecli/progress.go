@@ -22,8 +22,8 @@ type console struct {
 }
 
 type progressStats struct {
-	tasks, accepted, deferred, rejected, invalid, failed int
-	read, total                                          int64 // bytes; total 0 = unknown
+	tasks, accepted, deferred, rejected, collapsed, invalid, failed int
+	read, total                                                     int64 // bytes; total 0 = unknown
 }
 
 func newConsole(w io.Writer) *console { return &console{w: w} }
@@ -102,6 +102,9 @@ func renderProgress(s progressStats, elapsed time.Duration) string {
 		fmt.Fprintf(&b, "] %3d%%  ", int(frac*100))
 	}
 	fmt.Fprintf(&b, "%d %s  %d accepted  %d deferred  %d rejected", s.tasks, plural(s.tasks, "task", "tasks"), s.accepted, s.deferred, s.rejected)
+	if s.collapsed > 0 {
+		fmt.Fprintf(&b, "  %d collapsed", s.collapsed)
+	}
 	if s.invalid > 0 {
 		fmt.Fprintf(&b, "  %d invalid", s.invalid)
 	}

@@ -34,6 +34,11 @@ type Summary struct {
 	Deferred int `json:"deferred"`
 	// Enqueued is Accepted + Deferred.
 	Enqueued int `json:"enqueued"`
+	// Collapsed were collapsed into a task with their collapse key that
+	// still waited (a downstream with collapse): nothing new was enqueued;
+	// under keep_last the waiting task took their payload. They count as
+	// done (exit 0), not in Enqueued.
+	Collapsed int `json:"collapsed"`
 	// Rejected were refused by admission and not enqueued.
 	Rejected int `json:"rejected"`
 	// Late were refused because their predicted start was past their
@@ -64,8 +69,9 @@ type Summary struct {
 	MaxRetryAfter *float64 `json:"max_retry_after,omitempty"`
 	// StoppedAtLine is, when the run stopped early (Redis unreachable, or
 	// interrupted), the first line not known to be handled: every line
-	// before it was (enqueued, rejected, invalid or a duplicate), so a run
-	// resumed from it misses nothing. 0 when the run finished.
+	// before it was (enqueued, collapsed, rejected, invalid or a
+	// duplicate), so a run resumed from it misses nothing. 0 when the run
+	// finished.
 	StoppedAtLine int `json:"stopped_at_line,omitempty"`
 	// EnqueuedAfterStop lists the lines after StoppedAtLine that were
 	// enqueued all the same (with --concurrency above 1, later lines were
@@ -76,9 +82,11 @@ type Summary struct {
 	Interrupted       bool   `json:"interrupted,omitempty"`
 	DryRun            bool   `json:"dry_run,omitempty"`
 	// ID and ProcessAt describe the one task of --payload/--payload-file
-	// when it was enqueued.
-	ID        string     `json:"id,omitempty"`
-	ProcessAt *time.Time `json:"process_at,omitempty"`
+	// when it was enqueued. When it was collapsed, ID and CollapsedInto are
+	// the id of the waiting task it was collapsed into (ProcessAt absent).
+	ID            string     `json:"id,omitempty"`
+	CollapsedInto string     `json:"collapsed_into,omitempty"`
+	ProcessAt     *time.Time `json:"process_at,omitempty"`
 	// Priority is the priority the one task waits at (1 to 5).
 	Priority int `json:"priority,omitempty"`
 	// ExpectedStart estimates when the one task will be released.
@@ -273,6 +281,9 @@ func humanSummary(s Summary) string {
 	if s.FirstRetryAfter != nil {
 		fmt.Fprintf(&b, " (first Retry-After %s)", secs(*s.FirstRetryAfter))
 	}
+	if s.Collapsed > 0 {
+		fmt.Fprintf(&b, ", %d collapsed into %s", s.Collapsed, plural(s.Collapsed, "a waiting task", "waiting tasks"))
+	}
 	for _, c := range []struct {
 		n    int
 		what string
@@ -354,7 +365,7 @@ func (r *runner) progressStats() progressStats {
 	defer r.mu.Unlock()
 	s := r.sum
 	return progressStats{tasks: s.Tasks, accepted: s.Accepted, deferred: s.Deferred, rejected: s.Rejected,
-		invalid: s.Invalid, failed: s.Failed + s.Duplicates, read: r.read, total: r.total}
+		collapsed: s.Collapsed, invalid: s.Invalid, failed: s.Failed + s.Duplicates, read: r.read, total: r.total}
 }
 
 // check builds and validates a task without Redis: the fields, the
@@ -422,6 +433,9 @@ func (r *runner) enqueue(ctx context.Context, j job) (outcome, bool) {
 	case rec.Outcome.Enqueued():
 		r.countEnqueued(rec, at)
 		return enqueued, true
+	case rec.Outcome == queue.Collapsed:
+		r.countCollapsed(j, rec, at)
+		return handled, true
 	case errors.Is(err, limiters.ErrFailedClosed):
 		r.stop(j, "redis unreachable (admission failed closed: "+rejName(err)+" could not decide)", err, false)
 		return open, false
@@ -488,6 +502,24 @@ func (r *runner) countEnqueued(rec queue.Receipt, at string) {
 			why = c.Error()
 		}
 		r.con.line("enqueue: %sadmitted without a decision: %s", at, oneLine(why))
+	}
+}
+
+// countCollapsed counts and reports a task collapsed into the waiting task
+// that holds its collapse key. For the one task, that task's id goes to
+// stdout as an enqueued task's would.
+func (r *runner) countCollapsed(j job, rec queue.Receipt, at string) {
+	r.count(func(s *Summary) {
+		s.Collapsed++
+		if r.o.single() {
+			s.ID, s.CollapsedInto = rec.ID, rec.CollapsedInto
+		}
+	})
+	if r.o.single() && !r.o.json {
+		fmt.Fprintln(r.std.Stdout, rec.ID)
+	}
+	if r.o.verbose || r.o.single() && !r.o.quiet {
+		r.con.line("enqueue: %scollapsed into %s: a task with collapse key %q still waits", at, rec.CollapsedInto, j.task.CollapseKey)
 	}
 }
 
