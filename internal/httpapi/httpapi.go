@@ -1,7 +1,9 @@
 // Package httpapi is shaper's HTTP enqueue API: POST a task to a
 // downstream, get 202 with its id when admission accepts (or defers) it,
-// 429 with Retry-After and RateLimit headers when admission rejects it,
-// 422 when its deadline cannot be met (on_late: reject).
+// 200 with the id of the waiting task it was collapsed into (a downstream
+// with collapse), 429 with Retry-After and RateLimit headers when
+// admission rejects it, 422 when its deadline cannot be met (on_late:
+// reject).
 // docs/http-api.md is the reference for callers; this comment is for
 // maintainers.
 //
@@ -131,6 +133,23 @@ type Accepted struct {
 	Admission     *Admission `json:"admission,omitempty"`
 }
 
+// Collapsed is the body of a 200 to a POSTed task: a task with its
+// collapse_key still waited, and this one was collapsed into it (queue
+// Outcome Collapsed). Nothing new was enqueued.
+type Collapsed struct {
+	// ID and CollapsedInto are the waiting task's id.
+	ID            string `json:"id"`
+	CollapsedInto string `json:"collapsed_into"`
+	Downstream    string `json:"downstream"`
+	Queue         string `json:"queue"`
+	// State is the waiting task's asynq state as the answer is written:
+	// pending, scheduled or retry, or active and later when it was taken
+	// meanwhile; absent when it could not be read (no Inspector, the task
+	// already finished and was deleted, or Redis failed).
+	State    string `json:"state,omitempty"`
+	Location string `json:"location"`
+}
+
 // Late is the body of a 422: the task's predicted start is past its
 // deadline and its downstream has on_late: reject.
 type Late struct {
@@ -200,6 +219,8 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request, pathDS string) {
 	switch {
 	case rec.Outcome.Enqueued():
 		a.accepted(w, rec, rec.Admission.FailedOpen)
+	case rec.Outcome == queue.Collapsed:
+		a.collapsed(w, rec)
 	case rec.Outcome == queue.Rejected && !errors.Is(err, limiters.ErrFailedClosed):
 		res := rec.Admission
 		SetRateLimitHeaders(w.Header(), res)
@@ -316,6 +337,25 @@ func (a *API) accepted(w http.ResponseWriter, rec queue.Receipt, failedOpen bool
 	}
 	w.Header().Set("Location", body.Location)
 	server.WriteJSON(w, http.StatusAccepted, body)
+}
+
+// collapsed answers 200 for a task collapsed into a waiting task: nothing
+// new was enqueued, and Location names the waiting task, as a 202's names
+// the new one.
+func (a *API) collapsed(w http.ResponseWriter, rec queue.Receipt) {
+	body := Collapsed{ID: rec.ID, CollapsedInto: rec.CollapsedInto, Downstream: rec.Downstream, Queue: rec.Queue,
+		Location: TaskPath(rec.Downstream, rec.ID)}
+	if a.cfg.Inspector != nil {
+		info, err := a.cfg.Inspector.Asynq().GetTaskInfo(rec.Queue, rec.ID)
+		switch {
+		case err == nil:
+			body.State = info.State.String()
+		case !errors.Is(err, asynq.ErrTaskNotFound):
+			a.cfg.Logger.Warn("collapsed task lookup failed", "downstream", rec.Downstream, "id", rec.ID, "err", err)
+		}
+	}
+	w.Header().Set("Location", body.Location)
+	server.WriteJSON(w, http.StatusOK, body)
 }
 
 // Policy is the quota a limiter advertises in RateLimit-Policy: Quota

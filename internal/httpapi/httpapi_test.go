@@ -41,6 +41,7 @@ type options struct {
 	admission  func(b *bundle) map[string]queue.Admission
 	shaping    map[string]queue.Shaping
 	priority   map[string]int // queue.ProducerConfig.Priority
+	collapse   map[string]queue.Collapse
 }
 
 func setup(t *testing.T, o options) *bundle {
@@ -56,7 +57,8 @@ func setup(t *testing.T, o options) *bundle {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := queue.NewProducer(b.rdb, queue.ProducerConfig{Prefix: b.prefix, Admission: adm, MaxPayload: o.maxPayload,
-		Downstreams: []string{"api", "global", "deferred", "open", "closed"}, Logger: quiet, Shaping: o.shaping, Predict: o.shaping != nil, Priority: o.priority})
+		Downstreams: []string{"api", "global", "deferred", "open", "closed"}, Logger: quiet, Shaping: o.shaping, Predict: o.shaping != nil, Priority: o.priority,
+		Collapse: o.collapse})
 	srv := server.New(server.Options{Addr: "127.0.0.1:0", Token: o.token, Redis: b.rdb, Logger: quiet})
 	httpapi.New(httpapi.Config{Producer: p, Inspector: b.in, MaxBody: o.maxBody, Logger: quiet}).Mount(srv)
 	addr, err := srv.Start()
