@@ -106,3 +106,9 @@ func (p *Producer) releaseCollapse(ctx context.Context, t Task, err *error) {
 		*err = errors.Join(*err, rerr)
 	}
 }
+
+// collapses reports whether downstream collapses redundant calls.
+func (p *Producer) collapses(downstream string) bool {
+	_, ok := p.cfg.Collapse[downstream]
+	return ok
+}

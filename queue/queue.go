@@ -93,8 +93,8 @@ type Task struct {
 	Deadline time.Time
 	// TTL, when positive, sets Deadline to the time of Enqueue plus TTL.
 	TTL time.Duration
-	// CollapseKey, on a downstream in ProducerConfig.Collapse, collapses
-	// redundant calls: while a task with the same key still waits (not
+	// CollapseKey, on a downstream in ProducerConfig.Collapse (elsewhere
+	// it is refused with ErrInvalidTask), collapses redundant calls: while a task with the same key still waits (not
 	// yet taken), this one is collapsed into it (Collapse.Mode) and
 	// Receipt.CollapsedInto names it. A task already taken is never
 	// touched: this one then waits behind it. At most MaxCollapseKey bytes.
@@ -313,6 +313,8 @@ func (p *Producer) Validate(t Task) error {
 		return fmt.Errorf("%w: unique key is %d bytes, over the limit of 1024", ErrInvalidTask, len(t.UniqueKey))
 	case len(t.CollapseKey) > MaxCollapseKey:
 		return fmt.Errorf("%w: collapse key is %d bytes, over the limit of %d", ErrInvalidTask, len(t.CollapseKey), MaxCollapseKey)
+	case t.CollapseKey != "" && !p.collapses(t.Downstream):
+		return fmt.Errorf("%w: collapse key %q: downstream %q collapses nothing (set collapse in its config)", ErrInvalidTask, t.CollapseKey, t.Downstream)
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidTask, t.Timeout)
 	}

@@ -97,12 +97,10 @@ downstreams:
 		t.Errorf("the k3 lines again: exit %d, summary %+v; want exit 0, all 3 collapsed", code, s)
 	}
 
-	// A downstream without collapse enqueues every task.
-	for range 2 {
-		code, stdout, _ = run("", "--json", "--downstream", "plain", "--payload", "p", "--collapse-key", "k1")
-		if s := summary(stdout); code != ExitOK || s.Accepted != 1 || s.Collapsed != 0 {
-			t.Errorf("plain: exit %d, summary %+v; want the task accepted", code, s)
-		}
+	// A downstream without collapse refuses a collapse key: bad input.
+	code, _, stderr = run("", "--json", "--downstream", "plain", "--payload", "p", "--collapse-key", "k1")
+	if code != ExitBadInput || !strings.Contains(stderr, `downstream "plain" collapses nothing`) {
+		t.Errorf("plain: exit %d, stderr %q; want bad input naming the downstream", code, stderr)
 	}
 
 	// api holds one task per key, with the last payload given for it.
@@ -110,7 +108,7 @@ downstreams:
 	defer in.Close()
 	space := keys.New(prefix)
 	got := map[string]int{}
-	for _, ds := range []string{"api", "plain"} {
+	for _, ds := range []string{"api"} {
 		tasks, err := in.ListPendingTasks(space.Queue(ds))
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +117,7 @@ downstreams:
 			got[ds+" "+string(ti.Payload)]++
 		}
 	}
-	want := map[string]int{"api v3": 1, `api "l2"`: 1, `api "m3"`: 1, "plain p": 2}
+	want := map[string]int{"api v3": 1, `api "l2"`: 1, `api "m3"`: 1}
 	if !maps.Equal(got, want) {
 		t.Errorf("pending tasks (downstream payload: count) %v, want %v", got, want)
 	}
