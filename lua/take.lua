@@ -51,7 +51,7 @@
 -- ARGV[12] -> 1: KEYS[10..13] are the priority lists; else none
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
---          then per task taken: id, msg, slot_us}
+--          then per task taken: id, msg, slot_us, priority}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent), 4 early (the first slot starts
 --           later than the look-ahead).
@@ -61,7 +61,8 @@
 --   drained: 1 when pending (and every priority list) ran out during
 --   this call.
 --   msg is the task hash's "msg" field, or "" when the hash has none (the
---   caller archives such a task with the reason).
+--   caller archives such a task with the reason); priority is the task's
+--   (its hash's "shaper_priority", 3 when none or without priority lists).
 -- Errors: an argument out of range.
 -- TTL: next_free until it (plus the burst allowance) is past, plus a margin
 -- of 1 s, as shaping.lua sets it. asynq's keys follow asynq: no TTL.
@@ -209,6 +210,9 @@ for j = 0, n - 1 do
   out[#out + 1] = id
   out[#out + 1] = redis.call('HGET', tk, 'msg') or ''
   out[#out + 1] = s
+  local prio = 3
+  if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end
+  out[#out + 1] = prio
   count = count + 1
 end
 if count == 0 then return reply(1, 0, 1) end

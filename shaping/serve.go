@@ -123,20 +123,23 @@ func (r *runner) waiting() int64 { return r.held.Load() - r.releasing.Load() }
 
 // takeWant is how many tasks the engine should take for r now: what
 // tops the waiting ones up to ahead, once half of them have gone (so
-// takes come in batches, not one per release).
+// takes come in batches, not one per release). A downstream with
+// priorities tops up at every slot, so a task of a higher priority that
+// arrives waits for one slot, not for half the look-ahead.
 func (r *runner) takeWant() int {
 	ahead, waiting := r.ahead(), r.waiting()
 	want := ahead - waiting
-	if waiting > 0 && want < (ahead+1)/2 {
+	if waiting > 0 && want < (ahead+1)/2 && r.ds.Priority == nil {
 		return 0
 	}
 	return int(max(want, 0))
 }
 
 // roomMade is called when one of r's waiting tasks starts its call or
-// leaves: the engine takes again once half the look-ahead has gone.
+// leaves: the engine takes again once half the look-ahead has gone (with
+// priorities: at once).
 func (r *runner) roomMade() {
-	if r.paced && r.waiting() <= r.ahead()/2 {
+	if r.paced && (r.waiting() <= r.ahead()/2 || r.ds.Priority != nil && r.waiting() < r.ahead()) {
 		r.wakeTake()
 	}
 }
@@ -181,7 +184,11 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 		r.outcome("malformed")
 		return fmt.Errorf("shaping: downstream %q: task %q has no type (corrupt msg): %w", r.ds.Name, t.ID, asynq.SkipRetry)
 	}
-	err := r.serve(withOrder(ctx, t.Order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
+	// a FIFO lane queues its waiters by this: priority first, then the
+	// order of the takes, so a task of a higher priority taken after the
+	// look-ahead's tasks still goes at the next slot
+	order := int64(max(t.Priority, 1))<<40 + t.Order
+	err := r.serve(withOrder(ctx, order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
 		if errors.Is(context.Cause(ctx), ErrCancelled) {
 			r.cancelled("before_call")

@@ -89,12 +89,14 @@ type TakeReply struct {
 }
 
 // TakenTask is one task taken: its id, its encoded asynq TaskMessage
-// (empty when the task hash has none) and the start of its slot (µs since
-// the epoch on the Redis clock).
+// (empty when the task hash has none), the start of its slot (µs since
+// the epoch on the Redis clock) and its priority (3 without priority
+// lists).
 type TakenTask struct {
-	ID   string
-	Msg  []byte
-	Slot int64
+	ID       string
+	Msg      []byte
+	Slot     int64
+	Priority int
 }
 
 // Take runs take.lua: up to a.Slots tasks, each with its own slot.
@@ -126,7 +128,7 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 }
 
 func parseTake(v []any) (TakeReply, error) {
-	if len(v) < 6 || (len(v)-6)%3 != 0 {
+	if len(v) < 6 || (len(v)-6)%4 != 0 {
 		return TakeReply{}, fmt.Errorf("take: reply has %d fields", len(v))
 	}
 	var h [6]int64
@@ -139,14 +141,15 @@ func parseTake(v []any) (TakeReply, error) {
 	}
 	r := TakeReply{Status: TakeStatus(h[0]), Now: h[1], Next: h[2], Drained: h[3] == 1,
 		Recovered: h[4], Forwarded: h[5]}
-	for i := 6; i < len(v); i += 3 {
+	for i := 6; i < len(v); i += 4 {
 		id, ok1 := v[i].(string)
 		msg, ok2 := v[i+1].(string)
 		slot, ok3 := v[i+2].(int64)
-		if !ok1 || !ok2 || !ok3 {
-			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-6)/3+1)
+		prio, ok4 := v[i+3].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-6)/4+1)
 		}
-		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot})
+		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio)})
 	}
 	return r, nil
 }

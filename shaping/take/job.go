@@ -64,7 +64,7 @@ func (j *job) run() {
 		j.remove(m, false)
 		return
 	}
-	t := newTask(m, j.slot, j.order)
+	t := newTask(m, j.slot, j.order, j.tt.Priority)
 	ctx, cancel := context.WithDeadline(j.e.callCtx, deadline(m, time.Now()))
 	ctx, cancelCall := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(j.cutCtx, func() {

@@ -35,6 +35,9 @@ type Task struct {
 	// Slot is the start of the slot reserved for this call, on the local
 	// clock; the handler is called at or just after it.
 	Slot time.Time
+	// Priority is the task's priority (internal/priority), 3 on a
+	// downstream without Priority.
+	Priority int
 	// Order numbers the engine's takes, in the order they left the queue
 	// (increasing within a process): handlers that queue tasks of their
 	// own keep first-in first-out by it, whatever order their goroutines
@@ -44,9 +47,9 @@ type Task struct {
 	msg *asynqmsg.Message
 }
 
-func newTask(m *asynqmsg.Message, slot time.Time, order int64) *Task {
+func newTask(m *asynqmsg.Message, slot time.Time, order int64, prio int) *Task {
 	return &Task{ID: m.ID, Type: m.Type, Queue: m.Queue, Payload: m.Payload, Headers: m.Headers,
-		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, Order: order, msg: m}
+		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, Priority: prio, Order: order, msg: m}
 }
 
 // defaultTimeout is asynq's timeout for a task with neither Timeout nor
