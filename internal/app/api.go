@@ -1,8 +1,13 @@
 package app
 
 import (
+	"context"
 	"log/slog"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/explain"
 	"github.com/shaper-io/shaper/internal/httpapi"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/queue"
@@ -17,6 +22,9 @@ import (
 //	GET  /v1/downstreams/{downstream}/tasks/{id}
 //
 // All of them require the bearer token when http.token_env is set.
-func mountAPI(srv *server.Server, p *queue.Producer, d *shaping.Dispatcher, in *queue.Inspector, maxBody int64, log *slog.Logger) {
-	httpapi.New(httpapi.Config{Producer: p, Inspector: in, MaxBody: maxBody, Logger: log}).Mount(srv)
+func mountAPI(srv *server.Server, p *queue.Producer, d *shaping.Dispatcher, in *queue.Inspector, rdb redis.UniversalClient, prefix string, maxBody int64, log *slog.Logger) {
+	explainTask := func(ctx context.Context, ds, id string) (explain.Explanation, error) {
+		return explain.Task(ctx, rdb, prefix, ds, id, time.Now())
+	}
+	httpapi.New(httpapi.Config{Producer: p, Inspector: in, MaxBody: maxBody, Logger: log, Explain: explainTask}).Mount(srv)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/explain"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/internal/taskspec"
 	"github.com/shaper-io/shaper/limiters"
@@ -62,6 +63,9 @@ type Config struct {
 	// Now is the clock for "in" and for response times; nil means
 	// time.Now.
 	Now func() time.Time
+	// Explain, when set, says why a task is where it is for GET on a task
+	// (its "explain"; internal/explain); an error leaves it out.
+	Explain func(ctx context.Context, downstream, id string) (explain.Explanation, error)
 }
 
 // API serves the enqueue routes. Safe for concurrent use.
@@ -456,6 +460,9 @@ type TaskState struct {
 	LastFailedAt  *time.Time `json:"last_failed_at,omitempty"`
 	CompletedAt   *time.Time `json:"completed_at,omitempty"`
 	PayloadBytes  int        `json:"payload_bytes"`
+	// Explain says why the task is where it is: its reason and, for a task
+	// that waits in the queue, what holds its downstream now.
+	Explain *explain.Explanation `json:"explain,omitempty"`
 }
 
 func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
@@ -481,6 +488,13 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
 	st.NextProcessAt = timePtr(info.NextProcessAt)
 	st.LastFailedAt = timePtr(info.LastFailedAt)
 	st.CompletedAt = timePtr(info.CompletedAt)
+	if a.cfg.Explain != nil {
+		if e, err := a.cfg.Explain(r.Context(), ds, id); err == nil {
+			st.Explain = &e
+		} else {
+			a.cfg.Logger.Debug("task explain failed", "downstream", ds, "id", id, "err", err)
+		}
+	}
 	server.WriteJSON(w, http.StatusOK, st)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/explain"
 	"github.com/shaper-io/shaper/internal/httpapi"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/server"
@@ -60,7 +61,10 @@ func setup(t *testing.T, o options) *bundle {
 		Downstreams: []string{"api", "global", "deferred", "open", "closed"}, Logger: quiet, Shaping: o.shaping, Predict: o.shaping != nil, Priority: o.priority,
 		Collapse: o.collapse})
 	srv := server.New(server.Options{Addr: "127.0.0.1:0", Token: o.token, Redis: b.rdb, Logger: quiet})
-	httpapi.New(httpapi.Config{Producer: p, Inspector: b.in, MaxBody: o.maxBody, Logger: quiet}).Mount(srv)
+	explainTask := func(ctx context.Context, ds, id string) (explain.Explanation, error) {
+		return explain.Task(ctx, b.rdb, b.prefix, ds, id, time.Now())
+	}
+	httpapi.New(httpapi.Config{Producer: p, Inspector: b.in, MaxBody: o.maxBody, Logger: quiet, Explain: explainTask}).Mount(srv)
 	addr, err := srv.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,10 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +63,26 @@ func TestCancelWaitingTask(t *testing.T) {
 	}
 	if got := b.do(t, "DELETE", "/v1/downstreams/deferred/tasks/"+id, nil); got.status != 404 {
 		t.Errorf("second DELETE: %d %s, want 404", got.status, got.raw)
+	}
+}
+
+// GET on a task says why it is where it is: a scheduled task is due at its
+// time; a queued one waits at its priority.
+func TestGetTaskExplains(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, "/v1/downstreams/deferred/tasks", `{"payload":1,"in":"1h"}`)
+	id, _ := r.body["id"].(string)
+	got := b.do(t, "GET", "/v1/downstreams/deferred/tasks/"+id, nil)
+	ex, _ := got.body["explain"].(map[string]any)
+	if got.status != 200 || ex["reason"] != "scheduled" || ex["due"] == nil || !strings.Contains(fmt.Sprint(ex["text"]), "due at") {
+		t.Errorf("GET a scheduled task: %d %s, want explain.reason scheduled with its due time", got.status, got.raw)
+	}
+	r = b.post(t, "/v1/downstreams/deferred/tasks", `{"payload":2}`)
+	id, _ = r.body["id"].(string)
+	got = b.do(t, "GET", "/v1/downstreams/deferred/tasks/"+id, nil)
+	ex, _ = got.body["explain"].(map[string]any)
+	if ex["reason"] != "queued" || ex["priority"] != float64(3) {
+		t.Errorf("GET a queued task: %s, want explain.reason queued at priority 3", got.raw)
 	}
 }
