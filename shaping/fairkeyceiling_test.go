@@ -123,3 +123,69 @@ func TestFairKeyCeilingThreeDispatchers(t *testing.T) {
 		t.Errorf("%d releases in one second, want at most %d", m, rate+1)
 	}
 }
+
+// Tiers: a fair downstream at 200/s with key_rate 2/s and key_rates
+// {vip: 10/s}, two dispatchers, 30 tasks of vip and 30 of each of two
+// basic keys, all due at once: counted at the release, vip has at most
+// 10 + 1 in any second (and more than 2 + 1: its own ceiling, not the
+// default, binds), each basic key at most 2 + 1; every task is delivered
+// once.
+func TestFairKeyRatesTiers(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	const rate, n = 200, 30
+	var mu sync.Mutex
+	at := map[string][]time.Time{}
+	seen := map[string]int{}
+	tiers := &shaping.Fairness{KeyRate: limiters.PerSecond(2), KeyRates: map[string]limiters.Limit{"vip": limiters.PerSecond(10)}}
+	for range 2 {
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix})
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(rate), Fairness: tiers,
+			Handler: func(ctx context.Context, tk *shaping.Task) error {
+				mu.Lock()
+				at[tk.Key] = append(at[tk.Key], time.Now())
+				seen[string(tk.Payload)]++
+				mu.Unlock()
+				return nil
+			}}))
+		must(t, d.Start())
+		t.Cleanup(func() { d.Shutdown(context.Background()) })
+	}
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Fair: map[string]queue.FairShare{"api": {Fairness: tiers, Rate: limiters.PerSecond(rate)}}})
+	t.Cleanup(func() { p.Close() })
+	keys := []string{"vip", "basic-a", "basic-b"}
+	for i := range n {
+		for _, k := range keys {
+			_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: k, Payload: []byte(fmt.Sprintf("%s-%d", k, i))})
+			must(t, err)
+		}
+	}
+	waitFor(t, 30*time.Second, "vip's 30 and 8 of each basic key", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at["vip"]) == n && len(at["basic-a"]) >= 8 && len(at["basic-b"]) >= 8
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		ts := append([]time.Time(nil), at[k]...)
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		most, limit := mostInWindow(ts, time.Second), 3
+		if k == "vip" {
+			limit = 11
+			if most <= 3 {
+				t.Errorf("vip: at most %d in any second, want more than key_rate + 1 = 3 (its own 10/s)", most)
+			}
+		}
+		t.Logf("%s: %d released, most in any second %d (bound %d)", k, len(ts), most, limit)
+		if most > limit {
+			t.Errorf("%s: %d releases in one second, want at most %d", k, most, limit)
+		}
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("%s delivered %d times", id, c)
+		}
+	}
+}

@@ -34,8 +34,8 @@ import (
 // claim, or go alone before the lane sleeps), on downstreams with a
 // KeyRate only.
 type keyCeiling struct {
-	l    *lane
-	rate limiters.Limit
+	l *lane
+	f *Fairness // KeyRateOf: each key's ceiling
 	// The rest is the run loop's alone.
 	tat     map[string]time.Time // key → its tat on the Redis clock as last known
 	sweepAt int                  // tat's size that triggers a sweep of passed tats
@@ -55,8 +55,17 @@ type settlement struct {
 // ceilingMargin is how long a key's tat STRING outlives its tat.
 const ceilingMargin = time.Second
 
-func newKeyCeiling(l *lane, rate limiters.Limit) *keyCeiling {
-	return &keyCeiling{l: l, rate: rate, tat: map[string]time.Time{}, seen: map[string]bool{}, sweepAt: 1024}
+func newKeyCeiling(l *lane, f *Fairness) *keyCeiling {
+	return &keyCeiling{l: l, f: f, tat: map[string]time.Time{}, seen: map[string]bool{}, sweepAt: 1024}
+}
+
+// rateOf is key's ceiling; a key with none is capped only by the
+// downstream's rate in force.
+func (c *keyCeiling) rateOf(key string) limiters.Limit {
+	if r := c.f.KeyRateOf(key); r.Rate > 0 {
+		return r
+	}
+	return *c.l.r.rate.Load()
 }
 
 // interval is how far a slot of cost moves its key's tat past the slot:
@@ -66,8 +75,8 @@ func newKeyCeiling(l *lane, rate limiters.Limit) *keyCeiling {
 // one task's cost of them (for cost 1: at most KeyRate + 1 releases). A
 // downstream that never skips late releases (LateTolerance < 0) has no
 // bound on lateness, and nothing is added.
-func (c *keyCeiling) interval(cost int64) time.Duration {
-	iv := c.rate.Interval(cost)
+func (c *keyCeiling) interval(cost int64, key string) time.Duration {
+	iv := c.rateOf(key).Interval(cost)
 	if r := c.l.r; r.ds.LateTolerance >= 0 {
 		slack := math.Ceil(float64(iv) * r.lateTolerance(cost).Seconds() / float64(time.Microsecond))
 		iv += time.Duration(min(slack, float64(MaxInterval/time.Microsecond))) * time.Microsecond
@@ -106,7 +115,8 @@ func (c *keyCeiling) pick() picked {
 	clear(c.seen)
 	for e := l.q.Front(); e != nil && len(p.cands) < maxBatch; e = e.Next() {
 		w := e.Value.(*waiter)
-		if c.seen[w.key] || p.cost != 0 && w.cost != p.cost {
+		// one run of slots serves keys of one cost and one ceiling
+		if c.seen[w.key] || p.cost != 0 && (w.cost != p.cost || c.rateOf(w.key) != c.rateOf(p.cands[0].w.key)) {
 			continue
 		}
 		c.seen[w.key] = true
@@ -147,7 +157,7 @@ func (c *keyCeiling) serve(seq uint64, probe bool) bool {
 	} else {
 		want = min(want, room)
 	}
-	iv, hold := c.interval(p.cost), r.lookahead()
+	iv, hold := c.interval(p.cost, p.cands[0].w.key), r.lookahead()
 	sent := r.d.cfg.Clock.Now()
 	rep, err := c.call(p.cands, want, iv, hold)
 	if err != nil {
@@ -244,7 +254,7 @@ func (c *keyCeiling) flush() {
 	if len(c.settle) == 0 {
 		return
 	}
-	if _, err := c.call(nil, 0, c.interval(1), c.l.r.lookahead()); err != nil {
+	if _, err := c.call(nil, 0, 0, c.l.r.lookahead()); err != nil {
 		c.l.r.d.log.Debug("shaping: cannot settle key ceiling claims; they lapse on their own", "downstream", c.l.r.ds.Name, "err", err)
 	}
 }

@@ -26,8 +26,8 @@ func TestFairKeyCeilingInterval(t *testing.T) {
 		{5000, 2, -1, 1, 500 * time.Millisecond}, // never skipped: no bound to pay for
 	} {
 		r, _ := testRunner(now, limiters.PerSecond(c.rate), Downstream{Name: "api", LateTolerance: c.tol})
-		kc := newKeyCeiling(&lane{r: r}, limiters.PerSecond(c.keyRate))
-		if got := kc.interval(c.cost); got != c.want {
+		kc := newKeyCeiling(&lane{r: r}, &Fairness{KeyRate: limiters.PerSecond(c.keyRate)})
+		if got := kc.interval(c.cost, "k"); got != c.want {
 			t.Errorf("step %d: got %v, want %v", i, got, c.want)
 		}
 	}

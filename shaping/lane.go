@@ -73,8 +73,8 @@ func newLane(r *runner) *lane {
 	l := &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
 	if f := r.ds.Fairness; f != nil {
 		l.fair = newFairOrder(f)
-		if f.KeyRate.Rate > 0 {
-			l.kc = newKeyCeiling(l, f.KeyRate)
+		if f.Ceilinged() {
+			l.kc = newKeyCeiling(l, f)
 		}
 	}
 	return l

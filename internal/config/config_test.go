@@ -286,6 +286,7 @@ func TestBadConfigs(t *testing.T) {
 		{"fairness weight zero", ds("rate: 5/s\nfairness: {weights: {acme: 0}}\n" + logH), `downstreams[0].fairness.weights["acme"]`, 0, []string{"must be in (0, 1e+06], got 0"}},
 		{"fairness key scope", ds("rate: 5/s\nfairness: {key: global}\n" + logH), "downstreams[0].fairness.key", 0, []string{`must be "tenant"`}},
 		{"fairness key_rate above the rate", ds("rate: 5/s\nfairness: {key_rate: 10/s}\n" + logH), "downstreams[0].fairness.key_rate", 0, []string{`"10/s" is above the downstream's rate "5/s"`}},
+		{"fairness key_rates above the rate", ds("rate: 5/s\nfairness: {key_rates: {vip: 10/s}}\n" + logH), `downstreams[0].fairness.key_rates["vip"]`, 0, []string{`"10/s" is above the downstream's rate "5/s"`}},
 		{"fairness with batch", ds("rate: 5/s\nfairness: {}\nbatch: {max_rows: 10}\n" + logH), "downstreams[0].fairness", 0, []string{"cannot be combined with batch"}},
 		{"lease too short", ds("rate: 5/s\nconcurrency: 2\nlease: 100ms\n" + logH), "downstreams[0].lease", 0, []string{"must be 1s to 1h, got 100ms"}},
 		{"bad rate period", ds("rate: 5/fortnight\n" + logH), "downstreams[0].rate", 3, []string{`"5/fortnight"`, `unknown period "fortnight"`}},

@@ -203,6 +203,9 @@ type Fairness struct {
 	// KeyRate, when set, caps each key's rate, e.g. "10/s"; at most the
 	// downstream's rate.
 	KeyRate Rate `yaml:"key_rate,omitempty"`
+	// KeyRates caps the keys listed at their own rate in place of
+	// KeyRate (tiers), each at most the downstream's rate.
+	KeyRates map[string]Rate `yaml:"key_rates,omitempty"`
 }
 
 // HandlerType says how a released task is delivered.

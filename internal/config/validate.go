@@ -514,6 +514,21 @@ func (d *Downstream) validateConcurrency(p string) *Error {
 // maxFairWeight bounds a fair-share weight (shaping.MaxFairWeight).
 const maxFairWeight = 1e6
 
+// checkKeyRate checks a key's ceiling at path p: a rate, at most the
+// downstream's, and at least one task per key in sizing.MaxInterval.
+func (d *Downstream) checkKeyRate(p string, r Rate) *Error {
+	if e := checkRate(p, r); e != nil {
+		return e
+	}
+	if r.Limit().PerSec() > d.Limit().PerSec() {
+		return errf(p, "%s is above the downstream's rate %s: it would never bind", q(r.String()), q(d.Rate.String()))
+	}
+	if sizing.CheckRate(r.Limit(), 1) != nil {
+		return errf(p, "%s is slower than one task per key in %s", q(r.String()), sizing.MaxInterval)
+	}
+	return nil
+}
+
 func (d *Downstream) validateFairness(p string) *Error {
 	f := d.Fairness
 	if f == nil {
@@ -529,14 +544,13 @@ func (d *Downstream) validateFairness(p string) *Error {
 		return errf(p, "cannot be combined with batch (a batch mixes keys)")
 	}
 	if !f.KeyRate.IsZero() {
-		if e := checkRate(p+".key_rate", f.KeyRate); e != nil {
+		if e := d.checkKeyRate(p+".key_rate", f.KeyRate); e != nil {
 			return e
 		}
-		if f.KeyRate.Limit().PerSec() > d.Limit().PerSec() {
-			return errf(p+".key_rate", "%s is above the downstream's rate %s: it would never bind", q(f.KeyRate.String()), q(d.Rate.String()))
-		}
-		if sizing.CheckRate(f.KeyRate.Limit(), 1) != nil {
-			return errf(p+".key_rate", "%s is slower than one task per key in %s", q(f.KeyRate.String()), sizing.MaxInterval)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.KeyRates)) {
+		if e := d.checkKeyRate(fmt.Sprintf("%s.key_rates[%q]", p, k), f.KeyRates[k]); e != nil {
+			return e
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.Weights)) {

@@ -45,6 +45,22 @@ type Fairness struct {
 	// so workers seldom hold a task that must wait for it. Only Rate and
 	// Period are read: a key has no burst.
 	KeyRate limiters.Limit
+	// KeyRates caps the keys listed at their own rate in place of KeyRate
+	// (tiers: a premium tenant at 20/s, the rest at KeyRate), with the
+	// same bound. A key in neither is capped only by the downstream's rate.
+	KeyRates map[string]limiters.Limit
+}
+
+// Ceilinged reports whether any key has a ceiling (KeyRate or KeyRates).
+func (f *Fairness) Ceilinged() bool { return f.KeyRate.Rate > 0 || len(f.KeyRates) > 0 }
+
+// KeyRateOf is key's ceiling: its KeyRates entry, else KeyRate; a zero
+// Rate means none.
+func (f *Fairness) KeyRateOf(key string) limiters.Limit {
+	if r, ok := f.KeyRates[key]; ok && r.Rate > 0 {
+		return r
+	}
+	return f.KeyRate
 }
 
 // MaxWeight bounds a fair-share weight.
@@ -97,6 +113,11 @@ func (f *Fairness) Validate() error {
 	if f.KeyRate.Rate != 0 {
 		if err := sizing.ValidateRate(f.KeyRate); err != nil {
 			return fmt.Errorf("Fairness.KeyRate: %w", err)
+		}
+	}
+	for k, r := range f.KeyRates {
+		if err := sizing.ValidateRate(r); err != nil {
+			return fmt.Errorf("Fairness.KeyRates[%q]: %w", k, err)
 		}
 	}
 	return nil
@@ -168,8 +189,8 @@ func (q *Queue) Park(ctx context.Context, ds string, rate limiters.Limit, f *Fai
 	if !due.IsZero() {
 		t.DueMs = due.UnixMilli()
 	}
-	if f.KeyRate.Rate > 0 {
-		t.PerMs = float64(f.KeyRate.Interval(1)) / float64(time.Millisecond)
+	if kr := f.KeyRateOf(key); kr.Rate > 0 {
+		t.PerMs = float64(kr.Interval(1)) / float64(time.Millisecond)
 	}
 	rep, err := q.store.FairPark(ctx, ks, a, t)
 	return state(rep), err

@@ -286,7 +286,14 @@ func fairness(dc config.Downstream) *shaping.Fairness {
 	if f == nil {
 		return nil
 	}
-	return &shaping.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit()}
+	var rates map[string]limiters.Limit
+	for k, r := range f.KeyRates {
+		if rates == nil {
+			rates = map[string]limiters.Limit{}
+		}
+		rates[k] = r.Limit()
+	}
+	return &shaping.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit(), KeyRates: rates}
 }
 
 // quotas is dc's quotas as the dispatcher takes them.
