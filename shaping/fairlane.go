@@ -224,7 +224,15 @@ func (o *fairOrder) sort(q *list.List, now time.Time) {
 		}
 		els = append(els, e)
 	}
-	sort.SliceStable(els, func(i, j int) bool { return els[i].Value.(*waiter).tag < els[j].Value.(*waiter).tag })
+	// priority first (a waiter's take order carries it: serveTake), then
+	// fair share among the waiters of one priority
+	sort.SliceStable(els, func(i, j int) bool {
+		a, b := els[i].Value.(*waiter), els[j].Value.(*waiter)
+		if pa, pb := a.priority(), b.priority(); pa != pb {
+			return pa < pb
+		}
+		return a.tag < b.tag
+	})
 	for _, e := range els {
 		q.MoveToBack(e)
 	}

@@ -241,6 +241,13 @@ func (l *lane) backlogged(key string) bool {
 	return l.fair.waiting[key] > 0
 }
 
+// priority is w's priority from its take order (serveTake puts it in the
+// order's high bits); 0 for a waiter with no take order.
+func (w *waiter) priority() int64 { return w.order >> takeOrderBits }
+
+// takeOrderBits is where a take order's priority starts (serveTake).
+const takeOrderBits = 40
+
 // pushInOrder queues w behind the waiters taken before it: the jobs of
 // one take start in any order, and FIFO means the order they left the
 // queue. Only the few waiters of the latest take are stepped over.

@@ -187,7 +187,7 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	// a FIFO lane queues its waiters by this: priority first, then the
 	// order of the takes, so a task of a higher priority taken after the
 	// look-ahead's tasks still goes at the next slot
-	order := int64(max(t.Priority, 1))<<40 + t.Order
+	order := int64(max(t.Priority, 1))<<takeOrderBits + t.Order
 	err := r.serve(withOrder(ctx, order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
 		if errors.Is(context.Cause(ctx), ErrCancelled) {
