@@ -192,9 +192,10 @@ type Config struct {
 	// change reaches every process within a second.
 	ControlInterval time.Duration
 	// RecoverAfter is how long a process may go without announcing itself
-	// (every 2s) and without extending its tasks' leases (every 5s) before
+	// (every 2s) and without extending its tasks' leases (every 2s) before
 	// the others return the tasks it held to the front of their queues;
-	// zero means 10s. Each held task is delivered at least once: a process
+	// zero means 7s (three extensions missed), so a dead process's tasks
+	// are back within 10s. Each held task is delivered at least once: a process
 	// stalled (not dead) for longer may deliver a task another process
 	// also delivers, so handlers send Idempotency-Key (the http handler
 	// does). Must be at least 6s (one lease extension plus margin).
@@ -264,7 +265,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.RecoverAfter <= 0 {
-		cfg.RecoverAfter = 10 * time.Second
+		cfg.RecoverAfter = 7 * time.Second
 	}
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{

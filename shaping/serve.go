@@ -58,10 +58,11 @@ func (d *Dispatcher) serveQueue(r *runner, q *quarantine) error {
 	return r.srv.Start(q.guard(r, r.process))
 }
 
-// engineExtend is how often the engine extends its leases: asynq's
-// heartbeat, which the liveness scan's staleness rule is sized for
-// (RecoverAfter is at least 6s).
-const engineExtend = 5 * time.Second
+// engineExtend is how often the engine extends its leases: the liveness
+// scan's staleness rule (RecoverAfter, default 7s, at least 6s) counts
+// missed extensions, so a live process's leases stay fresh through a
+// stall of a few seconds.
+const engineExtend = 2 * time.Second
 
 // newEngine builds the engine that serves the dispatcher's downstreams.
 func (d *Dispatcher) newEngine() (*take.Engine, error) {

@@ -176,7 +176,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	waitFor(t, 5*time.Second, "releases resuming within 5s", func() bool { return sink.Count() > before })
 	t.Logf("resumed %v after Redis came back", time.Since(up).Round(time.Millisecond))
 	// a dequeue whose reply the outage lost is found by the scan after
-	// trouble: RecoverAfter (10s) + the 7s settle at most
+	// trouble: RecoverAfter (7s) + the 7s settle at most
 	waitDelivered(t, sink, rdb, prefix, n, 60*time.Second)
 	t.Logf("all %d delivered %v after Redis came back", n, time.Since(up).Round(time.Millisecond))
 	for _, p := range procs {
