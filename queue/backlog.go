@@ -155,3 +155,19 @@ func (i *Inspector) cut(downstream, id string) (asynq.TaskState, error) {
 	}
 	return asynq.TaskStateActive, nil
 }
+
+// Find reports which of downstreams holds task id (ids are unique per
+// queue; the first that holds it is returned), or ErrNoTask.
+func (i *Inspector) Find(downstreams []string, id string) (string, error) {
+	for _, ds := range downstreams {
+		_, err := i.in.GetTaskInfo(i.space.Queue(ds), id)
+		switch {
+		case err == nil:
+			return ds, nil
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		default:
+			return "", fmt.Errorf("queue: find %q: %w", id, err)
+		}
+	}
+	return "", fmt.Errorf("%w %q in any downstream", ErrNoTask, id)
+}

@@ -41,9 +41,10 @@ commands:
                          open NAME's circuit breaker now, or close it (clear: the same), every process
   mode NAME [LIMITER] M  run NAME's shaping (or its admission limiter LIMITER) in M: shadow, enforce,
                          or clear (back to the config's mode); every process within a second
-  cancel NAME ID         cancel task ID of NAME: deleted if it waits; cut where it runs if taken
-  explain NAME ID        why task ID of NAME is where it is (scheduled until, retry after an error,
-                         its priority, its fair-share turn) and what holds NAME now
+  cancel [NAME] ID       cancel task ID (of NAME, or of whichever downstream holds it): deleted if it
+                         waits; cut where it runs if taken
+  explain [NAME] ID      why task ID is where it is (scheduled until, retry after an error, its
+                         priority, its fair-share turn) and what holds its downstream now
   help                   this text
 flags:
   -config FILE           the YAML config every shaper process runs (required; its redis and downstreams)
@@ -121,6 +122,18 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		}
 		return nil
 	}
+	// byID lets "cancel ID" and "explain ID" name no downstream: the one
+	// that holds the task is found (rest becomes NAME ID)
+	byID := func() error {
+		if len(rest) == 2 {
+			ds, err := queue.NewInspector(rdb, pl.Prefix).Find(pl.Names(), rest[1])
+			if err != nil {
+				return err
+			}
+			rest = []string{rest[0], ds, rest[1]}
+		}
+		return need(3)
+	}
 	switch rest[0] {
 	case "status":
 		return ctlStatus(ctx, ctl, queue.NewInspector(rdb, pl.Prefix), pl, out)
@@ -172,7 +185,7 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		}
 		return ctlBreaker(ctx, pl, rdb, rest[1], rest[2], out)
 	case "cancel":
-		if err := need(3); err != nil {
+		if err := byID(); err != nil {
 			return err
 		}
 		st, err := queue.NewInspector(rdb, pl.Prefix).Cancel(rest[1], rest[2])
@@ -185,7 +198,7 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		}
 		fmt.Fprintf(out, "%s: task %s cancelled (it was %s)\n", rest[1], rest[2], st)
 	case "explain":
-		if err := need(3); err != nil {
+		if err := byID(); err != nil {
 			return err
 		}
 		e, err := explain.Task(ctx, rdb, pl.Prefix, rest[1], rest[2], time.Now())
@@ -205,13 +218,7 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 }
 
 // downstreamNames lists pl's downstreams for an error message.
-func downstreamNames(pl *plan.Plan) string {
-	var ns []string
-	for _, d := range pl.Downstreams {
-		ns = append(ns, d.Shaping.Name)
-	}
-	return strings.Join(ns, ", ")
-}
+func downstreamNames(pl *plan.Plan) string { return strings.Join(pl.Names(), ", ") }
 
 // ctlStatus prints every downstream's rates, pause and backlog as JSON.
 func ctlStatus(ctx context.Context, ctl *shaping.Control, in *queue.Inspector, pl *plan.Plan, out io.Writer) error {

@@ -31,6 +31,9 @@ func TestCtlExplain(t *testing.T) {
 	if out, err := ctl("explain", "api", later.ID); err != nil || !strings.Contains(out, "is scheduled") || !strings.Contains(out, "due at") {
 		t.Errorf("explain of a scheduled task: %q, %v", out, err)
 	}
+	if out, err := ctl("explain", later.ID); err != nil || !strings.Contains(out, "api: task "+later.ID+" is scheduled") {
+		t.Errorf("explain ID alone: %q, %v", out, err)
+	}
 	now, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Priority: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,7 @@ func runPlan(ctx context.Context, pl *plan.Plan, opts Options, log *slog.Logger)
 	addr := ""
 	if pl.Listen != "" {
 		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
-		mountAPI(srv, producer, d, inspector, rdb, pl.Prefix, pl.MaxBody, log)
+		mountAPI(srv, producer, d, inspector, rdb, pl.Prefix, pl.Names(), pl.MaxBody, log)
 		mountControl(srv, d, inspector, pl)
 		mountStatus(ctx, srv, d, pl, reg, rdb)
 		if addr, err = srv.Start(); err != nil {

@@ -63,6 +63,9 @@ type Config struct {
 	// Now is the clock for "in" and for response times; nil means
 	// time.Now.
 	Now func() time.Time
+	// Downstreams are the configured downstreams, which GET and DELETE on
+	// /v1/tasks/{id} look in for the task.
+	Downstreams []string
 	// Explain, when set, says why a task is where it is for GET on a task
 	// (its "explain"; internal/explain); an error leaves it out.
 	Explain func(ctx context.Context, downstream, id string) (explain.Explanation, error)
@@ -105,6 +108,8 @@ func (a *API) Mount(m Mounter) {
 	if a.cfg.Inspector != nil {
 		m.Protected("GET /v1/downstreams/{downstream}/tasks/{id}", http.HandlerFunc(a.getTask))
 		m.Protected("DELETE /v1/downstreams/{downstream}/tasks/{id}", http.HandlerFunc(a.cancelTask))
+		m.Protected("GET /v1/tasks/{id}", a.anyDownstream(a.getTask))
+		m.Protected("DELETE /v1/tasks/{id}", a.anyDownstream(a.cancelTask))
 	}
 }
 
@@ -496,6 +501,26 @@ func (a *API) getTask(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	server.WriteJSON(w, http.StatusOK, st)
+}
+
+// anyDownstream serves /v1/tasks/{id} with h, on the downstream that
+// holds the task: 404 when none does.
+func (a *API) anyDownstream(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		ds, err := a.cfg.Inspector.Find(a.cfg.Downstreams, id)
+		switch {
+		case errors.Is(err, queue.ErrNoTask):
+			server.WriteError(w, http.StatusNotFound, fmt.Sprintf("no task %q in any downstream", id))
+		case err != nil:
+			a.cfg.Logger.Warn("task lookup failed", "id", id, "err", err)
+			w.Header().Set("Retry-After", "1")
+			server.WriteError(w, http.StatusServiceUnavailable, "queue unavailable (redis error)")
+		default:
+			r.SetPathValue("downstream", ds)
+			h(w, r)
+		}
+	})
 }
 
 // Cancelled is the body of a DELETE on a task.

@@ -57,14 +57,15 @@ func setup(t *testing.T, o options) *bundle {
 		adm = o.admission(b)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	names := []string{"api", "global", "deferred", "open", "closed"}
 	p := queue.NewProducer(b.rdb, queue.ProducerConfig{Prefix: b.prefix, Admission: adm, MaxPayload: o.maxPayload,
-		Downstreams: []string{"api", "global", "deferred", "open", "closed"}, Logger: quiet, Shaping: o.shaping, Predict: o.shaping != nil, Priority: o.priority,
+		Downstreams: names, Logger: quiet, Shaping: o.shaping, Predict: o.shaping != nil, Priority: o.priority,
 		Collapse: o.collapse})
 	srv := server.New(server.Options{Addr: "127.0.0.1:0", Token: o.token, Redis: b.rdb, Logger: quiet})
 	explainTask := func(ctx context.Context, ds, id string) (explain.Explanation, error) {
 		return explain.Task(ctx, b.rdb, b.prefix, ds, id, time.Now())
 	}
-	httpapi.New(httpapi.Config{Producer: p, Inspector: b.in, MaxBody: o.maxBody, Logger: quiet, Explain: explainTask}).Mount(srv)
+	httpapi.New(httpapi.Config{Producer: p, Inspector: b.in, MaxBody: o.maxBody, Logger: quiet, Explain: explainTask, Downstreams: names}).Mount(srv)
 	addr, err := srv.Start()
 	if err != nil {
 		t.Fatal(err)

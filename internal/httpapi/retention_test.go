@@ -86,3 +86,23 @@ func TestGetTaskExplains(t *testing.T) {
 		t.Errorf("GET a queued task: %s, want explain.reason queued at priority 3", got.raw)
 	}
 }
+
+// GET and DELETE on /v1/tasks/{id} find the task in whichever downstream
+// holds it; an unknown id is 404.
+func TestTaskByIDAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, "/v1/downstreams/deferred/tasks", `{"payload":1,"in":"1h"}`)
+	id, _ := r.body["id"].(string)
+	if got := b.do(t, "GET", "/v1/tasks/"+id, nil); got.status != 200 || got.body["downstream"] != "deferred" || got.body["state"] != "scheduled" {
+		t.Errorf("GET /v1/tasks/%s: %d %s, want the deferred downstream's scheduled task", id, got.status, got.raw)
+	}
+	if got := b.do(t, "DELETE", "/v1/tasks/"+id, nil); got.status != 200 || got.body["state"] != "scheduled" {
+		t.Errorf("DELETE /v1/tasks/%s: %d %s, want 200 scheduled", id, got.status, got.raw)
+	}
+	for _, m := range []string{"GET", "DELETE"} {
+		if got := b.do(t, m, "/v1/tasks/"+id, nil); got.status != 404 {
+			t.Errorf("%s after the cancel: %d %s, want 404", m, got.status, got.raw)
+		}
+	}
+}

@@ -241,6 +241,15 @@ func written(dc config.Downstream) Written {
 	return w
 }
 
+// Names are the downstreams' names, in the config's order.
+func (p *Plan) Names() []string {
+	ns := make([]string, 0, len(p.Downstreams))
+	for _, d := range p.Downstreams {
+		ns = append(ns, d.Shaping.Name)
+	}
+	return ns
+}
+
 // Downstream returns the downstream called name.
 func (p *Plan) Downstream(name string) (*Downstream, bool) {
 	i, ok := p.byName[name]
