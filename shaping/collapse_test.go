@@ -3,13 +3,10 @@ package shaping_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -21,10 +18,8 @@ import (
 // is delivered after it.
 func TestCollapseRedundantCalls(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	defer d.Shutdown(context.Background())
+	e := newEnv(t)
+	rdb, prefix, d := e.rdb, e.prefix, e.d
 	var mu sync.Mutex
 	var calls []string
 	inCall, release := make(chan struct{}, 1), make(chan struct{})

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -26,10 +23,8 @@ import (
 // refuses a priority for a downstream that serves none.
 func TestPriorityOrderUnderRate(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	defer d.Shutdown(context.Background())
+	e := newEnv(t)
+	rdb, prefix, d := e.rdb, e.prefix, e.d
 	var mu sync.Mutex
 	var order []string
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},

@@ -1,13 +1,8 @@
 package enqueuecli
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -24,35 +19,15 @@ import (
 // without collapse the key changes nothing.
 func TestMainCollapse(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	cfg := filepath.Join(t.TempDir(), "shaper.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: off}
-downstreams:
-  - name: api
+	prefix, run := cliOn(t, `  - name: api
     rate: 10/s
     collapse: keep_last
     handler: {type: log}
   - name: plain
     rate: 10/s
     handler: {type: log}
-`, redistest.URL(t), prefix)), 0o600)
-	run := func(stdin string, args ...string) (code int, stdout, stderr string) {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		code = Main(context.Background(), append([]string{"--config", cfg, "--progress", "never"}, args...),
-			IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
-		return code, out.String(), errOut.String()
-	}
-	summary := func(stdout string) Summary {
-		t.Helper()
-		var s Summary
-		if err := json.Unmarshal([]byte(stdout), &s); err != nil {
-			t.Fatalf("summary: %v: %q", err, stdout)
-		}
-		return s
-	}
+`)
+	summary := func(stdout string) Summary { t.Helper(); return summaryOf(t, ExitOK, stdout) }
 
 	// One task, then a second with its key: collapsed into the first.
 	code, stdout, stderr := run("", "--json", "--downstream", "api", "--payload", "v1", "--collapse-key", "k1")

@@ -1,17 +1,10 @@
 package enqueuecli
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/shaper-io/shaper/internal/redistest"
 )
 
 // --ttl and --deadline reach the task; --json reports the one task's
@@ -19,30 +12,12 @@ import (
 // line on stderr, counted as late, exit code 1.
 func TestMainDeadline(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	cfg := filepath.Join(t.TempDir(), "shaper.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: off}
-downstreams:
-  - name: api
+	_, raw := cliOn(t, `  - name: api
     rate: 10/s
     on_late: reject
     handler: {type: log}
-`, redistest.URL(t), prefix)), 0o600)
-	run := func(stdin string, args ...string) (int, Summary, string) {
-		var stdout, stderr bytes.Buffer
-		code := Main(context.Background(), append([]string{"--config", cfg, "--json", "--progress", "never"}, args...),
-			IO{Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr})
-		var s Summary
-		if stdout.Len() == 0 && code == ExitBadInput {
-			return code, s, stderr.String() // a usage error: no summary
-		}
-		if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
-			t.Fatalf("summary: %v: %q", err, stdout.String())
-		}
-		return code, s, stderr.String()
-	}
+`)
+	run := jsonRun(t, raw)
 	before := time.Now()
 	code, s, _ := run("", "--downstream", "api", "--payload", "1", "--ttl", "10s")
 	if code != ExitOK || s.ExpectedStart == nil || s.ExpectedStart.Before(before.Add(-time.Second)) || s.ExpectedStart.After(time.Now().Add(time.Second)) {

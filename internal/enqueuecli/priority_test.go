@@ -1,12 +1,7 @@
 package enqueuecli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,31 +17,15 @@ import (
 // field and the value.
 func TestMainPriority(t *testing.T) {
 	t.Parallel()
-	prefix := redistest.Prefix(t)
-	cfg := filepath.Join(t.TempDir(), "shaper.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-redis: {url: %q, prefix: %q}
-http: {listen: off}
-downstreams:
-  - name: api
+	prefix, raw := cliOn(t, `  - name: api
     rate: 10/s
     priority: {default: 2}
     handler: {type: log}
   - name: plain
     rate: 10/s
     handler: {type: log}
-`, redistest.URL(t), prefix)), 0o600)
-	run := func(stdin string, args ...string) (int, Summary, string) {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		code := Main(context.Background(), append([]string{"--config", cfg, "--json", "--progress", "never"}, args...),
-			IO{Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr})
-		var s Summary
-		if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
-			t.Fatalf("%v: summary: %v: %q", args, err, stdout.String())
-		}
-		return code, s, stderr.String()
-	}
+`)
+	run := jsonRun(t, raw)
 
 	for i, c := range []struct {
 		args []string
