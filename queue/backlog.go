@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // Backlog counts a downstream's tasks by state.
@@ -32,14 +33,15 @@ func (b Backlog) Total() int { return b.Pending + b.Active + b.Scheduled + b.Ret
 // Inspector reads backlogs. Safe for concurrent use.
 // The zero Inspector is not usable: NewInspector builds one.
 type Inspector struct {
-	in    *asynq.Inspector
-	rdb   redis.UniversalClient
-	space keys.Space
+	in      *asynq.Inspector
+	rdb     redis.UniversalClient
+	scripts *lua.Store // priority lists
+	space   keys.Space
 }
 
 // NewInspector returns an Inspector over rdb for keys under prefix.
 func NewInspector(rdb redis.UniversalClient, prefix string) *Inspector {
-	return &Inspector{in: asynq.NewInspectorFromRedisClient(rdb), rdb: rdb, space: keys.New(prefix)}
+	return &Inspector{in: asynq.NewInspectorFromRedisClient(rdb), rdb: rdb, scripts: lua.New(rdb), space: keys.New(prefix)}
 }
 
 // Counts is Backlog's five counts (pending, active, scheduled, retry,

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shaper-io/shaper/internal/asynqmsg"
-	"github.com/shaper-io/shaper/internal/lua"
 )
 
 // CollapseMode says what a task does when a task with its CollapseKey
@@ -63,7 +62,7 @@ func (p *Producer) collapse(ctx context.Context, c Collapse, t *Task) (rec Recei
 	if t.UniqueKey == "" {
 		t.UniqueKey = uuid.NewString()
 	}
-	st := lua.New(p.rdb)
+	st := p.scripts
 	for range 3 { // a replace loses only to a take; then the key is free
 		cl, err := st.ClaimCollapse(ctx, q, index, t.UniqueKey, cmp.Or(c.Window, DefaultCollapseWindow))
 		if err != nil {
@@ -102,7 +101,7 @@ func (p *Producer) collapsed(t *Task, id string, mode CollapseMode) Receipt {
 // releaseCollapse frees t's collapse key after its enqueue failed.
 func (p *Producer) releaseCollapse(ctx context.Context, t Task, err *error) {
 	index := p.space.Collapse(t.Downstream, t.CollapseKey)
-	if rerr := lua.New(p.rdb).ReleaseCollapse(context.WithoutCancel(ctx), index, t.UniqueKey); rerr != nil {
+	if rerr := p.scripts.ReleaseCollapse(context.WithoutCancel(ctx), index, t.UniqueKey); rerr != nil {
 		*err = errors.Join(*err, rerr)
 	}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/priority"
 )
 
@@ -33,7 +32,7 @@ func (p *Producer) place(ctx context.Context, downstream, id string, prio int) e
 	if prio == priority.Default {
 		return nil
 	}
-	_, err := lua.New(p.rdb).PlacePriority(context.WithoutCancel(ctx), p.space.Asynq(downstream), p.space.TakePriority(downstream, prio), id, prio)
+	_, err := p.scripts.PlacePriority(context.WithoutCancel(ctx), p.space.Asynq(downstream), p.space.TakePriority(downstream, prio), id, prio)
 	return err
 }
 
@@ -63,5 +62,5 @@ func (i *Inspector) cancelPrioritized(ctx context.Context, downstream, id string
 	if err != nil {
 		return false, nil // no priority recorded: not on a list
 	}
-	return lua.New(i.rdb).CancelPrioritized(ctx, q, i.space.TakePriority(downstream, lv), id)
+	return i.scripts.CancelPrioritized(ctx, q, i.space.TakePriority(downstream, lv), id)
 }

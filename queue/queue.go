@@ -29,6 +29,7 @@ import (
 	"github.com/shaper-io/shaper/internal/envelope"
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
@@ -246,9 +247,10 @@ type ProducerConfig struct {
 // Producer enqueues tasks after admission. Safe for concurrent use.
 // The zero Producer is not usable: NewProducer builds one.
 type Producer struct {
-	client *asynq.Client
-	rdb    redis.UniversalClient
-	fair   *fairindex.Queue
+	client  *asynq.Client
+	rdb     redis.UniversalClient
+	scripts *lua.Store // priority placement, collapse
+	fair    *fairindex.Queue
 	// insp takes back a fair task that could not be parked or is refused
 	// as late: one for the producer, not one per call
 	insp    *asynq.Inspector
@@ -270,7 +272,7 @@ func NewProducer(rdb redis.UniversalClient, cfg ProducerConfig) *Producer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, fair: fairindex.New(rdb, cfg.Prefix),
+	p := &Producer{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, scripts: lua.New(rdb), fair: fairindex.New(rdb, cfg.Prefix),
 		insp: asynq.NewInspectorFromRedisClient(rdb), cfg: cfg, m: metrics.New(cfg.Registerer), space: keys.New(cfg.Prefix),
 		buckets: bucket.New(rdb, cfg.Prefix, bucket.DefaultTimeout, nil)}
 	p.follow = p.newFollower(control.New(rdb, cfg.Prefix))

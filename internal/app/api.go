@@ -24,7 +24,7 @@ import (
 // All of them require the bearer token when http.token_env is set.
 func mountAPI(srv *server.Server, p *queue.Producer, d *shaping.Dispatcher, in *queue.Inspector, rdb redis.UniversalClient, prefix string, names []string, maxBody int64, log *slog.Logger) {
 	explainTask := func(ctx context.Context, ds, id string) (explain.Explanation, error) {
-		return explain.Task(ctx, rdb, prefix, ds, id, time.Now())
+		return explain.Task(ctx, in, rdb, prefix, ds, id, time.Now())
 	}
 	httpapi.New(httpapi.Config{Producer: p, Inspector: in, MaxBody: maxBody, Logger: log, Explain: explainTask, Downstreams: names}).Mount(srv)
 }

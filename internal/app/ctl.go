@@ -201,7 +201,7 @@ func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.Uni
 		if err := byID(); err != nil {
 			return err
 		}
-		e, err := explain.Task(ctx, rdb, pl.Prefix, rest[1], rest[2], time.Now())
+		e, err := explain.Task(ctx, queue.NewInspector(rdb, pl.Prefix), rdb, pl.Prefix, rest[1], rest[2], time.Now())
 		if err != nil {
 			return err
 		}

@@ -58,10 +58,11 @@ const (
 // ErrNoTask is queue.ErrNoTask: no such task in the downstream.
 var ErrNoTask = queue.ErrNoTask
 
-// Task explains task id of downstream ds at now.
-func Task(ctx context.Context, rdb redis.UniversalClient, prefix, ds, id string, now time.Time) (Explanation, error) {
+// Task explains task id of downstream ds at now; in is an Inspector on
+// rdb under prefix.
+func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, prefix, ds, id string, now time.Time) (Explanation, error) {
 	sp := keys.New(prefix)
-	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(sp.Queue(ds), id)
+	info, err := in.Asynq().GetTaskInfo(sp.Queue(ds), id)
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
 		return Explanation{}, fmt.Errorf("%w %q in downstream %q", ErrNoTask, id, ds)
 	}
@@ -78,7 +79,7 @@ func Task(ctx context.Context, rdb redis.UniversalClient, prefix, ds, id string,
 		e.Due = &at
 	}
 	if e.Reason == Queued || e.Reason == FairTurn {
-		why, _, ok, err := statuspage.FleetWhy(ctx, rdb, prefix, ds, now)
+		why, ok, err := statuspage.FleetWhy(ctx, rdb, prefix, ds, now)
 		if err != nil {
 			return Explanation{}, fmt.Errorf("explain: %w", err)
 		}

@@ -63,7 +63,7 @@ func setup(t *testing.T, o options) *bundle {
 		Collapse: o.collapse})
 	srv := server.New(server.Options{Addr: "127.0.0.1:0", Token: o.token, Redis: b.rdb, Logger: quiet})
 	explainTask := func(ctx context.Context, ds, id string) (explain.Explanation, error) {
-		return explain.Task(ctx, b.rdb, b.prefix, ds, id, time.Now())
+		return explain.Task(ctx, b.in, b.rdb, b.prefix, ds, id, time.Now())
 	}
 	httpapi.New(httpapi.Config{Producer: p, Inspector: b.in, MaxBody: o.maxBody, Logger: quiet, Explain: explainTask, Downstreams: names}).Mount(srv)
 	addr, err := srv.Start()

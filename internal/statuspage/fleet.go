@@ -89,28 +89,41 @@ func (f *Fleet) exchange(ctx context.Context, s *Snapshot, now time.Time) ([]Pro
 		f.last, f.pubbed = me, s.GeneratedAt
 	}
 	me := f.last
-	all, err := f.rdb.HGetAll(ctx, f.key).Result()
+	live, gone, err := readFleet(ctx, f.rdb, f.key, now)
 	if err != nil {
 		return nil, err
 	}
 	out := []ProcessSnapshot{me}
-	var gone []string
-	for id, v := range all {
-		var ps ProcessSnapshot
-		if id == me.ID {
-			continue
+	for _, ps := range live {
+		if ps.ID != me.ID {
+			out = append(out, ps)
 		}
-		if json.Unmarshal([]byte(v), &ps) != nil || now.Sub(ps.At) > fleetStale {
-			gone = append(gone, id)
-			continue
-		}
-		out = append(out, ps)
 	}
 	if len(gone) > 0 {
 		f.rdb.HDel(ctx, f.key, gone...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// readFleet reads the summaries published under key: the live ones, and
+// the ids of those unreadable or not refreshed within fleetStale.
+func readFleet(ctx context.Context, rdb redis.UniversalClient, key string, now time.Time) ([]ProcessSnapshot, []string, error) {
+	all, err := rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	var live []ProcessSnapshot
+	var gone []string
+	for id, v := range all {
+		var ps ProcessSnapshot
+		if json.Unmarshal([]byte(v), &ps) != nil || now.Sub(ps.At) > fleetStale {
+			gone = append(gone, id)
+			continue
+		}
+		live = append(live, ps)
+	}
+	return live, gone, nil
 }
 
 func processDownstream(d DownstreamSnapshot) ProcessDownstream {
@@ -125,23 +138,19 @@ func processDownstream(d DownstreamSnapshot) ProcessDownstream {
 // FleetWhy is what holds downstream ds's backlog as the live process that
 // published last saw it (what every process announces in Redis under
 // prefix); false when no live process announced it.
-func FleetWhy(ctx context.Context, rdb redis.UniversalClient, prefix, ds string, now time.Time) (Why, time.Time, bool, error) {
-	all, err := rdb.HGetAll(ctx, keys.New(prefix).Fleet()).Result()
+func FleetWhy(ctx context.Context, rdb redis.UniversalClient, prefix, ds string, now time.Time) (Why, bool, error) {
+	live, _, err := readFleet(ctx, rdb, keys.New(prefix).Fleet(), now)
 	if err != nil {
-		return Why{}, time.Time{}, false, err
+		return Why{}, false, err
 	}
 	var best Why
 	var at time.Time
-	for _, v := range all {
-		var ps ProcessSnapshot
-		if json.Unmarshal([]byte(v), &ps) != nil || now.Sub(ps.At) > fleetStale {
-			continue
-		}
+	for _, ps := range live {
 		if pd, ok := ps.Downstreams[ds]; ok && pd.Why != nil && ps.At.After(at) {
 			best, at = *pd.Why, ps.At
 		}
 	}
-	return best, at, !at.IsZero(), nil
+	return best, !at.IsZero(), nil
 }
 
 // fleetDownstream sums d's figures over the fleet's processes, taking
