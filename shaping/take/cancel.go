@@ -30,11 +30,15 @@ func (e *Engine) Cancel(id string) bool {
 	return ok
 }
 
-// listenCancels follows asynq's cancellation channel until ctx ends. The
+// listenCancels follows asynq's cancellation channel until ctx ends,
+// closing subscribed once Redis confirmed the subscription. The
 // subscription reconnects by itself after a Redis outage.
-func (e *Engine) listenCancels(ctx context.Context) {
+func (e *Engine) listenCancels(ctx context.Context, subscribed chan<- struct{}) {
 	ps := e.cfg.Redis.Subscribe(ctx, keys.AsynqCancelChannel)
 	defer ps.Close()
+	if _, err := ps.Receive(ctx); err == nil {
+		close(subscribed)
+	}
 	ch := ps.Channel()
 	for {
 		select {

@@ -117,7 +117,15 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	listenCtx, stopListen := context.WithCancel(context.Background())
 	defer stopListen()
-	go e.listenCancels(listenCtx)
+	subscribed := make(chan struct{})
+	go e.listenCancels(listenCtx, subscribed)
+	// take nothing before the subscription stands, so a cancel of any
+	// task this engine takes reaches it (a Redis away: go on after a while)
+	select {
+	case <-subscribed:
+	case <-time.After(opTimeout):
+	case <-ctx.Done():
+	}
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan struct{})
 	go func() {

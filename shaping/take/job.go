@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,10 +29,19 @@ type job struct {
 	// finished (released by the loop)
 	cutCtx context.Context
 	cut    context.CancelCauseFunc
+	// prev is closed once the job taken before it in the same take has
+	// called its handler or ended (nil: first of its take); calling is
+	// closed when this one has, so one take's handlers are called in take
+	// order, whatever order their goroutines run in
+	prev, calling chan struct{}
+	once          sync.Once
 }
 
+// called closes calling, once.
+func (j *job) called() { j.once.Do(func() { close(j.calling) }) }
+
 func newJob(e *Engine, l *lane, tt lua.TakenTask, slot time.Time) *job {
-	j := &job{e: e, l: l, tt: tt, slot: slot, order: e.order.Add(1)}
+	j := &job{e: e, l: l, tt: tt, slot: slot, order: e.order.Add(1), calling: make(chan struct{})}
 	j.cutCtx, j.cut = context.WithCancelCause(context.Background())
 	return j
 }
@@ -45,6 +55,7 @@ const (
 )
 
 func (j *job) run() {
+	defer j.called()
 	if !j.waitSlot() || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
 		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
 	}
@@ -72,6 +83,13 @@ func (j *job) run() {
 			cancelCall(ErrCancelled)
 		}
 	})
+	if j.prev != nil {
+		select {
+		case <-j.prev:
+		case <-j.cutCtx.Done():
+		}
+	}
+	j.called()
 	err := j.call(ctx, t)
 	stop()
 	cancelCall(nil)

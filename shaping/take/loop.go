@@ -191,8 +191,10 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 	if r.Recovered+r.Forwarded > 0 && l.state == idle {
 		l.wake(at)
 	}
+	var prev chan struct{}
 	for _, tt := range r.Tasks {
 		j := newJob(e, l, tt, local(tt.Slot))
+		j.prev, prev = prev, j.calling
 		if len(l.held) == 0 {
 			l.nextExtend = at.Add(e.cfg.Extend)
 		}
