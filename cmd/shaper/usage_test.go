@@ -4,16 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/shaper-io/shaper/internal/redistest"
 )
 
 // A stray positional argument is a usage error (exit 2, one line): it must
@@ -27,10 +21,14 @@ func TestUsage(t *testing.T) {
 		stdout     []string // parts of stdout
 		stderrLine string   // part of the one stderr line; "" means no stderr
 	}{
-		{[]string{"extra-arg", "-config", "prod.yaml"}, 2, nil, `shaper: unexpected argument "extra-arg": shaper takes only flags`},
+		{[]string{"extra-arg", "-config", "prod.yaml"}, 2, nil, `shaper: unexpected argument "extra-arg": shaper takes flags and at most one command, one of ctl, replay, version, help (see shaper -h)`},
 		{[]string{"-config", "prod.yaml", "extra"}, 2, nil, `shaper: unexpected argument "extra"`},
 		{[]string{"-bogus"}, 2, nil, "shaper: flag provided but not defined: -bogus (see shaper -h)"},
-		{[]string{"-h"}, 0, []string{"Subcommands:", "  ctl ", "shaper ctl -config FILE COMMAND", "-config string", "-listen string"}, ""},
+		{[]string{"-listen", "127.0.0.1:0", "ctl", "status"}, 2, nil, "shaper: -listen is not a flag of shaper ctl (see shaper ctl -h)"},
+		{[]string{"version", "extra"}, 2, nil, `shaper version: usage: version takes no arguments, got "extra"`},
+		{[]string{"version"}, 0, []string{"shaper "}, ""},
+		{[]string{"-version"}, 0, []string{"shaper "}, ""},
+		{[]string{"-h"}, 0, []string{"Subcommands:", "  ctl ", "shaper ctl -config FILE COMMAND", "-config string", "-listen string", "SHAPER_LISTEN"}, ""},
 		{[]string{"--help"}, 0, []string{"Subcommands:", "-config string"}, ""},
 		{[]string{"help"}, 0, []string{"Subcommands:", "-config string"}, ""},
 		{[]string{"ctl", "-h"}, 0, []string{"usage: shaper ctl -config FILE COMMAND", "status"}, ""},
@@ -67,43 +65,5 @@ func TestUsage(t *testing.T) {
 		case c.stderrLine != "" && (strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), c.stderrLine)):
 			t.Errorf("%v: stderr %q, want one line containing %q", c.args, stderr.String(), c.stderrLine)
 		}
-	}
-}
-
-// Two processes on one host run the same file, each with its own -listen
-// (which replaces http.listen): both serve /healthz.
-func TestListenFlagOverridesTheConfig(t *testing.T) {
-	t.Parallel()
-	cfg := strings.Replace(daemonYAML(t, redistest.Prefix(t), "  - {name: api, rate: 5/s, handler: {type: log}}\n"),
-		`listen: "127.0.0.1:0"`, `listen: "127.0.0.1:1"`, 1) // the file's own address is never used
-	path := filepath.Join(t.TempDir(), "shaper.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		port, err := redistest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := exec.Command(shaperBin, "-config", path, "-listen", addr)
-		var stderr syncBuffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		waitFor(t, 15*time.Second, "/healthz on "+addr, func() bool {
-			resp, err := http.Get("http://" + addr + "/healthz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		})
-	}
-	out, err := exec.Command(shaperBin, "version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "shaper ") {
-		t.Errorf("shaper version: %v, %q", err, out)
 	}
 }

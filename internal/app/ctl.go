@@ -24,9 +24,6 @@ import (
 // ErrUsage marks a command-line mistake (exit code 2).
 var ErrUsage = errors.New("usage")
 
-// CtlCommands names the ctl commands, for the daemon's usage line.
-const CtlCommands = "status, pause, resume, rate, reset, breaker, mode, cancel, explain"
-
 const ctlUsage = `usage: shaper ctl -config FILE COMMAND [ARGS]   (flags may also follow the command)
 commands:
   status                 every downstream: rates, pause, backlog (JSON)
@@ -110,109 +107,173 @@ func Ctl(ctx context.Context, args []string, out io.Writer) error {
 	return ctlCommand(ctx, rest, pl, rdb, out)
 }
 
+// ctlCall is one ctl command being run: rest[0] is its name, the rest
+// its arguments.
+type ctlCall struct {
+	ctx  context.Context
+	rest []string
+	pl   *plan.Plan
+	rdb  redis.UniversalClient
+	ctl  *shaping.Control
+	out  io.Writer
+}
+
+// ctlCommands is every ctl command, in the order ctl's usage lists them;
+// ctlCommand runs exactly these ("help" is answered before any is run).
+var ctlCommands = []struct {
+	name string
+	run  func(c *ctlCall) error
+}{
+	{"status", (*ctlCall).status},
+	{"pause", (*ctlCall).pause},
+	{"resume", (*ctlCall).pause},
+	{"rate", (*ctlCall).rate},
+	{"reset", (*ctlCall).reset},
+	{"breaker", (*ctlCall).breaker},
+	{"mode", (*ctlCall).mode},
+	{"cancel", (*ctlCall).cancel},
+	{"explain", (*ctlCall).explain},
+	{"help", nil},
+}
+
+// CtlCommandNames lists the ctl commands, for usage lines and errors.
+func CtlCommandNames() string {
+	names := make([]string, len(ctlCommands))
+	for i, c := range ctlCommands {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
+}
+
 // ctlCommand runs one ctl command, rest[0], with its arguments.
 func ctlCommand(ctx context.Context, rest []string, pl *plan.Plan, rdb redis.UniversalClient, out io.Writer) error {
-	ctl := shaping.NewControl(rdb, pl.Prefix)
-	need := func(n int) error {
-		if len(rest) != n {
-			return fmt.Errorf("%w: %q takes %d argument(s) (see shaper ctl help)", ErrUsage, rest[0], n-1)
+	c := &ctlCall{ctx: ctx, rest: rest, pl: pl, rdb: rdb, ctl: shaping.NewControl(rdb, pl.Prefix), out: out}
+	for _, cmd := range ctlCommands {
+		if cmd.name == rest[0] && cmd.run != nil {
+			return cmd.run(c)
 		}
-		if _, ok := pl.Downstream(rest[1]); !ok {
-			return fmt.Errorf("%w: unknown downstream %q (the config has %s)", ErrUsage, rest[1], downstreamNames(pl))
+	}
+	return fmt.Errorf("%w: unknown command %q (commands: %s)", ErrUsage, rest[0], CtlCommandNames())
+}
+
+// need checks that the command has n words, its own name included, and
+// that the second names a configured downstream.
+func (c *ctlCall) need(n int) error {
+	if len(c.rest) != n {
+		return fmt.Errorf("%w: %q takes %d argument(s) (see shaper ctl help)", ErrUsage, c.rest[0], n-1)
+	}
+	if _, ok := c.pl.Downstream(c.rest[1]); !ok {
+		return fmt.Errorf("%w: unknown downstream %q (the config has %s)", ErrUsage, c.rest[1], downstreamNames(c.pl))
+	}
+	return nil
+}
+
+// byID lets "cancel ID" and "explain ID" name no downstream: the one that
+// holds the task is found (rest becomes NAME ID).
+func (c *ctlCall) byID() error {
+	if len(c.rest) == 2 {
+		ds, err := queue.NewInspector(c.rdb, c.pl.Prefix).Find(c.pl.Names(), c.rest[1])
+		if err != nil {
+			return err
 		}
+		c.rest = []string{c.rest[0], ds, c.rest[1]}
+	}
+	return c.need(3)
+}
+
+func (c *ctlCall) status() error {
+	return ctlStatus(c.ctx, c.ctl, queue.NewInspector(c.rdb, c.pl.Prefix), c.pl, c.out)
+}
+
+// pause runs pause and resume.
+func (c *ctlCall) pause() error {
+	if err := c.need(2); err != nil {
+		return err
+	}
+	act, did := c.ctl.Pause, "paused"
+	if c.rest[0] == "resume" {
+		act, did = c.ctl.Resume, "resumed"
+	}
+	if err := act(c.ctx, c.rest[1]); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s %s\n", did, c.rest[1])
+	return nil
+}
+
+func (c *ctlCall) rate() error {
+	if err := c.need(3); err != nil {
+		return err
+	}
+	name, text := c.rest[1], c.rest[2]
+	var l limiters.Limit
+	if text != "clear" {
+		var err error
+		if l, err = cliflags.ParseRate(text); err != nil {
+			return fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		pd, _ := c.pl.Downstream(name)
+		if err := pd.Shaping.CheckRate(l); err != nil {
+			return fmt.Errorf("%w: %s", ErrUsage, refusedRate(name, text, err))
+		}
+	}
+	if err := c.ctl.SetRate(c.ctx, name, l); err != nil {
+		return err
+	}
+	if l.IsZero() {
+		fmt.Fprintf(c.out, "%s: override removed\n", name)
+	} else {
+		fmt.Fprintf(c.out, "%s: rate overridden to %s in every process\n", name, l.RateString())
+	}
+	return nil
+}
+
+func (c *ctlCall) mode() error { return ctlMode(c.ctx, c.ctl, c.pl, c.rest, c.out) }
+
+func (c *ctlCall) reset() error {
+	if err := c.need(2); err != nil {
+		return err
+	}
+	return ctlReset(c.ctx, c.pl, c.rdb, c.rest[1], c.out)
+}
+
+func (c *ctlCall) breaker() error {
+	if err := c.need(3); err != nil {
+		return err
+	}
+	return ctlBreaker(c.ctx, c.pl, c.rdb, c.rest[1], c.rest[2], c.out)
+}
+
+func (c *ctlCall) cancel() error {
+	if err := c.byID(); err != nil {
+		return err
+	}
+	name, id := c.rest[1], c.rest[2]
+	st, err := queue.NewInspector(c.rdb, c.pl.Prefix).Cancel(name, id)
+	if err != nil {
+		return err
+	}
+	if st == asynq.TaskStateActive {
+		fmt.Fprintf(c.out, "%s: task %s is active: cancelling it where it runs (removed unsent, or its call cut if under way)\n", name, id)
 		return nil
 	}
-	// byID lets "cancel ID" and "explain ID" name no downstream: the one
-	// that holds the task is found (rest becomes NAME ID)
-	byID := func() error {
-		if len(rest) == 2 {
-			ds, err := queue.NewInspector(rdb, pl.Prefix).Find(pl.Names(), rest[1])
-			if err != nil {
-				return err
-			}
-			rest = []string{rest[0], ds, rest[1]}
-		}
-		return need(3)
+	fmt.Fprintf(c.out, "%s: task %s cancelled (it was %s)\n", name, id, st)
+	return nil
+}
+
+func (c *ctlCall) explain() error {
+	if err := c.byID(); err != nil {
+		return err
 	}
-	switch rest[0] {
-	case "status":
-		return ctlStatus(ctx, ctl, queue.NewInspector(rdb, pl.Prefix), pl, out)
-	case "pause", "resume":
-		if err := need(2); err != nil {
-			return err
-		}
-		act, did := ctl.Pause, "paused"
-		if rest[0] == "resume" {
-			act, did = ctl.Resume, "resumed"
-		}
-		if err := act(ctx, rest[1]); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s %s\n", did, rest[1])
-	case "rate":
-		if err := need(3); err != nil {
-			return err
-		}
-		var l limiters.Limit
-		if rest[2] != "clear" {
-			var err error
-			if l, err = cliflags.ParseRate(rest[2]); err != nil {
-				return fmt.Errorf("%w: %v", ErrUsage, err)
-			}
-			pd, _ := pl.Downstream(rest[1])
-			if err := pd.Shaping.CheckRate(l); err != nil {
-				return fmt.Errorf("%w: %s", ErrUsage, refusedRate(rest[1], rest[2], err))
-			}
-		}
-		if err := ctl.SetRate(ctx, rest[1], l); err != nil {
-			return err
-		}
-		if l.IsZero() {
-			fmt.Fprintf(out, "%s: override removed\n", rest[1])
-		} else {
-			fmt.Fprintf(out, "%s: rate overridden to %s in every process\n", rest[1], l.RateString())
-		}
-	case "mode":
-		return ctlMode(ctx, ctl, pl, rest, out)
-	case "reset":
-		if err := need(2); err != nil {
-			return err
-		}
-		return ctlReset(ctx, pl, rdb, rest[1], out)
-	case "breaker":
-		if err := need(3); err != nil {
-			return err
-		}
-		return ctlBreaker(ctx, pl, rdb, rest[1], rest[2], out)
-	case "cancel":
-		if err := byID(); err != nil {
-			return err
-		}
-		st, err := queue.NewInspector(rdb, pl.Prefix).Cancel(rest[1], rest[2])
-		if err != nil {
-			return err
-		}
-		if st == asynq.TaskStateActive {
-			fmt.Fprintf(out, "%s: task %s is active: cancelling it where it runs (removed unsent, or its call cut if under way)\n", rest[1], rest[2])
-			return nil
-		}
-		fmt.Fprintf(out, "%s: task %s cancelled (it was %s)\n", rest[1], rest[2], st)
-	case "explain":
-		if err := byID(); err != nil {
-			return err
-		}
-		e, err := explain.Task(ctx, queue.NewInspector(rdb, pl.Prefix), rdb, pl.Prefix, rest[1], rest[2], time.Now())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: task %s is %s (priority %d): %s\n", e.Downstream, e.ID, e.State, e.Priority, e.Text)
-		if e.Held != nil {
-			fmt.Fprintf(out, "  what holds %s now: %s: %s\n", e.Downstream, e.Held.Label, e.Held.Text)
-		} else if e.Reason == explain.Queued || e.Reason == explain.FairTurn {
-			fmt.Fprintf(out, "  what holds %s now: unknown (no shaper process serving it announced in the last 10s)\n", e.Downstream)
-		}
-	default:
-		return fmt.Errorf("%w: unknown command %q (commands: %s, help)", ErrUsage, rest[0], CtlCommands)
+	e, err := explain.Task(c.ctx, queue.NewInspector(c.rdb, c.pl.Prefix), c.rdb, c.pl.Prefix, c.rest[1], c.rest[2], time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s: task %s is %s (priority %d): %s\n", e.Downstream, e.ID, e.State, e.Priority, e.Text)
+	if e.Held != nil {
+		fmt.Fprintf(c.out, "  what holds %s now: %s: %s\n", e.Downstream, e.Held.Label, e.Held.Text)
+	} else if e.Reason == explain.Queued || e.Reason == explain.FairTurn {
+		fmt.Fprintf(c.out, "  what holds %s now: unknown (no shaper process serving it announced in the last 10s)\n", e.Downstream)
 	}
 	return nil
 }

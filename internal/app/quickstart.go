@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -27,6 +28,9 @@ type QuickStartOptions struct {
 	// Listen is the HTTP address for /metrics; "" means 127.0.0.1:8080,
 	// falling back to a free port when that is taken.
 	Listen string
+	// ListenFrom names where Listen came from, for the error when its
+	// address is taken; "" means "-listen".
+	ListenFrom string
 	// Rate is the demo downstream's rate; zero means 5/s.
 	Rate limiters.Limit
 	// ProduceEvery is the demo producer's pace; zero means 100ms (10/s,
@@ -86,7 +90,7 @@ func QuickStart(ctx context.Context, out io.Writer, opts QuickStartOptions) erro
 		httpAddr, err = srv.Start()
 	}
 	if err != nil {
-		return err
+		return addrInUse(err, opts.Listen, cmp.Or(opts.ListenFrom, "-listen"))
 	}
 	defer srv.Shutdown(context.Background())
 	page := statuspage.New(statuspage.Options{Gatherer: reg, Dispatcher: d, Plan: pl})

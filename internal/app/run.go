@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -28,22 +29,27 @@ type Options struct {
 	// OnReady, when set, is called once everything runs, with the HTTP
 	// address ("" when the HTTP server is off).
 	OnReady func(httpAddr string)
+	// ListenFrom names where the config's http.listen came from, for the
+	// error when its address is taken; "" means "http.listen".
+	ListenFrom string
 }
 
 // RunConfigFile loads the config at path and runs shaper until ctx ends.
-func RunConfigFile(ctx context.Context, path, listen string) error {
+// A listen with an address replaces the file's http.listen: every process
+// of a host runs the same file, each on its own address.
+func RunConfigFile(ctx context.Context, path string, listen Listen) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
-	if listen != "" {
-		// every process of a host runs the same file; each its own address
-		cfg.HTTP.Listen = listen
+	from := "http.listen in " + path
+	if listen.Addr != "" {
+		cfg.HTTP.Listen, from = listen.Addr, listen.From
 		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("-listen: %w", err)
+			return fmt.Errorf("%s: %w", listen.From, err)
 		}
 	}
-	return Run(ctx, cfg, Options{})
+	return Run(ctx, cfg, Options{ListenFrom: from})
 }
 
 // Run runs the dispatcher and the HTTP surface for cfg until ctx ends, then
@@ -100,7 +106,7 @@ func runPlan(ctx context.Context, pl *plan.Plan, opts Options, log *slog.Logger)
 		mountControl(srv, d, inspector, pl)
 		mountStatus(ctx, srv, d, pl, reg, rdb)
 		if addr, err = srv.Start(); err != nil {
-			return err
+			return addrInUse(err, pl.Listen, cmp.Or(opts.ListenFrom, "http.listen"))
 		}
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
