@@ -22,10 +22,19 @@
 --     unit, so what is left lasts until the reset. Never faster than
 --     ARGV[1].
 --
+--   * priority claims: a caller whose waiters are of priority level L
+--     (1 first .. 5 last) reserves nothing while a claim of a level before
+--     L stands (held_by -3). A caller that cannot serve all its waiters
+--     of level L (nothing reserved, or fewer slots than waiters) claims L
+--     until now + claim TTL; one that serves them all drops the claim of
+--     L. So the processes of a fleet, each holding some waiters, give the
+--     next slots to the highest priority waiting anywhere.
+--
 -- KEYS[1] -> STRING next_free (µs since the epoch)
 -- KEYS[2] -> mode 0, optional: HASH announced (left, until; answer.lua)
 -- KEYS[3] -> mode 0, with KEYS[2]: STRING issued, units reserved so far
--- KEYS[4..] -> mode 0: one HASH per quota, units used per window number
+-- KEYS[4] -> mode 0, with KEYS[2]: HASH priority claims, level -> until µs
+-- KEYS[5..] -> mode 0: one HASH per quota, units used per window number
 -- ARGV[1] -> interval in µs this cost occupies (ceil(cost * period/rate));
 --            mode 2: how long to push next_free past now
 -- ARGV[2] -> burst allowance in µs: (burst-1) * interval of one unit
@@ -38,7 +47,12 @@
 --            one call serves a process's queue of waiting workers (at most 1000)
 -- ARGV[7] -> mode 0 with quotas or KEYS[2]: the cost of one slot in units
 -- ARGV[8] -> guard in µs (quotas): how late after its slot a release may start
--- ARGV[9..] -> four per quota KEYS[3+i]: limit (units), period µs (at
+-- ARGV[9] -> mode 0 with KEYS[4]: the callers' waiters' priority level,
+--            1-5 (0: none; claims are neither read nor written)
+-- ARGV[10] -> mode 0 with a level: how long a claim stands, µs
+-- ARGV[11] -> mode 0 with a level: how many waiters of that level the
+--            caller holds (at least ARGV[6] for a claim to drop)
+-- ARGV[12..] -> four per quota KEYS[4+i]: limit (units), period µs (at
 --            most 366 days), sub-window µs (sliding), align µs (-1:
 --            sliding; else aligned windows start at align + k*period µs
 --            since the epoch)
@@ -55,7 +69,8 @@
 --   issued_before is KEYS[3] before this call (0 without it): slot j's
 --   units were issued up to issued_before + (j+1)*cost.
 --   held_by: 0, or what moved the first slot: i for quota i, -1 the
---   announced limit (spent), -2 the announced limit's pace (wider interval).
+--   announced limit (spent), -2 the announced limit's pace (wider interval),
+--   -3 a claim of a higher priority (nothing reserved).
 --   used and reset_us, per quota after the call: the units that count now
 --   (slots reserved ahead included, at most the limit) and when that next
 --   falls (aligned: the window's end; sliding: when the
@@ -124,8 +139,12 @@ end
 local cost = tonumber(ARGV[7] or '1') or 1
 if cost < 1 then cost = 1 end
 local guard = tonumber(ARGV[8] or '0') or 0
-local nq = #KEYS - 3
+local nq = #KEYS - 4
 if nq < 0 then nq = 0 end
+local level = tonumber(ARGV[9] or '0') or 0
+local claimTTL = tonumber(ARGV[10] or '0') or 0
+local claimWaiting = tonumber(ARGV[11] or '0') or 0
+if #KEYS < 4 or level < 1 or level > 5 or claimTTL <= 0 then level = 0 end
 
 -- quotas -----------------------------------------------------------------
 local quotas = {}
@@ -143,8 +162,8 @@ local function win(q, t)
   return math.floor((t - q.align) / q.per)
 end
 for i = 1, nq do
-  local a = 8 + (i - 1) * 4
-  local q = {key = KEYS[3 + i], limit = tonumber(ARGV[a + 1]), per = tonumber(ARGV[a + 2]),
+  local a = 11 + (i - 1) * 4
+  local q = {key = KEYS[4 + i], limit = tonumber(ARGV[a + 1]), per = tonumber(ARGV[a + 2]),
              sub = tonumber(ARGV[a + 3]), align = tonumber(ARGV[a + 4]), ks = {}, cnt = {}, dirty = {}}
   if not q.limit or q.limit < 1 or not q.per or q.per < 1 or q.per > MAX_PERIOD_US or not q.sub or q.sub < 1
       or not q.align or q.align >= q.per then
@@ -287,12 +306,34 @@ local function reply(count, wait, next_free)
 end
 
 local wait = start - now
-if maxwait >= 0 and wait > maxwait then
-  return reply(0, wait, nf)
-end
 local n = tonumber(ARGV[6] or '1') or 1
 if n < 1 then n = 1 end
 if n > 1000 then n = 1000 end
+
+-- priority claims
+local function claim(count)
+  if level == 0 then return end
+  if count < n or count < claimWaiting then
+    redis.call('HSET', KEYS[4], level, now + claimTTL)
+    redis.call('PEXPIRE', KEYS[4], math.ceil(claimTTL / 1000) + MARGIN_MS)
+  else
+    redis.call('HDEL', KEYS[4], level)
+  end
+end
+if level > 1 then
+  local lv = {}
+  for l = 1, level - 1 do lv[l] = l end
+  for _, u in ipairs(redis.call('HMGET', KEYS[4], unpack(lv))) do
+    if tonumber(u) and tonumber(u) > now then
+      held = -3
+      return reply(0, wait, nf)
+    end
+  end
+end
+if maxwait >= 0 and wait > maxwait then
+  claim(0)
+  return reply(0, wait, nf)
+end
 local count = 0
 local left = ann and ann.left
 for j = 0, n - 1 do
@@ -315,6 +356,7 @@ end
 
 local nxt = base + count * iv
 redis.call('SET', key, nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
+claim(count)
 if ann then redis.call('HINCRBY', KEYS[2], 'left', -count * cost) end
 if #KEYS >= 3 then
   redis.call('SET', KEYS[3], issued + count * cost, 'PX', ISSUED_TTL_MS)

@@ -80,7 +80,8 @@ type Reservation struct {
 	// HeldBy says what delayed the first slot, or, when !OK, kept it past
 	// maxWait, beyond the bucket's own backlog: "" nothing, "quota <q>" a
 	// quota, "announced" the downstream's announced limit (spent) and
-	// "announced pace" its pace (slots spaced wider than the rate).
+	// "announced pace" its pace (slots spaced wider than the rate), and
+	// "priority" waiters of a higher priority in another process (ReserveFor).
 	HeldBy string
 	// base and interval place slot j: max(base + j·interval, Now); slot
 	// j's units were issued up to issued + (j+1)·cost (answers use it).
@@ -158,7 +159,7 @@ func (s *Buckets) Key(name string) string { return s.c.Key(name) }
 // process sharing the Redis: slots never overlap, so releases at their
 // slots never exceed the rate.
 func (s *Buckets) Reserve(ctx context.Context, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, bucket.Reserve, 0, 1)
+	return s.call(ctx, b, cost, maxWait, bucket.Reserve, 0, 1, Claim{})
 }
 
 // ReserveN reserves up to n consecutive slots of cost units each in one
@@ -166,18 +167,42 @@ func (s *Buckets) Reserve(ctx context.Context, b Bucket, cost int64, maxWait tim
 // first would not). Slot j is Reservation.SlotN(j). It is how a process
 // serves all its waiting workers with one script call instead of one each.
 func (s *Buckets) ReserveN(ctx context.Context, b Bucket, cost int64, n int, maxWait time.Duration) (Reservation, error) {
+	return s.ReserveFor(ctx, b, cost, n, maxWait, Claim{})
+}
+
+// Claim is the priority of the waiters a reservation is for. Across every
+// process, a reservation for waiters of a lower priority gets nothing
+// (HeldBy "priority") while waiters of a higher one found no slot
+// elsewhere in the last few intervals and have not been served since; the
+// zero Claim takes no part.
+type Claim struct {
+	Level   int // 1 (first) to 5 (last); 0: none
+	Waiting int // how many waiters of Level the caller holds (at least n)
+}
+
+// ReserveFor is ReserveN for waiters of priority c.
+func (s *Buckets) ReserveFor(ctx context.Context, b Bucket, cost int64, n int, maxWait time.Duration, c Claim) (Reservation, error) {
 	if n < 1 || n > maxSlotsPerCall {
 		return Reservation{}, fmt.Errorf("shaping: bucket %q: n must be 1-%d, got %d", b.Name, maxSlotsPerCall, n)
 	}
-	return s.call(ctx, b, cost, maxWait, bucket.Reserve, 0, n)
+	return s.call(ctx, b, cost, maxWait, bucket.Reserve, 0, n, c)
 }
+
+// claimTTL is how long a claim of priority stands without being renewed:
+// a few intervals of cost (a claimant asks again within about two), and
+// at least claimFloor.
+func claimTTL(b Bucket, cost int64) int64 {
+	return max(3*b.interval(cost), int64(claimFloor/time.Microsecond))
+}
+
+const claimFloor = 50 * time.Millisecond
 
 // maxSlotsPerCall is the script's cap on ReserveN's n.
 const maxSlotsPerCall = 1000
 
 // Peek reports the wait a reservation would get, without reserving.
 func (s *Buckets) Peek(ctx context.Context, b Bucket, cost int64) (Reservation, error) {
-	return s.call(ctx, b, cost, -1, bucket.Peek, 0, 1)
+	return s.call(ctx, b, cost, -1, bucket.Peek, 0, 1, Claim{})
 }
 
 // PushBack moves b's next_free to at least now+d: every process's next
@@ -204,7 +229,7 @@ func (b Bucket) interval(cost int64) int64 {
 	return interval
 }
 
-func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, o bucket.Op, now int64, n int) (Reservation, error) {
+func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, o bucket.Op, now int64, n int, c Claim) (Reservation, error) {
 	if err := bucket.Check(b.Name, b.Rate, cost); err != nil {
 		return Reservation{}, err
 	}
@@ -223,6 +248,10 @@ func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.D
 	a.Now, a.Slots = now, int64(n)
 	if o == bucket.Reserve {
 		a.Answers, a.Cost, a.Guard, a.Quotas = s.answerKeys(b.Name), cost, b.quotaGuard(cost), s.quotaArgs(b)
+		a.Claims = s.claimsKey(b.Name)
+		if c.Level >= 1 && c.Level <= 5 {
+			a.Claim = lua.Claim{Level: int64(c.Level), TTL: claimTTL(b, cost), Waiting: int64(max(c.Waiting, n))}
+		}
 	}
 	return s.run(ctx, b, o, a)
 }
@@ -261,6 +290,8 @@ func heldBy(b Bucket, v int64) string {
 		return "announced"
 	case v == -2:
 		return "announced pace"
+	case v == -3:
+		return "priority"
 	case v >= 1 && int(v) <= len(b.Quotas):
 		return "quota " + b.Quotas[v-1].String()
 	}

@@ -175,7 +175,7 @@ func (c *keyCeiling) serve(seq uint64, probe bool) bool {
 	// the slots must start within the claim's hold of its now; one that
 	// starts later (a slow reply) is not used
 	end := time.UnixMicro(rep.Now).Add(hold)
-	res, err := l.reserve(p.cost, len(claimed), max(hold-r.d.cfg.Clock.Now().Sub(sent), 0))
+	res, err := l.reserve(p.cost, len(claimed), max(hold-r.d.cfg.Clock.Now().Sub(sent), 0), Claim{})
 	switch {
 	case errors.Is(err, limiters.ErrCostExceedsCapacity):
 		c.unclaimAll(claimed, rep.Claim)

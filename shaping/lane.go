@@ -161,24 +161,31 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 }
 
 // head returns the cost of the first waiter and how many waiters from the
-// front share it (at most maxBatch), or 0 when none wait.
-func (l *lane) head() (cost int64, n int) {
+// front share it (at most maxBatch), or 0 when none wait. On a downstream
+// with priorities they also share the first's priority, which the claim
+// says (the zero Claim without priorities).
+func (l *lane) head() (cost int64, n int, c Claim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.dropExpired()
 	if l.fair != nil {
 		l.fair.sort(l.q, l.r.d.cfg.Clock.Now())
 	}
+	prio := l.r.ds.Priority != nil
+	var level int64
 	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
 		w := e.Value.(*waiter)
 		if n == 0 {
-			cost = w.cost
-		} else if w.cost != cost {
+			cost, level = w.cost, w.priority()
+		} else if w.cost != cost || prio && w.priority() != level {
 			break
 		}
 		n++
 	}
-	return cost, n
+	if prio && level >= 1 {
+		c = Claim{Level: int(level), Waiting: n}
+	}
+	return cost, n, c
 }
 
 // hand gives the waiters of cost at the front their reserved slots, in
@@ -275,10 +282,11 @@ func (l *lane) run() {
 	for {
 		var cost int64
 		var n int
+		var claim Claim
 		if l.kc != nil {
 			n = l.waiting()
 		} else {
-			cost, n = l.head()
+			cost, n, claim = l.head()
 		}
 		if n == 0 {
 			select {
@@ -332,7 +340,10 @@ func (l *lane) run() {
 			}
 			ask = min(ask, room)
 		}
-		res, err := l.reserve(cost, ask, r.lookahead())
+		if probe {
+			claim = Claim{}
+		}
+		res, err := l.reserve(cost, ask, r.lookahead(), claim)
 		switch {
 		case errors.Is(err, limiters.ErrCostExceedsCapacity):
 			l.refuse(cost, err) // no wait will make room: the task is refused
@@ -363,10 +374,10 @@ const (
 // reserve reserves up to ask slots of cost starting within maxWait, and
 // records what the reply says (the clock offset, the reservation's
 // metrics, and a fair lane's slots ahead). The run loop's alone.
-func (l *lane) reserve(cost int64, ask int, maxWait time.Duration) (Reservation, error) {
+func (l *lane) reserve(cost int64, ask int, maxWait time.Duration, c Claim) (Reservation, error) {
 	r := l.r
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-	res, err := r.d.buckets.ReserveN(ctx, r.bucket(), cost, ask, maxWait)
+	res, err := r.d.buckets.ReserveFor(ctx, r.bucket(), cost, ask, maxWait, c)
 	cancel()
 	if err != nil {
 		return res, err

@@ -198,3 +198,6 @@ func (s *Buckets) quotaArgs(b Bucket) []lua.QuotaArgs {
 func (s *Buckets) answerKeys(name string) lua.AnswerKeys {
 	return lua.AnswerKeys{Announced: s.space.Announced(name), Issued: s.space.Issued(name)}
 }
+
+// claimsKey is the HASH of downstream name's priority claims.
+func (s *Buckets) claimsKey(name string) string { return s.space.PriorityClaims(name) }

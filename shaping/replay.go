@@ -11,7 +11,7 @@ import (
 // step tests and for replaying recorded arrivals offline (shaper replay).
 // Production reserves on the Redis clock, so that every host agrees.
 func (s *Buckets) ReserveAt(ctx context.Context, now time.Time, b Bucket, cost int64, maxWait time.Duration) (Reservation, error) {
-	return s.call(ctx, b, cost, maxWait, bucket.Reserve, now.UnixMicro(), 1)
+	return s.call(ctx, b, cost, maxWait, bucket.Reserve, now.UnixMicro(), 1, Claim{})
 }
 
 // SetFairNow gives q's scripts an explicit clock (fair.lua's now).

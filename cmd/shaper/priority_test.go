@@ -16,9 +16,11 @@ import (
 // Two shaper processes at 50/s with priority, the default workers: 1,000
 // tasks of priority 5 wait, releases are under way, then 20 of priority 1
 // arrive one after another. The first of them is released within 2
-// intervals + 100 ms of its enqueue and 15 of the 20 within 20 intervals
-// + 300 ms (see below for the rest); no second has more than rate + 1; what was not delivered still
-// waits, none twice.
+// intervals + 100 ms of its enqueue and all 20 within 20 intervals + 300
+// ms, though each process holds waiters of priority 5 (the processes'
+// lanes give the slots to the highest priority waiting in any of them:
+// shaping.lua's claims); no second has more than rate + 1; what was not
+// delivered still waits, none twice.
 // The same with fair share on, the backlog over 10 tenants and the 20
 // over 3. The producer is the one the config builds (what the enqueue CLI
 // and the HTTP API run).
@@ -72,21 +74,8 @@ func priorityUnderBacklog(t *testing.T, fairness string) {
 	if first > 2*interval+100*time.Millisecond {
 		t.Errorf("the first of priority 1 released %v after its enqueue, want within 2 intervals + 100ms", first)
 	}
-	// One run in three to ten, one to three of the 20 come out late (up
-	// to 2.4s), most often with fair share: the priority-1 list is empty
-	// by 400ms (all 20 taken), so a straggler waits inside the process
-	// that took it, while the other process keeps taking every slot for
-	// its own waiters of priority 5 (the lanes of two processes do not
-	// order their waiters across each other). Until that is fixed the
-	// 20-intervals bound is held for 15 of the 20, and every one within 3s.
-	within := 0
-	for _, at := range r["p1"] {
-		if at.Sub(urgent[0]) <= 20*interval+300*time.Millisecond {
-			within++
-		}
-	}
-	if within < high-5 || last > 3*time.Second {
-		t.Errorf("%d of priority 1 released within 20 intervals + 300ms of the first's enqueue, the last after %v; want at least %d, and all within 3s", within, last, high-5)
+	if last > 20*interval+300*time.Millisecond {
+		t.Errorf("the last of priority 1 released %v after the first's enqueue, want within 20 intervals + 300ms", last)
 	}
 	for _, pr := range procs {
 		pr.stop(t)

@@ -130,6 +130,14 @@ func (s Space) Issued(ds string) string {
 	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":issued"
 }
 
+// PriorityClaims is the HASH of downstream ds's priority claims (level
+// -> until, µs): a process whose waiters of a high priority found no slot
+// keeps the others' lower ones from reserving (shaping.lua). Same slot as
+// its bucket.
+func (s Space) PriorityClaims(ds string) string {
+	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":claims"
+}
+
 // KeyCeiling is the STRING tat of admission key key under downstream ds's
 // per-key ceiling: the earliest slot start (µs since the epoch, on the
 // Redis clock) its next release may take. Same slot as its bucket, so a

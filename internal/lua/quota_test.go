@@ -19,6 +19,7 @@ type quotaRun struct {
 	st     *lua.Store
 	bucket string
 	ans    lua.AnswerKeys
+	claims string
 	quotas []lua.QuotaArgs
 	guard  int64
 	now    int64
@@ -34,7 +35,7 @@ func newQuotaRun(t *testing.T, quotas ...lua.QuotaArgs) *quotaRun {
 		quotas[i].Key = sp.Quota("api", fmt.Sprintf("q%d", i))
 	}
 	return &quotaRun{t: t, st: lua.New(rdb), bucket: sp.Bucket("api"),
-		ans: lua.AnswerKeys{Announced: sp.Announced("api"), Issued: sp.Issued("api")}, quotas: quotas,
+		ans: lua.AnswerKeys{Announced: sp.Announced("api"), Issued: sp.Issued("api")}, claims: sp.PriorityClaims("api"), quotas: quotas,
 		now: time.Now().UnixMicro(), prefix: prefix}
 }
 
@@ -45,7 +46,7 @@ func (r *quotaRun) advance(dt int64) {
 func (r *quotaRun) reserve(interval, cost, n, maxWait int64) lua.BucketReply {
 	r.t.Helper()
 	rep, err := r.st.Reserve(context.Background(), r.bucket, lua.BucketArgs{Interval: interval, MaxWait: maxWait,
-		Now: r.now, Slots: n, Answers: r.ans, Cost: cost, Guard: r.guard, Quotas: r.quotas})
+		Now: r.now, Slots: n, Answers: r.ans, Claims: r.claims, Cost: cost, Guard: r.guard, Quotas: r.quotas})
 	if err != nil {
 		r.t.Fatalf("reserve: %v", err)
 	}

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"errors"
 
 	"github.com/shaper-io/shaper/internal/keys"
 )
@@ -31,9 +32,24 @@ type BucketArgs struct {
 	// Guard is ARGV[8], Reserve only: how late after its slot a release may
 	// start, in µs; quotas count a unit that much longer.
 	Guard int64
-	// Quotas, Reserve only, are the downstream's quotas (KEYS[4..],
-	// ARGV[9..]); a slot needs room in each.
+	// Claims, Reserve only, is KEYS[4]: the downstream's priority claims
+	// (keys.Space.PriorityClaims); required with Answers.
+	Claims string
+	// Claim, Reserve only, is ARGV[9..11]: the priority of the caller's
+	// waiters; the zero value neither reads nor writes claims.
+	Claim Claim
+	// Quotas, Reserve only, are the downstream's quotas (KEYS[5..],
+	// ARGV[12..]); a slot needs room in each.
 	Quotas []QuotaArgs
+}
+
+// Claim is the priority of the waiters a reservation serves: it reserves
+// nothing while a claim of a higher priority stands, and it claims Level
+// for TTL when it cannot serve all Waiting of them.
+type Claim struct {
+	Level   int64 // 1 (first) to 5 (last); 0: none
+	TTL     int64 // µs
+	Waiting int64 // the caller's waiters of Level
 }
 
 // AnswerKeys name the announced-limit HASH and the issued-units STRING of
@@ -61,7 +77,7 @@ func (a BucketArgs) keys(bucket string) []string {
 	if a.Answers.Announced == "" {
 		return ks // shaping.lua reads quotas only after the answer keys
 	}
-	ks = append(ks, a.Answers.Announced, a.Answers.Issued)
+	ks = append(ks, a.Answers.Announced, a.Answers.Issued, a.Claims)
 	for _, q := range a.Quotas {
 		ks = append(ks, q.Key)
 	}
@@ -94,7 +110,8 @@ type BucketReply struct {
 	// issued up to Issued + (j+1) × cost.
 	Issued int64
 	// HeldBy says what moved the first slot: 0 nothing, i quota i
-	// (1-based), -1 the announced limit (spent), -2 its pace.
+	// (1-based), -1 the announced limit (spent), -2 its pace, -3 a claim
+	// of a higher priority (nothing reserved).
 	HeldBy int64
 	// Quotas is each quota's state after the call, in BucketArgs order.
 	Quotas []QuotaUse
@@ -134,8 +151,11 @@ func (s *Store) bucket(ctx context.Context, key string, a BucketArgs, mode int) 
 	if a.Answers.Announced == "" {
 		a.Quotas = nil
 	}
-	args := append([]any{a.Interval, a.Burst, a.MaxWait, mode, a.Now, max(a.Slots, 1), max(a.Cost, 1), a.Guard},
-		quotaArgv(a.Quotas)...)
+	if a.Answers.Announced != "" && a.Claims == "" {
+		return BucketReply{}, errors.New("lua: shaping: a reservation with answer keys needs the claims key")
+	}
+	args := append([]any{a.Interval, a.Burst, a.MaxWait, mode, a.Now, max(a.Slots, 1), max(a.Cost, 1), a.Guard,
+		a.Claim.Level, a.Claim.TTL, a.Claim.Waiting}, quotaArgv(a.Quotas)...)
 	v, err := s.ints(ctx, shaping, a.keys(key), 8+2*len(a.Quotas), args...)
 	if err != nil {
 		return BucketReply{}, err
