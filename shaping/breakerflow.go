@@ -217,9 +217,13 @@ func (b *breaker) isUrgent() bool {
 func (b *breaker) flush() {
 	b.mu.Lock()
 	batch := b.pending
-	if len(batch) > 0 {
-		b.pending, b.urgent = map[brkToken]*brkCount{}, false
+	if len(batch) == 0 {
+		// Nothing to report; ranging over b.pending outside the lock would
+		// race with record.
+		b.mu.Unlock()
+		return
 	}
+	b.pending, b.urgent = map[brkToken]*brkCount{}, false
 	b.mu.Unlock()
 	for k, c := range batch {
 		rep, err := b.call(func(ctx context.Context, a lua.BreakerArgs) (lua.BreakerReply, error) {

@@ -1,7 +1,6 @@
-// Package clocktest forwards to internal/clocktest, where the fake clock
-// moved so that the limiters and queue tests share it with shaping's.
-// It stays only for branches written against the old path: import
-// github.com/shaper-io/shaper/internal/clocktest instead.
+// Package clocktest forwards to internal/clocktest, the fake clock that
+// the limiters, queue and shaping tests share. New code imports
+// github.com/shaper-io/shaper/internal/clocktest.
 package clocktest
 
 import (
