@@ -102,6 +102,7 @@ const usageText = `Usage:
   enqueue --config shaper.yaml --downstream NAME --payload JSON [flags]   one task
   enqueue --config shaper.yaml [--downstream NAME] < tasks.jsonl          many tasks
   enqueue --redis redis://host:6379 --downstream NAME --file tasks.jsonl  without a config
+  enqueue --version                                                       the version and the commit it was built from
 
 enqueue puts tasks into shaper's downstream queues through the downstream's
 admission limiters. One task comes from --payload or --payload-file; without
@@ -345,6 +346,17 @@ func Main(ctx context.Context, args []string, std IO) int {
 	// go-redis logs failed dials on its own; the errors reach the user
 	// through this command's one-line messages instead.
 	redis.SetLogger(quietLogger{})
+	// The words shaper takes too: "enqueue help", and the version alone
+	// (not a flag: it goes with no other).
+	if len(args) == 1 {
+		switch args[0] {
+		case "help":
+			args = []string{"-h"}
+		case "version", "-version", "--version":
+			fmt.Fprintln(std.Stdout, Version())
+			return ExitOK
+		}
+	}
 	o, err := parseFlags(args, std.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
