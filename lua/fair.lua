@@ -43,9 +43,15 @@
 -- KEYS[7] -> asynq:{q}:scheduled  ZSET
 -- KEYS[8] -> asynq:{q}:pending    LIST (asynq dequeues from the right)
 -- KEYS[9] -> asynq:{q}:active     LIST (read only: its length)
+-- KEYS[10] -> controls  HASH, optional: the operator's settings per key
+--                      (shaper ctl key): "p:<key>" paused, "w:<key>" its
+--                      weight, "r:<key>" its ceiling as "<rate>/<period µs>"
+-- KEYS[11] -> held      ZSET, with KEYS[10]: a paused key's tasks, all
+--                      scored 0, member "<len(key)>|<key>|<tag>|<member>",
+--                      so one key's tasks are one lexicographic range
 -- A member is "<cost>|<weight>|<len(key)>|<key><id>": the task carries
 -- what promotion and a due move need, so no per-task hash is kept.
--- ARGV[1] -> op: "park" | "feed"
+-- ARGV[1] -> op: "park" | "feed" | "resume"
 -- ARGV[2] -> task key prefix asynq:{q}:t:
 -- ARGV[3] -> target: promote while pending is shorter than this
 -- ARGV[4] -> at most this many promotions (and due moves) per call
@@ -58,6 +64,16 @@
 -- ARGV[10] -> weight (> 0)
 -- ARGV[11] -> due time in ms (0: now)
 -- ARGV[12] -> per-key ceiling: ms per unit of cost (0: none)
+-- resume only (a key no longer paused: its held tasks go back to parked,
+-- at their tags, and the promotion runs as in a feed):
+-- ARGV[7] -> admission key
+-- ARGV[8] -> move at most this many tasks
+--
+-- Controls: the controls HASH's weight replaces the task's weight and its
+-- ceiling the task's ceiling for tasks parked (or made due) from then on.
+-- A paused key's task is never promoted: promotion moves it to held (and
+-- park skips the front of pending for it); resume, or a feed that finds
+-- the key of one of the first held tasks no longer paused, moves it back.
 --
 -- Reply: {promoted, parked, later, pending, active, keys, ahead}
 --   promoted: tasks moved to pending by this call; pending: asynq's
@@ -67,7 +83,9 @@
 --   read); ahead is how many tasks go before this one (parked with lower
 --   tags, and in pending: all of it, or for a task started at VT those
 --   with earlier turns, when that is more), 0 when it went to the front
---   of pending, or -1 when it waits in later. A feed that finds nothing
+--   of pending, or -1 when it waits in later or its key is paused.
+--   Resume: parked is how many tasks it moved back; later, active, keys
+--   and ahead are -1. A feed that finds nothing
 --   parked or later replies zeros after two reads.
 -- TTL: every key here gets ARGV[5] on the first write and again at most
 -- hourly (state.x); when nothing is parked or later, counts is empty
@@ -76,7 +94,9 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local op = ARGV[1]
-if op == 'feed' and redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
+local ctl, held = KEYS[10], KEYS[11]
+if op == 'feed' and redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
+    and (not held or redis.call('ZCARD', held) == 0) then
   return {0, 0, 0, 0, 0, 0, -1}
 end
 
@@ -87,6 +107,30 @@ if now == nil or now <= 0 then now = math.floor(nowus / 1000) else nowus = now *
 local prefix, target, maxp, ttl = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local function fmt(x) return string.format('%.17g', x) end
+
+-- the operator's controls (one EXISTS per call when there are none)
+local hasctl = ctl ~= nil and held ~= nil and redis.call('EXISTS', ctl) == 1
+local function paused(key) return hasctl and redis.call('HEXISTS', ctl, 'p:' .. key) == 1 end
+local function weightOf(key, w)
+  if hasctl then
+    local o = redis.call('HGET', ctl, 'w:' .. key)
+    if o and tonumber(o) and tonumber(o) > 0 then return tonumber(o), o end
+  end
+  return tonumber(w), w
+end
+local function perOf(key, per)
+  if hasctl then
+    local rr, pp = string.match(redis.call('HGET', ctl, 'r:' .. key) or '', '^(%d+)/(%d+)$')
+    if rr and tonumber(rr) > 0 then return tonumber(pp) / 1000 / tonumber(rr) end
+  end
+  return per
+end
+local function heldPrefix(key) return #key .. '|' .. key .. '|' end
+-- hold keeps member m of a paused key, with its start tag s, in held
+local function hold(m, key, s)
+  redis.call('ZADD', held, 0, heldPrefix(key) .. fmt(s) .. '|' .. m)
+  redis.call('PEXPIRE', held, ttl)
+end
 
 local st = redis.call('HMGET', KEYS[3], 'v', 'x', 'lj', 'r', 'rn')
 local v = tonumber(st[1]) or 0
@@ -120,6 +164,7 @@ end
 
 -- turn: the start tag of key's next task, and its finish is recorded
 local function turn(key, cost, w, f)
+  w = weightOf(key, w)
   f = f or tonumber(redis.call('HGET', KEYS[2], key) or '0') or 0
   local s = f
   if f < v then s = math.max(oldest(), f) end
@@ -157,21 +202,23 @@ end
 
 local ahead, moved = -1, 0
 if op == 'park' then
-  local id, key, cost, w = ARGV[7], ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
-  local due, per = tonumber(ARGV[11]), tonumber(ARGV[12])
+  local id, key, cost = ARGV[7], ARGV[8], tonumber(ARGV[9])
+  local w, ws = weightOf(key, ARGV[10])
+  local due, per = tonumber(ARGV[11]), perOf(key, tonumber(ARGV[12]))
   if due < now then due = now end
   if per > 0 then
     local nb = tonumber(redis.call('HGET', KEYS[6], key) or '0') or 0
     if nb > due then due = nb end
     redis.call('HSET', KEYS[6], key, fmt(due + cost * per))
   end
-  local member = enc(id, key, ARGV[9], ARGV[10])
+  local member = enc(id, key, ARGV[9], ws)
   local alone = redis.call('HINCRBY', KEYS[5], key, 1) == 1
   if due > now then
     redis.call('ZADD', KEYS[4], due, member)
   else
     local f = tonumber(redis.call('HGET', KEYS[2], key) or '0') or 0
-    if alone and f <= v and f <= oldest() then
+    local stopped = paused(key)
+    if alone and not stopped and f <= v and f <= oldest() then
       -- nothing else of this key waits here and it has had no more than
       -- its share lately (its finish tag is not ahead of VT): it starts
       -- at once, whatever the others' backlogs, so a key below its share
@@ -189,9 +236,33 @@ if op == 'park' then
       local prior = pending
       if s < v and r > 0 then prior = math.floor((s - oldest()) / r) end
       ahead = math.max(pending, redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s)) + prior)
+      if stopped then ahead = -1 end
     end
   end
+elseif op == 'resume' then
+  -- the key's held tasks go back to parked at their tags
+  local p = heldPrefix(ARGV[7])
+  local ms = redis.call('ZRANGEBYLEX', held, '[' .. p, '[' .. p .. '\255', 'LIMIT', 0, tonumber(ARGV[8]))
+  for _, hm in ipairs(ms) do
+    local tag, m = string.match(string.sub(hm, #p + 1), '^([^|]+)|(.*)$')
+    redis.call('ZADD', KEYS[1], tag, m)
+    redis.call('ZREM', held, hm)
+  end
+  moved = #ms
 else
+  -- held tasks whose key is no longer paused (a resume that did not
+  -- finish) go back, a few per call
+  if held and redis.call('ZCARD', held) > 0 then
+    for _, hm in ipairs(redis.call('ZRANGEBYLEX', held, '-', '+', 'LIMIT', 0, 16)) do
+      local n, rest = string.match(hm, '^(%d+)|(.*)$')
+      local key = string.sub(rest, 1, tonumber(n))
+      if not paused(key) then
+        local tag, m = string.match(string.sub(rest, tonumber(n) + 2), '^([^|]+)|(.*)$')
+        redis.call('ZADD', KEYS[1], tag, m)
+        redis.call('ZREM', held, hm)
+      end
+    end
+  end
   -- due tasks of later get their turn now
   local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, maxp)
   for _, m in ipairs(due) do
@@ -210,14 +281,20 @@ while pending < target and budget > 0 do
   for i = 1, #popped, 2 do
     budget = budget - 1
     local id, key = dec(popped[i])
-    if promote(id, key, tonumber(popped[i + 1]), false) and id == ARGV[7] then ahead = pending - 1 end
+    if paused(key) then
+      hold(popped[i], key, tonumber(popped[i + 1]))
+    elseif promote(id, key, tonumber(popped[i + 1]), false) and op == 'park' and id == ARGV[7] then
+      ahead = pending - 1
+    end
   end
 end
 
 if v ~= v0 or r ~= r0 then redis.call('HSET', KEYS[3], 'v', fmt(v), 'r', fmt(r), 'rn', rn) end
 if lj ~= lj0 then redis.call('HSET', KEYS[3], 'lj', lj) end
 if op == 'park' or promoted > 0 or moved > 0 then
-  if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[4]) == 0 then
+  local nheld = 0
+  if held then nheld = redis.call('ZCARD', held) end
+  if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[4]) + nheld == 0 then
     -- V and the finish tags still say who was served lately (a key that
     -- just had its share is not new): they last a short while
     redis.call('HSET', KEYS[3], 'v', fmt(v))
@@ -226,9 +303,11 @@ if op == 'park' or promoted > 0 or moved > 0 then
   elseif now - refreshed > 3600000 then
     redis.call('HSET', KEYS[3], 'x', now)
     for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    if held then redis.call('PEXPIRE', held, ttl) end
   end
 end
 if op == 'park' then return {promoted, -1, -1, pending, -1, -1, ahead} end
+if op == 'resume' then return {promoted, moved, -1, pending, -1, -1, -1} end
 
 -- a feed that promoted forgets, a few per call, the finish tags the
 -- virtual time has passed and the ceilings that are over

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/control"
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/sizing"
@@ -32,6 +33,7 @@ type State = control.State
 // The zero Control is not usable: NewControl builds one.
 type Control struct {
 	st    *control.Store // the state hash and the versions
+	fair  *fairindex.Queue
 	store *lua.Store
 	space keys.Space
 	// served finds a downstream the dispatcher owning this Control
@@ -41,7 +43,7 @@ type Control struct {
 
 // NewControl returns a Control for keys under prefix.
 func NewControl(rdb redis.Scripter, prefix string) *Control {
-	return &Control{st: control.New(rdb, prefix), store: lua.New(rdb), space: keys.New(prefix)}
+	return &Control{st: control.New(rdb, prefix), fair: fairindex.New(rdb, prefix), store: lua.New(rdb), space: keys.New(prefix)}
 }
 
 // bump tells every process that ds's state changed: they re-read it on

@@ -92,7 +92,34 @@ func (r *runner) refresh(ctx context.Context) bool {
 	if r.brk != nil && r.brk.refresh(ctx) != nil {
 		return false
 	}
+	if f := r.ds.Fairness; f != nil && f.Runtime != nil {
+		kc, err := r.d.control.st.KeyControls(ctx, r.ds.Name)
+		if err != nil {
+			return false
+		}
+		r.setKeyControls(kc)
+	}
 	return true
+}
+
+// setKeyControls puts the key controls read from Redis in force, dropping
+// a runtime rate the downstream could not run a key at (written by
+// anything that did not check it), logged once per value.
+func (r *runner) setKeyControls(kc map[string]KeyControl) {
+	for k, c := range kc {
+		if c.Rate.IsZero() {
+			continue
+		}
+		if err := r.ds.CheckKeyRate(c.Rate); err != nil {
+			if _, seen := r.keyRefused.LoadOrStore(k+"|"+c.Rate.RateString(), true); !seen {
+				r.d.log.Error("shaping: ignoring a key's runtime rate in Redis", "downstream", r.ds.Name,
+					"key", k, "rate", c.Rate.RateString(), "err", err)
+			}
+			c.Rate = limiters.Limit{}
+			kc[k] = c
+		}
+	}
+	r.ds.Fairness.Runtime.Set(kc)
 }
 
 // apply computes the rate in force from the cached state: the schedule's

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/clock"
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
@@ -304,6 +305,12 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	}
 	if _, dup := d.runners[ds.Name]; dup {
 		return fmt.Errorf("shaping: downstream %q added twice", ds.Name)
+	}
+	if ds.Fairness != nil {
+		// its own copy, holding the key controls the control loop reads
+		f := *ds.Fairness
+		f.Runtime = &fairindex.KeyOverrides{}
+		ds.Fairness = &f
 	}
 	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
 	r.lane = newLane(r)

@@ -131,6 +131,26 @@ func (ds Downstream) CheckRate(l limiters.Limit) error {
 	return nil
 }
 
+// CheckKeyRate reports why l cannot be a key's ceiling on ds (a runtime
+// one: shaper ctl key RATE): an invalid rate, one above ds's configured
+// rate (it would never bind), or one slower than a task per MaxInterval.
+// Errors wrap limiters.ErrInvalidLimit. internal/config applies the same
+// rule to fairness.key_rate and key_rates in the file.
+func (ds Downstream) CheckKeyRate(l limiters.Limit) error {
+	if err := sizing.ValidateRate(l); err != nil {
+		return fmt.Errorf("shaping: downstream %q: key rate: %w", ds.Name, err)
+	}
+	if l.PerSec() > ds.Rate.PerSec() {
+		return fmt.Errorf("shaping: downstream %q: %w: key rate %s is above the downstream's rate %s: it would never bind",
+			ds.Name, limiters.ErrInvalidLimit, l.RateString(), ds.Rate.RateString())
+	}
+	if sizing.CheckRate(l, 1) != nil {
+		return fmt.Errorf("shaping: downstream %q: %w: key rate %s is slower than one task per key in %s",
+			ds.Name, limiters.ErrInvalidLimit, l.RateString(), sizing.MaxInterval)
+	}
+	return nil
+}
+
 func (ds Downstream) checkRate(l limiters.Limit) error {
 	if err := sizing.ValidateRate(l); err != nil {
 		return err

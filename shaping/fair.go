@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -22,6 +23,11 @@ import (
 //
 // The zero value shares equally among keys, with no per-key ceiling.
 type Fairness = fairindex.Fairness
+
+// KeyControl is the operator's setting for one admission key of a fair
+// downstream (Control.SetKey): its own rate, weight or pause, in every
+// process. See control.KeyControl, the type it names.
+type KeyControl = control.KeyControl
 
 // MaxFairWeight bounds a fair-share weight.
 const MaxFairWeight = fairindex.MaxWeight

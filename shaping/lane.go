@@ -283,6 +283,10 @@ func (l *lane) run() {
 		var cost int64
 		var n int
 		var claim Claim
+		if l.kc == nil && l.fair != nil && r.ds.Fairness.Ceilinged() {
+			// an operator gave a key its own rate (shaper ctl key)
+			l.kc = newKeyCeiling(l, r.ds.Fairness)
+		}
 		if l.kc != nil {
 			n = l.waiting()
 		} else {

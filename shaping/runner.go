@@ -32,6 +32,8 @@ type runner struct {
 	held      atomic.Int64
 	base      atomic.Pointer[limiters.Limit] // rate before the adaptive cap
 	refused   atomic.Pointer[limiters.Limit] // the override apply last ignored (logged once)
+	// keyRefused: "key|rate" of runtime key rates ignored (logged once)
+	keyRefused sync.Map
 	// offset estimates local time minus the Redis clock of this
 	// downstream's bucket (on a cluster, each master has its own clock).
 	offset  clockOffset

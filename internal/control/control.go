@@ -96,6 +96,11 @@ func (s *Store) Cmd() redis.Cmdable {
 // deletes the field) and bumps ds's version. A name no downstream could
 // have is ErrUnknownDownstream.
 func (s *Store) set(ctx context.Context, ds string, kv ...string) error {
+	return s.setHash(ctx, ds, s.space.DownstreamState(ds), kv...)
+}
+
+// setHash is set on the hash h of ds (its state, or its key controls).
+func (s *Store) setHash(ctx context.Context, ds, h string, kv ...string) error {
 	if !keys.ValidName(ds) {
 		return fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
 	}
@@ -103,7 +108,7 @@ func (s *Store) set(ctx context.Context, ds string, kv ...string) error {
 	for i := 0; i+1 < len(kv); i += 2 {
 		pairs = append(pairs, [2]string{kv[i], kv[i+1]})
 	}
-	if _, err := s.store.SetState(ctx, s.space.DownstreamState(ds), StateTTL.Milliseconds(), pairs...); err != nil {
+	if _, err := s.store.SetState(ctx, h, StateTTL.Milliseconds(), pairs...); err != nil {
 		return fmt.Errorf("shaping: control %q: %w", ds, err)
 	}
 	return s.Bump(ctx, ds)

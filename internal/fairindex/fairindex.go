@@ -11,11 +11,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/clock"
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/sizing"
@@ -49,19 +51,74 @@ type Fairness struct {
 	// (tiers: a premium tenant at 20/s, the rest at KeyRate), with the
 	// same bound. A key in neither is capped only by the downstream's rate.
 	KeyRates map[string]limiters.Limit
+	// Runtime, when set, holds the operator's key controls in force (shaper
+	// ctl key): a key's runtime rate or weight replaces the one above. The
+	// dispatcher sets it on its own copy; nil: none.
+	Runtime *KeyOverrides
 }
 
-// Ceilinged reports whether any key has a ceiling (KeyRate or KeyRates).
-func (f *Fairness) Ceilinged() bool { return f.KeyRate.Rate > 0 || len(f.KeyRates) > 0 }
+// KeyOverrides are the key controls in force on one fair downstream, as
+// the dispatcher last read them from Redis. Safe for concurrent use; the
+// zero value holds none.
+type KeyOverrides struct {
+	m atomic.Pointer[map[string]control.KeyControl]
+}
 
-// KeyRateOf is key's ceiling: its KeyRates entry, else KeyRate; a zero
-// Rate means none.
+// Set replaces every override with m (nil: none).
+func (o *KeyOverrides) Set(m map[string]control.KeyControl) { o.m.Store(&m) }
+
+// Of is key's control in force; the zero KeyControl when none.
+func (o *KeyOverrides) Of(key string) control.KeyControl {
+	if o == nil {
+		return control.KeyControl{}
+	}
+	if m := o.m.Load(); m != nil {
+		return (*m)[key]
+	}
+	return control.KeyControl{}
+}
+
+// All is every key control in force (do not modify it).
+func (o *KeyOverrides) All() map[string]control.KeyControl {
+	if o == nil {
+		return nil
+	}
+	if m := o.m.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// anyRate reports whether some key has a runtime rate.
+func (o *KeyOverrides) anyRate() bool {
+	for _, c := range o.All() {
+		if c.Rate.Rate > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Ceilinged reports whether any key has a ceiling (KeyRate, KeyRates or a
+// runtime rate).
+func (f *Fairness) Ceilinged() bool {
+	return f.KeyRate.Rate > 0 || len(f.KeyRates) > 0 || f.Runtime.anyRate()
+}
+
+// KeyRateOf is key's ceiling: its runtime rate, else its KeyRates entry,
+// else KeyRate; a zero Rate means none.
 func (f *Fairness) KeyRateOf(key string) limiters.Limit {
+	if r := f.Runtime.Of(key).Rate; r.Rate > 0 {
+		return r
+	}
 	if r, ok := f.KeyRates[key]; ok && r.Rate > 0 {
 		return r
 	}
 	return f.KeyRate
 }
+
+// Paused reports whether the operator paused key.
+func (f *Fairness) Paused(key string) bool { return f.Runtime.Of(key).Paused }
 
 // MaxWeight bounds a fair-share weight.
 const MaxWeight = 1e6
@@ -89,8 +146,12 @@ const maxPerCall = 1000
 // ServiceMemory of its share when it returns.
 const ServiceMemory = 2 * time.Second
 
-// Weight is key's weight.
+// Weight is key's weight: its runtime weight, else Weights, else
+// DefaultWeight.
 func (f *Fairness) Weight(key string) float64 {
+	if w := f.Runtime.Of(key).Weight; w > 0 {
+		return w
+	}
 	if w, ok := f.Weights[key]; ok {
 		return w
 	}
@@ -172,7 +233,8 @@ type State struct {
 
 func (q *Queue) args(ds string, rate limiters.Limit) ([]string, lua.FairArgs) {
 	a := q.space.Asynq(ds)
-	ks := append(q.space.Fair(ds).List(), a.Scheduled(), a.Pending(), a.Active())
+	f := q.space.Fair(ds)
+	ks := append(f.List(), a.Scheduled(), a.Pending(), a.Active(), f.Controls, f.Held)
 	fa := lua.FairArgs{TaskPrefix: a.TaskPrefix(), Target: Target(rate), Max: maxPerCall, TTLms: ttl.Milliseconds()}
 	if q.now != nil {
 		fa.NowMs = q.now().UnixMilli()
@@ -220,6 +282,16 @@ func (q *Queue) Exchange(ctx context.Context, ds string, clk clock.Clock, inc, l
 		out[k] = v[i]
 	}
 	return out, nil
+}
+
+// Resume moves up to limit of key's held tasks (kept out of fair order
+// while the key was paused) back to their turns on downstream ds, and
+// promotes what fits; it returns how many it moved. Call it until it
+// moves fewer than limit (feeds also move a few per call).
+func (q *Queue) Resume(ctx context.Context, ds string, rate limiters.Limit, key string, limit int) (int, error) {
+	ks, a := q.args(ds, rate)
+	rep, err := q.store.FairResume(ctx, ks, a, key, int64(limit))
+	return int(rep.Parked), err
 }
 
 // ExpectedStart estimates when a task just parked (the state Park

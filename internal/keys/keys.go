@@ -263,13 +263,20 @@ type FairKeys struct {
 	// Service is a HASH of admission key → its attained service across
 	// every process's lane (fairsvc.lua).
 	Service string
+	// Controls is a HASH of the operator's settings per admission key
+	// (shaper ctl key): "p:<key>" paused, "w:<key>" weight, "r:<key>"
+	// ceiling as "<rate>/<period µs>" (package control writes it).
+	Controls string
+	// Held is a ZSET of a paused key's tasks, out of fair order until the
+	// key resumes (fair.lua).
+	Held string
 }
 
 // Fair returns downstream ds's fair-share keys.
 func (s Space) Fair(ds string) FairKeys {
 	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
 	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
-		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc"}
+		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc", Controls: b + "keyctl", Held: b + "held"}
 }
 
 // List returns the keys in the order fair.lua takes them (KEYS[1..6]).

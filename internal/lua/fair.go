@@ -7,9 +7,10 @@ import (
 
 var fair = script("fair.lua")
 
-// FairArgs are fair.lua's arguments common to park and feed. Its KEYS are
-// the six fair-share keys (keys.FairKeys.List) and then asynq's
-// scheduled, pending and active keys of the queue.
+// FairArgs are fair.lua's arguments common to park, feed and resume. Its
+// KEYS are the six fair-share keys (keys.FairKeys.List), asynq's
+// scheduled, pending and active keys of the queue, and optionally the
+// fair-share keys Controls and Held (both or neither).
 type FairArgs struct {
 	// TaskPrefix is ARGV[2]: asynq's task key prefix of the queue.
 	TaskPrefix string
@@ -57,6 +58,12 @@ type FairReply struct {
 func (s *Store) FairPark(ctx context.Context, keys []string, a FairArgs, t FairTask) (FairReply, error) {
 	return s.fair(ctx, keys, a, "park", t.ID, t.Key, t.Cost, strconv.FormatFloat(t.Weight, 'g', -1, 64),
 		t.DueMs, strconv.FormatFloat(t.PerMs, 'g', -1, 64))
+}
+
+// FairResume moves up to limit of key's held tasks back to fair order and
+// promotes what fits; the reply's Parked is how many it moved.
+func (s *Store) FairResume(ctx context.Context, keys []string, a FairArgs, key string, limit int64) (FairReply, error) {
+	return s.fair(ctx, keys, a, "resume", key, limit)
 }
 
 // FairFeed moves due tasks into fair order and promotes what fits.
