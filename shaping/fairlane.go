@@ -364,7 +364,7 @@ func (s *fairStats) publish(m *metrics.Metrics, ds string, f *Fairness, now time
 	sort.Slice(top, func(a, b int) bool { return top[a].n > top[b].n || top[a].n == top[b].n && top[a].k < top[b].k })
 	m.Fair.KeyReleases.DeletePartialMatch(map[string]string{"downstream": ds})
 	for _, t := range top[:min(len(top), metrics.FairTopKeys)] {
-		m.Fair.KeyReleases.WithLabelValues(ds, t.k).Set(float64(t.n))
+		m.Fair.KeyReleases.WithLabelValues(ds, metrics.SafeKey(t.k)).Set(float64(t.n))
 	}
 	return j
 }

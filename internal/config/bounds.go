@@ -108,10 +108,11 @@ func dayMatches(s *cron.SpecSchedule, d time.Time) bool {
 	return dom || dow
 }
 
-// checkListen refuses an HTTP server reachable beyond this host without a
-// token, unless the file says that is intended.
+// checkExposure refuses an HTTP server reachable beyond this host without
+// a token, unless the file says that is intended; and tenant keys on
+// /metrics (metrics_keys) served there without a token, intended or not.
 func (h *HTTP) checkExposure() *Error {
-	if !h.Enabled() || h.TokenEnv != "" || h.AllowUnauthenticated {
+	if !h.Enabled() || h.TokenEnv != "" {
 		return nil
 	}
 	host, _, _ := net.SplitHostPort(h.Listen)
@@ -119,6 +120,12 @@ func (h *HTTP) checkExposure() *Error {
 		return nil
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	if h.MetricsKeys {
+		return errf("http.metrics_keys", "true would serve tenant keys on /metrics to anyone who reaches %s: set token_env (Prometheus then scrapes with the bearer token) or listen on 127.0.0.1", q(h.Listen))
+	}
+	if h.AllowUnauthenticated {
 		return nil
 	}
 	return errf("http.listen", "%s is reachable beyond this host but http.token_env is not set: anyone could enqueue tasks and pause downstreams (set token_env, listen on 127.0.0.1, or set allow_unauthenticated: true)", q(h.Listen))

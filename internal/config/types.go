@@ -71,6 +71,12 @@ type HTTP struct {
 	// host (not loopback) while TokenEnv is empty. Without it that is an
 	// error: anyone who reaches the port could enqueue and pause.
 	AllowUnauthenticated bool `yaml:"allow_unauthenticated,omitempty"`
+	// MetricsKeys serves the per-key series (shaper_fair_key_releases,
+	// labelled with a tenant key) on /metrics, to requests with the token
+	// when TokenEnv is set. Default false: no series carries a key. It
+	// needs TokenEnv when Listen is reachable beyond this host, whatever
+	// AllowUnauthenticated says.
+	MetricsKeys bool `yaml:"metrics_keys,omitempty"`
 }
 
 // Downstream is one protected system: its own queue, shaping bucket and

@@ -11,7 +11,7 @@ type FairMetrics struct {
 	ActiveKeys  *prometheus.GaugeVec // downstream
 	Waiting     *prometheus.GaugeVec // downstream
 	Jain        *prometheus.GaugeVec // downstream
-	KeyReleases *prometheus.GaugeVec // downstream, key (top FairTopKeys only)
+	KeyReleases *prometheus.GaugeVec // downstream, key (KeyLabel; top FairTopKeys only, label values through SafeKey)
 }
 
 func newFair(f factory) *FairMetrics {
@@ -23,6 +23,7 @@ func newFair(f factory) *FairMetrics {
 		Waiting:    g("waiting_tasks", "Tasks waiting in fair order before the queue (shared by every process).", "downstream"),
 		Jain: g("jain_index", "Jain's fairness index of this process's releases over the last minute, per unit of weight, among keys with a backlog (1: equal shares).",
 			"downstream"),
-		KeyReleases: g("key_releases", "Releases by this process in the last minute for the top keys only (bounded cardinality).", "downstream", "key"),
+		KeyReleases: g("key_releases", "Releases by this process in the last minute for the top keys only (bounded cardinality); on /metrics only under http.metrics_keys.",
+			"downstream", KeyLabel),
 	}
 }

@@ -40,6 +40,9 @@ type Plan struct {
 	Token Secret
 	// MaxBody is the largest HTTP request body accepted (http.max_body).
 	MaxBody int64
+	// MetricsKeys serves the per-key series on /metrics
+	// (http.metrics_keys; server.Options.MetricsKeys).
+	MetricsKeys bool
 	// Dispatcher configures the dispatcher; Logger and Registerer are the
 	// caller's to set. Its ShutdownTimeout is shutdown_timeout.
 	Dispatcher shaping.Config
@@ -183,6 +186,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 	}
 	if cfg.HTTP.Enabled() {
 		p.Listen = cfg.HTTP.Listen
+		p.MetricsKeys = cfg.HTTP.MetricsKeys
 	}
 	jobs, err := cronJobs(cfg)
 	if err != nil {

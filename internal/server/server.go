@@ -1,7 +1,9 @@
 // Package server is shaper's HTTP surface: /metrics, /healthz, /readyz, and
 // the routes other packages mount (enqueue API, control, status page). It
 // binds to loopback unless told otherwise and sets every timeout, so a slow
-// or hostile client cannot hold connections open.
+// or hostile client cannot hold connections open. One check, Authorized,
+// decides who passes the bearer token: for the protected routes and for
+// whatever shows tenant keys.
 package server
 
 import (
@@ -19,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/metrics"
 )
 
 // Options configures a Server.
@@ -30,8 +34,14 @@ type Options struct {
 	// Redis is pinged by /readyz; nil means always ready.
 	Redis redis.UniversalClient
 	// Token, when set, is required as "Authorization: Bearer <token>" by
-	// routes mounted with Protected.
+	// routes mounted with Protected, and by any request that is to see
+	// tenant keys (Authorized).
 	Token string
+	// MetricsKeys serves the series labelled with a tenant key
+	// (metrics.KeyLabel, e.g. shaper_fair_key_releases) on /metrics to
+	// requests Authorized lets see them; false (http.metrics_keys unset)
+	// leaves them out for every request.
+	MetricsKeys bool
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -54,7 +64,7 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux()}
 	if opts.Registry != nil {
-		s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+		s.mux.Handle("GET /metrics", s.metrics())
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -82,6 +92,25 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// metrics serves /metrics: the registry, less the series labelled with a
+// tenant key unless MetricsKeys is set and the request is Authorized.
+func (s *Server) metrics() http.Handler {
+	reg := s.opts.Registry
+	without := promhttp.HandlerFor(metrics.WithoutKeys(reg), promhttp.HandlerOpts{Registry: reg})
+	if !s.opts.MetricsKeys {
+		return without
+	}
+	with := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Authorization")
+		if s.Authorized(r) {
+			with.ServeHTTP(w, r)
+			return
+		}
+		without.ServeHTTP(w, r)
+	})
 }
 
 // route serves r through the mux, with ServeMux's own 404 and 405 answers
@@ -143,19 +172,29 @@ func (s *Server) recoverer(h http.Handler) http.Handler {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Protected mounts a route that requires the bearer token (when one is
-// configured), compared in constant time.
+// configured): a request Authorized refuses gets a 401.
 func (s *Server) Protected(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.Token != "" {
-			got, ok := bearer(r.Header.Get("Authorization"))
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="shaper"`)
-				WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
+		if !s.Authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shaper"`)
+			WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
 		}
 		h.ServeHTTP(w, r)
 	}))
+}
+
+// Authorized reports whether r may use the protected routes and see
+// tenant keys: true when no token is configured, else when r carries
+// "Authorization: Bearer <token>" (compared in constant time). It is the
+// one check behind Protected, the status page's keys and /metrics' keyed
+// series.
+func (s *Server) Authorized(r *http.Request) bool {
+	if s.opts.Token == "" {
+		return true
+	}
+	got, ok := bearer(r.Header.Get("Authorization"))
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) == 1
 }
 
 // bearer returns the credentials of an "Authorization: Bearer <token>"

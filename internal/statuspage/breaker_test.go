@@ -63,7 +63,7 @@ func TestStatusShowsTheBreaker(t *testing.T) {
 	if got := cell("db", "breaker"); got != "off" || ds(s, "db").Breaker != nil {
 		t.Errorf("a downstream without a breaker: cell %q, info %+v; want \"off\", none", got, ds(s, "db").Breaker)
 	}
-	page, _ := get(t, b.srv.URL+"/status")
+	page, _ := get(t, b.url+"/status")
 	for _, want := range []string{`data-k="ds/api/breaker"`, `data-k="ds/api/breaker_moves">to open 1<`, `data-state="breaker open"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the HTML lacks %s", want)

@@ -63,7 +63,7 @@ downstreams:
 		l, _ := lim(s, "api", "tb")
 		return l.Mode == "enforce" && ds(s, "api").ShapingMode == "enforce"
 	})
-	html, _ := get(t, b.srv.URL+"/status")
+	html, _ := get(t, b.url+"/status")
 	for _, want := range []string{"shaping mode", "would have waited", "in shadow", "would reject 7"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the page lacks %q", want)

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -23,6 +24,10 @@ type Snapshot struct {
 	Scripts       []ScriptSnapshot     `json:"scripts"`
 	// Warning is set when the runtime state could not be read from Redis.
 	Warning string `json:"warning,omitempty"`
+	// KeysHidden is set when the request may not see tenant keys (a token
+	// is configured and the request did not carry it): every key shown is
+	// a label that stands for it (KeyReleases.Hidden).
+	KeysHidden bool `json:"keys_hidden,omitempty"`
 	// Redis is whether the sampler's last read of Redis worked; while it
 	// does not, the backlog and runtime state on the page are stale.
 	Redis RedisState `json:"redis"`
@@ -189,15 +194,20 @@ type FairInfo struct {
 
 // KeyReleases is one key's releases in the last minute.
 type KeyReleases struct {
+	// Key is the tenant key escaped by metrics.SafeKey or, when Hidden,
+	// a label standing for it ("#" and 8 hex digits), the same for the
+	// same key for the life of the process.
 	Key      string  `json:"key"`
+	Hidden   bool    `json:"hidden,omitempty"`
 	Releases float64 `json:"releases"`
 }
 
 // fairInfo reads ds's fair-share metrics.
 func fairInfo(f families, l map[string]string) *FairInfo {
 	fi := &FairInfo{ActiveKeys: f.counter(mFairKeys, l), WaitingTasks: f.counter(mFairWaiting, l), JainIndex: f.counter(mFairJain, l)}
-	for _, k := range f.labelValues(mFairKeyRel, "key", l) {
-		fi.TopKeys = append(fi.TopKeys, KeyReleases{k, f.counter(mFairKeyRel, map[string]string{"downstream": l["downstream"], "key": k})})
+	for _, k := range f.labelValues(mFairKeyRel, metrics.KeyLabel, l) {
+		fi.TopKeys = append(fi.TopKeys, KeyReleases{Key: metrics.SafeKey(k),
+			Releases: f.counter(mFairKeyRel, map[string]string{"downstream": l["downstream"], metrics.KeyLabel: k})})
 	}
 	sort.Slice(fi.TopKeys, func(i, j int) bool { return fi.TopKeys[i].Releases > fi.TopKeys[j].Releases })
 	return fi
@@ -277,8 +287,12 @@ const (
 	SparkH = 36
 )
 
-// Snapshot reads the metrics now and returns the page's data.
-func (p *Page) Snapshot() Snapshot {
+// Snapshot reads the metrics now and returns the page's data, tenant keys
+// included (as a request with the token sees it).
+func (p *Page) Snapshot() Snapshot { return p.snapshot(true) }
+
+// snapshot is Snapshot; without showKeys, every tenant key is hidden.
+func (p *Page) snapshot(showKeys bool) Snapshot {
 	now := p.opts.Now()
 	f := p.gather()
 	w := window{now: now, cur: p.sampleOf(now, f)}
@@ -330,6 +344,9 @@ func (p *Page) Snapshot() Snapshot {
 		if s, ok := DrainSeconds(*d, d.Why); ok {
 			d.DrainSeconds = &s
 		}
+	}
+	if !showKeys {
+		p.hideKeys(&snap)
 	}
 	snap.View = view(snap)
 	return snap

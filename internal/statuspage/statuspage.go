@@ -28,6 +28,11 @@
 //
 // The page and its JSON are read-only and carry no secret: names, rates and
 // counts only — never a Redis address, a handler URL or header, or a token.
+// Tenant keys (a fair downstream's top keys) are shown, escaped by
+// metrics.SafeKey, only to a request the server's Authorized lets see them
+// (any request when no token is configured); the others see each key as a
+// label that is stable for the life of the process and reveals nothing of
+// it (hideKeys).
 // A request never touches Redis: the runtime state that lives there (rate
 // override, adaptive rate) and the fleet's summaries are read by the
 // sampler, once per interval.
@@ -124,6 +129,7 @@ type Page struct {
 	tmpl    *template.Template
 	started time.Time
 	static  map[string]configured // by downstream
+	keySalt []byte                // keys' labels for requests without the token
 
 	mu      sync.Mutex
 	ring    []sample // oldest first, at most Window/Interval+1
@@ -172,7 +178,7 @@ func New(opts Options) *Page {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Page{opts: opts, static: map[string]configured{}, control: map[string]shaping.State{}}
+	p := &Page{opts: opts, static: map[string]configured{}, control: map[string]shaping.State{}, keySalt: newKeySalt()}
 	p.tmpl = template.Must(template.New("status.html").Funcs(template.FuncMap{
 		"cell": func(v View, k string) string { return v.Cells[k] },
 		"off":  func(v View, k string) bool { return !v.Rows[k] },
@@ -314,19 +320,26 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// Mounter is where the page's routes go (*server.Server).
+// Mounter is where the page's routes go (*server.Server): Handle mounts
+// an open route, Authorized tells whether a request may see tenant keys.
 type Mounter interface {
 	Handle(pattern string, h http.Handler)
+	Authorized(r *http.Request) bool
 }
+
+var _ Mounter = (*server.Server)(nil)
 
 // Mount mounts the page: GET / and GET /status (HTML; ?details=open
 // renders every card's details unfolded), GET /status.json, and the
-// page's script and style under /status/. All are open (no token) and
-// read-only.
+// page's script and style under /status/. All are open and read-only; a
+// request m.Authorized refuses sees no tenant key.
 func (p *Page) Mount(m Mounter) {
-	m.Handle("GET /{$}", http.HandlerFunc(p.serveHTML))
-	m.Handle("GET /status", http.HandlerFunc(p.serveHTML))
-	m.Handle("GET /status.json", http.HandlerFunc(p.serveJSON))
+	html := func(w http.ResponseWriter, r *http.Request) { p.serveHTML(w, r, m.Authorized(r)) }
+	m.Handle("GET /{$}", http.HandlerFunc(html))
+	m.Handle("GET /status", http.HandlerFunc(html))
+	m.Handle("GET /status.json", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.serveJSON(w, r, m.Authorized(r))
+	}))
 	m.Handle("GET /status/status.js", asset("assets/status.js", "text/javascript; charset=utf-8"))
 	m.Handle("GET /status/status.css", asset("assets/status.css", "text/css; charset=utf-8"))
 }
@@ -340,9 +353,10 @@ func headers(w http.ResponseWriter) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 }
 
-func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
+func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request, showKeys bool) {
 	headers(w)
-	server.WriteJSON(w, http.StatusOK, p.Snapshot())
+	w.Header().Add("Vary", "Authorization")
+	server.WriteJSON(w, http.StatusOK, p.snapshot(showKeys))
 }
 
 // pageData is the template's input.
@@ -357,10 +371,11 @@ type pageData struct {
 	Open bool
 }
 
-func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
+func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request, showKeys bool) {
 	headers(w)
+	w.Header().Add("Vary", "Authorization")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	data := pageData{Snapshot: p.Snapshot(), IntervalMs: p.opts.Interval.Milliseconds(), SparkW: SparkW, SparkH: SparkH,
+	data := pageData{Snapshot: p.snapshot(showKeys), IntervalMs: p.opts.Interval.Milliseconds(), SparkW: SparkW, SparkH: SparkH,
 		States: BacklogStates, Outcomes: Outcomes, Open: r.URL.Query().Get("details") == "open"}
 	if err := p.tmpl.Execute(w, data); err != nil {
 		p.opts.Logger.Warn("status page: render", "err", err)

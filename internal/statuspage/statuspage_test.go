@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/internal/statuspage"
 	itestutil "github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
@@ -45,7 +45,7 @@ type bundle struct {
 	d    *shaping.Dispatcher
 	p    *queue.Producer
 	page *statuspage.Page
-	srv  *httptest.Server
+	url  string // the server's, http://host:port
 }
 
 type setupOpts struct {
@@ -53,6 +53,10 @@ type setupOpts struct {
 	handler shaping.HandlerFunc
 	now     func() time.Time
 	rdb     redis.UniversalClient // nil: redistest.Client
+	token   string                // the server's bearer token; "" none
+	// metricsKeys is http.metrics_keys: /metrics serves the series
+	// labelled with a tenant key.
+	metricsKeys bool
 }
 
 func setup(t *testing.T, o setupOpts) *bundle {
@@ -93,10 +97,14 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	t.Cleanup(func() { b.p.Close() })
 	b.page = statuspage.New(statuspage.Options{Gatherer: b.reg, Dispatcher: b.d, Plan: pl, Now: o.now,
 		Interval: 100 * time.Millisecond, Logger: quiet})
-	mux := http.NewServeMux()
-	b.page.Mount(mux)
-	b.srv = httptest.NewServer(mux)
-	t.Cleanup(b.srv.Close)
+	srv := server.New(server.Options{Addr: "127.0.0.1:0", Registry: b.reg, Token: o.token, MetricsKeys: o.metricsKeys, Logger: quiet})
+	b.page.Mount(srv)
+	addr, err := srv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	b.url = "http://" + addr
 	return b
 }
 
@@ -117,7 +125,7 @@ func (b *bundle) start(t *testing.T) {
 
 func (b *bundle) snapshot(t *testing.T) statuspage.Snapshot {
 	t.Helper()
-	resp, err := http.Get(b.srv.URL + "/status.json")
+	resp, err := http.Get(b.url + "/status.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,8 +270,8 @@ func TestStatusJSONWhileTasksFlow(t *testing.T) {
 	}
 
 	// No secret of the config reaches the page or its JSON.
-	raw, _ := get(t, b.srv.URL+"/status.json")
-	page, _ := get(t, b.srv.URL+"/")
+	raw, _ := get(t, b.url+"/status.json")
+	page, _ := get(t, b.url+"/")
 	for _, secret := range []string{"HANDLER-SECRET", "HEADER-SECRET", "example.invalid", "redis://", b.cfg.Redis.Prefix} {
 		if strings.Contains(raw, secret) || strings.Contains(page, secret) {
 			t.Errorf("%q appears on the status page or its JSON", secret)
@@ -391,7 +399,7 @@ func TestStatusHTMLRendersTheView(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{yaml: flowYAML})
 	for _, path := range []string{"/", "/status"} {
-		page, h := get(t, b.srv.URL+path)
+		page, h := get(t, b.url+path)
 		if !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
 			t.Errorf("GET %s: Content-Type %q, want text/html", path, h.Get("Content-Type"))
 		}
@@ -423,15 +431,15 @@ func TestStatusHTMLRendersTheView(t *testing.T) {
 			t.Errorf("GET %s: the page refers to another origin", path)
 		}
 	}
-	js, h := get(t, b.srv.URL+"/status/status.js")
+	js, h := get(t, b.url+"/status/status.js")
 	if !strings.HasPrefix(h.Get("Content-Type"), "text/javascript") || !strings.Contains(js, `fetch("/status.json"`) {
 		t.Errorf("status.js: %q, %d bytes; want JavaScript that polls /status.json", h.Get("Content-Type"), len(js))
 	}
-	css, h := get(t, b.srv.URL+"/status/status.css")
+	css, h := get(t, b.url+"/status/status.css")
 	if !strings.HasPrefix(h.Get("Content-Type"), "text/css") || !strings.Contains(css, ".spark") {
 		t.Errorf("status.css: %q, want the page's style", h.Get("Content-Type"))
 	}
-	resp, err := http.Post(b.srv.URL+"/status.json", "application/json", nil)
+	resp, err := http.Post(b.url+"/status.json", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +574,7 @@ func TestStatusShowsRedisUnreachable(t *testing.T) {
 	if got := s.View.Cells["live"]; got != "Redis unreachable · figures stale since "+since {
 		t.Errorf("live cell %q, want Redis unreachable · figures stale since %s", got, since)
 	}
-	page, _ := get(t, b.srv.URL+"/")
+	page, _ := get(t, b.url+"/")
 	if !strings.Contains(page, `data-k="live">Redis unreachable · figures stale since`) {
 		t.Error("the rendered page does not say Redis is unreachable")
 	}

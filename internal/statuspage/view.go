@@ -118,6 +118,9 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 		}
 		cells[k("fair")] = fmt.Sprintf("%s keys waiting (%s tasks) · Jain %.2f · top: %s", count(fi.ActiveKeys), count(fi.WaitingTasks),
 			fi.JainIndex, cmpOr(strings.Join(top, ", "), "none yet"))
+		if len(fi.TopKeys) > 0 && fi.TopKeys[0].Hidden {
+			cells[k("fair")] += " (key names need the token)"
+		}
 	}
 	cells[k("workers")] = strconv.Itoa(d.Workers)
 	cells[k("max_wait")] = d.MaxWait

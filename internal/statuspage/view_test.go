@@ -42,14 +42,14 @@ downstreams:
 			t.Errorf("full's %s row is hidden, want it shown (configured)", f)
 		}
 	}
-	page, _ := get(t, b.srv.URL+"/")
+	page, _ := get(t, b.url+"/")
 	for _, want := range []string{`data-row="ds/plain/settled" hidden>`, `data-row="ds/plain/quarantined" hidden>`,
 		`data-row="ds/full/leases">`, "<details><summary>details</summary>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
-	if open, _ := get(t, b.srv.URL+"/?details=open"); !strings.Contains(open, "<details open><summary>") {
+	if open, _ := get(t, b.url+"/?details=open"); !strings.Contains(open, "<details open><summary>") {
 		t.Error("GET /?details=open does not unfold the details")
 	}
 	// the headline and the why-waiting line have their elements

@@ -1,0 +1,46 @@
+package statuspage
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// newKeySalt is the secret of a page's key labels: random, per process,
+// so that a label can be neither reversed by hashing guessed keys nor
+// compared across processes or restarts.
+func newKeySalt() []byte {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails: crypto/rand crashes the program rather than return an error
+	return b
+}
+
+// keyLabel is the label that stands for key on the page of a request that
+// may not see keys: "#" and the first 8 hex digits of HMAC-SHA256(salt,
+// key), the same for the same key for the life of the page.
+func (p *Page) keyLabel(key string) string {
+	m := hmac.New(sha256.New, p.keySalt)
+	m.Write([]byte(key))
+	return "#" + hex.EncodeToString(m.Sum(nil)[:4])
+}
+
+// hideKeys replaces every tenant key in s by its label. Counts and
+// aggregates (keys waiting, tasks, Jain's index, each key's releases)
+// stay.
+func (p *Page) hideKeys(s *Snapshot) {
+	s.KeysHidden = true
+	for i := range s.Downstreams {
+		fi := s.Downstreams[i].Fair
+		if fi == nil {
+			continue
+		}
+		top := make([]KeyReleases, len(fi.TopKeys))
+		for j, kr := range fi.TopKeys {
+			top[j] = KeyReleases{Key: p.keyLabel(kr.Key), Hidden: true, Releases: kr.Releases}
+		}
+		c := *fi
+		c.TopKeys = top
+		s.Downstreams[i].Fair = &c
+	}
+}
