@@ -42,6 +42,11 @@ commands:
                          waits; cut where it runs if taken
   explain [NAME] ID      why task ID is where it is (scheduled until, retry after an error, its
                          priority, its fair-share turn) and what holds its downstream now
+  key NAME KEY rate RATE|weight W|pause|resume|clear
+                         one admission key of fair downstream NAME, every process within a second:
+                         its own ceiling (RATE, or clear) or weight in place of the config's, pause
+                         its tasks (the other keys keep the rate), resume, or clear every setting
+  key NAME               the key controls set on NAME (JSON)
   help                   this text
 flags:
   -config FILE           the YAML config every shaper process runs (required; its redis and downstreams)
@@ -133,6 +138,7 @@ var ctlCommands = []struct {
 	{"mode", (*ctlCall).mode},
 	{"cancel", (*ctlCall).cancel},
 	{"explain", (*ctlCall).explain},
+	{"key", (*ctlCall).key},
 	{"help", nil},
 }
 

@@ -101,9 +101,10 @@ func runPlan(ctx context.Context, pl *plan.Plan, opts Options, log *slog.Logger)
 	var srv *server.Server
 	addr := ""
 	if pl.Listen != "" {
-		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, Logger: log})
+		srv = server.New(server.Options{Addr: pl.Listen, Registry: reg, Redis: rdb, Token: token, MetricsKeys: pl.MetricsKeys, Logger: log})
 		mountAPI(srv, producer, d, inspector, rdb, pl.Prefix, pl.Names(), pl.MaxBody, log)
 		mountControl(srv, d, inspector, pl)
+		mountKeyControl(srv, d, pl)
 		mountStatus(ctx, srv, d, pl, reg, rdb)
 		if addr, err = srv.Start(); err != nil {
 			return addrInUse(err, pl.Listen, cmp.Or(opts.ListenFrom, "http.listen"))

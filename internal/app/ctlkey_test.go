@@ -1,0 +1,80 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/shaper-io/shaper/internal/app"
+	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/shaping"
+)
+
+// shaper ctl key sets, shows and clears one key's controls in Redis (what
+// every process reads), and refuses what the file would refuse, one line
+// each, writing nothing.
+func TestCtlKey(t *testing.T) {
+	t.Parallel()
+	prefix, ctl := ctlOn(t, "  - {name: api, rate: 100/s, fairness: {key: tenant, key_rate: 2/s}, handler: {type: log}}\n  - {name: plain, rate: 5/s, handler: {type: log}}\n")
+	controls := func() map[string]shaping.KeyControl {
+		m, err := shaping.NewControl(redistest.Client(t), prefix).KeyControls(context.Background(), "api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, step := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"key", "api", "acme", "rate", "20/s"}, `api: key "acme" capped at 20/s in every process`},
+		{[]string{"key", "api", "acme", "weight", "3"}, `api: key "acme" weighted 3`},
+		{[]string{"key", "api", "bob", "pause"}, `api: key "bob" paused`},
+		{[]string{"key", "api", "carol", "rate", "5"}, `capped at 5/s`},
+	} {
+		out, err := ctl(step.args...)
+		if err != nil || !strings.Contains(out, step.out) {
+			t.Errorf("ctl %s: %q, %v; want %q", strings.Join(step.args, " "), out, err, step.out)
+		}
+	}
+	m := controls()
+	if m["acme"].Rate.RateString() != "20/s" || m["acme"].Weight != 3 || !m["bob"].Paused || m["carol"].Rate.RateString() != "5/s" {
+		t.Errorf("key controls in Redis: %+v", m)
+	}
+	if out, err := ctl("key", "api"); err != nil || !strings.Contains(out, `"acme": {`) || !strings.Contains(out, `"rate": "20/s"`) || !strings.Contains(out, `"paused": true`) {
+		t.Errorf("ctl key api: %q, %v; want every key control as JSON", out, err)
+	}
+	for _, args := range [][]string{{"key", "api", "bob", "resume"}, {"key", "api", "acme", "clear"}, {"key", "api", "carol", "rate", "clear"}} {
+		if _, err := ctl(args...); err != nil {
+			t.Errorf("ctl %s: %v", strings.Join(args, " "), err)
+		}
+	}
+	if m := controls(); len(m) != 0 {
+		t.Errorf("after resume and clears: %+v, want none", m)
+	}
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"key", "api", "acme", "rate", "200/s"}, `above the downstream's rate 100/s`},
+		{[]string{"key", "api", "acme", "rate", "1/25h"}, `slower than one task per key`},
+		{[]string{"key", "api", "acme", "rate", "fast"}, `invalid rate "fast"`},
+		{[]string{"key", "api", "acme", "weight", "0.0000001e20"}, `weight must be in (0, 1e+06]`},
+		{[]string{"key", "api", "acme", "weight", "-1"}, `weight must be in`},
+		{[]string{"key", "api", "acme", "shout"}, `unknown action "shout"`},
+		{[]string{"key", "api", "acme", "rate"}, `"rate" takes 1 value(s), got 0`},
+		{[]string{"key", "api", "acme"}, `want an action`},
+		{[]string{"key", "plain", "acme", "pause"}, `downstream "plain" has no fairness`},
+		{[]string{"key", "nope", "acme", "pause"}, `unknown downstream "nope" (the config has api, plain)`},
+		{[]string{"key", "api", "", "pause"}, `a key must be 1 to 1024 bytes`},
+	} {
+		_, err := ctl(step.args...)
+		if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), step.want) || strings.ContainsAny(err.Error(), "\n") {
+			t.Errorf("ctl %q: %v, want one usage line containing %q", step.args, err, step.want)
+		}
+	}
+	if m := controls(); len(m) != 0 {
+		t.Errorf("after refused changes: %+v, want none written", m)
+	}
+}
