@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/duration"
 )
 
 // Errors returned by this package. Each is wrapped with %w and a message
@@ -219,19 +221,30 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// ParseLimit reads a rate such as "50/s", "3000/m", "2.5/s", "10/1500ms" or
-// "100/h". The burst defaults to the rate. Decimal rates become integer
-// rates over a longer period ("2.5/s" is 5 per 2s). Every error wraps
+// ParseLimit reads a rate such as "50/s", "3000/m", "2.5/s", "10/1500ms",
+// "100/h" or "1/1d", or a bare number per second ("20" is 20/s). The
+// period is s, m, h or d (also sec, second, min, minute, hour, day) or a
+// duration: Go's ("500ms") or with days first ("1d", "1d12h"; a day is
+// 24h). The burst defaults to the rate. Decimal rates become integer
+// rates over a longer period ("2.5/s" is 5 per 2s). Every rate shaper
+// reads is read here — config file, CLI arguments and flags, HTTP control
+// endpoint — so each accepts the same forms. Every error wraps
 // ErrInvalidLimit and, after its prefix, reads `invalid rate "…": why` (or
-// `invalid rate "…" (want …)` when it has no slash at all), the same words
-// wherever a rate is read: config file, CLI flags, HTTP control endpoint.
+// `invalid rate "…" (want …)` when it is neither a number nor has a
+// slash), the same words wherever a rate is read.
 func ParseLimit(s string) (Limit, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: invalid rate %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
 	}
 	num, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Limit{}, fmt.Errorf("%w: invalid rate %q (want <number>/<unit>, e.g. 50/s)", ErrInvalidLimit, s)
+		if num == "" || strings.Trim(num, "0123456789.eE+-") != "" {
+			return Limit{}, fmt.Errorf("%w: invalid rate %q (want <number>/<unit>, e.g. 50/s)", ErrInvalidLimit, s)
+		}
+		if f, err := strconv.ParseFloat(num, 64); err == nil && f <= 0 {
+			return Limit{}, bad("a rate must be positive, got %q", num)
+		}
+		per = "s" // a bare number is per second
 	}
 	num, per = strings.TrimSpace(num), strings.TrimSpace(per)
 	var period time.Duration
@@ -245,7 +258,7 @@ func ParseLimit(s string) (Limit, error) {
 	case "d", "day":
 		period = 24 * time.Hour
 	default:
-		d, err := time.ParseDuration(per)
+		d, err := duration.Parse(per)
 		if err != nil || d <= 0 {
 			return Limit{}, bad("unknown period %q (use s, m, h, d or a duration like 500ms)", per)
 		}

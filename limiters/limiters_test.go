@@ -242,7 +242,7 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidLimit containing %q", b.name, err, b.want)
 		}
 	}
-	for _, s := range []string{"", "5", "NaN/s", "Inf/s", "-1/s", "0/s", "1/x", "1/-5s", "1.5.5/s", "abc/m", "1.1234567/s", "1/0s"} {
+	for _, s := range []string{"", "0", "-5", "5.", "NaN", "NaN/s", "Inf/s", "-1/s", "0/s", "1/x", "1/-5s", "1.5.5/s", "abc/m", "1.1234567/s", "1/0s"} {
 		if _, err := limiters.ParseLimit(s); !errors.Is(err, limiters.ErrInvalidLimit) {
 			t.Errorf("ParseLimit(%q): err = %v, want ErrInvalidLimit", s, err)
 		}
@@ -267,6 +267,16 @@ func TestParseLimit(t *testing.T) {
 		{"2.5/s", limiters.Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}},
 		{"10/1500ms", limiters.Limit{Rate: 10, Period: 1500 * time.Millisecond, Burst: 10}},
 		{" 7 / h ", limiters.Limit{Rate: 7, Period: time.Hour, Burst: 7}},
+		// a bare number is per second
+		{"20", limiters.Limit{Rate: 20, Period: time.Second, Burst: 20}},
+		{" 20 ", limiters.Limit{Rate: 20, Period: time.Second, Burst: 20}},
+		{"2.5", limiters.Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}},
+		// d is a unit, alone or with a count, as in every duration
+		{"1/d", limiters.Limit{Rate: 1, Period: 24 * time.Hour, Burst: 1}},
+		{"1/day", limiters.Limit{Rate: 1, Period: 24 * time.Hour, Burst: 1}},
+		{"1/1d", limiters.Limit{Rate: 1, Period: 24 * time.Hour, Burst: 1}},
+		{"3/2d", limiters.Limit{Rate: 3, Period: 48 * time.Hour, Burst: 3}},
+		{"1/1d12h", limiters.Limit{Rate: 1, Period: 36 * time.Hour, Burst: 1}},
 	} {
 		got, err := limiters.ParseLimit(c.in)
 		if err != nil || got != c.want {

@@ -92,34 +92,55 @@ func mountControl(srv *server.Server, d *shaping.Dispatcher, in *queue.Inspector
 			return
 		}
 		var body struct {
-			Rate *string `json:"rate"`
+			Rate json.RawMessage `json:"rate"`
 		}
 		dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil || body.Rate == nil {
+		text, ok := "", false
+		if err := dec.Decode(&body); err == nil {
+			text, ok = rateText(body.Rate)
+		}
+		if !ok {
 			server.WriteError(w, http.StatusBadRequest, `body must be {"rate": "20/s"} (or {"rate": ""} to remove the override)`)
 			return
 		}
 		var l limiters.Limit
-		if *body.Rate != "" {
+		if text != "" {
 			var err error
-			if l, err = limiters.ParseLimit(*body.Rate); err != nil {
+			if l, err = limiters.ParseLimit(text); err != nil {
 				server.WriteError(w, http.StatusBadRequest, "rate: "+rateReason(err))
 				return
 			}
 			pd, _ := pl.Downstream(name)
 			if err := pd.Shaping.CheckRate(l); err != nil {
-				server.WriteError(w, http.StatusBadRequest, refusedRate(name, *body.Rate, err))
+				server.WriteError(w, http.StatusBadRequest, refusedRate(name, text, err))
 				return
 			}
 		}
 		err := d.Control().SetRate(r.Context(), name, l)
 		if errors.Is(err, shaping.ErrRateTooSlow) || errors.Is(err, limiters.ErrInvalidLimit) {
-			server.WriteError(w, http.StatusBadRequest, refusedRate(name, *body.Rate, err))
+			server.WriteError(w, http.StatusBadRequest, refusedRate(name, text, err))
 			return
 		}
-		respond(w, err, map[string]any{"downstream": name, "override_rate": *body.Rate})
+		respond(w, err, map[string]any{"downstream": name, "override_rate": text})
 	}))
+}
+
+// rateText is the rate of a PUT body: a JSON string as it is, or a JSON
+// number (20 is 20/s) as written; ok is false for anything else.
+func rateText(raw json.RawMessage) (string, bool) {
+	var s string
+	if string(raw) == "null" {
+		return "", false
+	}
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var n json.Number
+	if len(raw) > 0 && raw[0] != '"' && json.Unmarshal(raw, &n) == nil {
+		return n.String(), true
+	}
+	return "", false
 }
 
 func respond(w http.ResponseWriter, err error, ok any) {

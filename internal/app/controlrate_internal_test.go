@@ -69,3 +69,69 @@ func TestRateRouteRefusesSlowRates(t *testing.T) {
 		t.Errorf("PUT 1/24h: %d %q, want 200", code, msg)
 	}
 }
+
+// PUT /v1/downstreams/NAME/rate reads a rate as the config file and ctl
+// do: a bare number is per second (as a JSON string or number), and d is
+// a unit with or without a count.
+func TestRateRouteReadsRatesAsEverywhere(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
+	cfg, err := config.Parse([]byte("redis: {prefix: " + prefix + "}\ndownstreams:\n  - {name: api, rate: 20, max_cost: 1, handler: {type: log}}\n"))
+	if err != nil {
+		t.Fatalf("rate: 20 in the config: %v", err)
+	}
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pl.Downstreams[0].Shaping.Rate.RateString(); got != "20/s" {
+		t.Errorf("rate: 20 in the config is %s, want 20/s", got)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
+	srv := server.New(server.Options{Addr: "127.0.0.1:0", Logger: quiet})
+	mountControl(srv, d, queue.NewInspector(rdb, prefix), pl)
+	addr, err := srv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	for i, step := range []struct {
+		body     string
+		code     int
+		override string // the override after the step, as RateString writes it
+		msg      string // part of the error
+	}{
+		{`{"rate":"20"}`, 200, "20/s", ""},
+		{`{"rate":7}`, 200, "7/s", ""},
+		{`{"rate":2.5}`, 200, "5/2s", ""},
+		{`{"rate":"1/1d"}`, 200, "1/d", ""},
+		{`{"rate":"3/d"}`, 200, "3/d", ""},
+		{`{"rate":"0"}`, 400, "3/d", `rate: invalid rate "0": a rate must be positive`},
+		{`{"rate":"fast"}`, 400, "3/d", `rate: invalid rate "fast"`},
+		{`{"rate":null}`, 400, "3/d", `body must be {"rate": "20/s"}`},
+		{`{"rate":[20]}`, 400, "3/d", `body must be {"rate": "20/s"}`},
+		{`{"rate":""}`, 200, "", ""},
+	} {
+		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/downstreams/api/rate", strings.NewReader(step.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		msg, _ := v["error"].(string)
+		st, err := d.Control().State(context.Background(), "api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if !st.Override.IsZero() {
+			got = st.Override.RateString()
+		}
+		if resp.StatusCode != step.code || got != step.override || !strings.Contains(msg, step.msg) {
+			t.Errorf("step %d: PUT %s: %d %q, override %q; want %d %q, override %q", i, step.body, resp.StatusCode, msg, got, step.code, step.msg, step.override)
+		}
+	}
+}

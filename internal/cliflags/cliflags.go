@@ -34,16 +34,15 @@ func Parse(fs *flag.FlagSet, args []string, help io.Writer, usage string) error 
 	return fmt.Errorf("%v (see %s -h)", err, fs.Name())
 }
 
-// ParseRate reads a rate as shaper's commands take it: limiters.ParseLimit's
-// "100/s", "5000/m", "10/500ms", or a bare number per second ("20" is
-// 20/s). Its errors are ParseLimit's without the package's prefix, e.g.
-// `invalid rate "fast" (want <number>/<unit>, e.g. 50/s)`.
+// ParseRate reads a rate argument with limiters.ParseLimit, which reads
+// every rate shaper takes ("100/s", "5000/m", "10/500ms", "1/1d", or a bare
+// number per second: "20" is 20/s). Its errors are ParseLimit's without the
+// package's prefix, e.g. `invalid rate "fast" (want <number>/<unit>, e.g.
+// 50/s)`, but for a bare number that is not positive: `rate must be
+// positive, got "0"`.
 func ParseRate(s string) (limiters.Limit, error) {
-	if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
-		if f <= 0 {
-			return limiters.Limit{}, fmt.Errorf("rate must be positive, got %q", s)
-		}
-		s += "/s"
+	if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil && f <= 0 {
+		return limiters.Limit{}, fmt.Errorf("rate must be positive, got %q", s) // the words the CLIs have always used
 	}
 	l, err := limiters.ParseLimit(s)
 	if err != nil {

@@ -19,6 +19,7 @@ func TestParseRate(t *testing.T) {
 		{"2.5", limiters.Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}, ""},
 		{"20/s", limiters.PerSecond(20), ""},
 		{"3000/m", limiters.PerMinute(3000), ""},
+		{"1/1d", limiters.Limit{Rate: 1, Period: 24 * time.Hour, Burst: 1}, ""},
 		{"0", limiters.Limit{}, `rate must be positive, got "0"`},
 		{"-3", limiters.Limit{}, `rate must be positive, got "-3"`},
 		{"fast", limiters.Limit{}, `invalid rate "fast" (want <number>/<unit>, e.g. 50/s)`},

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -68,6 +69,41 @@ func TestRate(t *testing.T) {
 	if string(y) != "r: 2.5/s\n" || string(j) != `{"R":"2.5/s"}` {
 		t.Errorf("marshalled: YAML %q, JSON %s; want the rate as written", y, j)
 	}
+}
+
+// A rate in the file is written as everywhere else (ctl rate, enqueue
+// --rate, PUT …/rate): a bare number is per second, and d is a unit with
+// or without a count. The YAML number 20 is the rate "20".
+func TestRateForms(t *testing.T) {
+	t.Parallel()
+	for i, tt := range []struct {
+		yaml string
+		want limiters.Limit
+	}{
+		{"20", limiters.PerSecond(20)},
+		{"2.5", limiters.Limit{Rate: 5, Period: 2 * time.Second, Burst: 5}},
+		{`"20"`, limiters.PerSecond(20)},
+		{"20/s", limiters.PerSecond(20)},
+		{"1/d", limiters.Limit{Rate: 1, Period: 24 * time.Hour, Burst: 1}},
+		{"1/1d", limiters.Limit{Rate: 1, Period: 24 * time.Hour, Burst: 1}},
+		{"5/1d12h", limiters.Limit{Rate: 5, Period: 36 * time.Hour, Burst: 5}},
+		{"0", limiters.Limit{}},
+		{"-1", limiters.Limit{}},
+		{"1/1dd", limiters.Limit{}},
+	} {
+		var v struct{ R Rate }
+		if err := yaml.Unmarshal([]byte("r: "+tt.yaml), &v); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if v.R.Limit() != tt.want {
+			t.Errorf("step %d: rate: %s is %v, want %v", i, tt.yaml, v.R.Limit(), tt.want)
+		}
+	}
+	c := accepted(t, one("rate: 20\nadmission: {limiters: [{rate: 2}]}\n"))
+	if d := c.Downstreams[0]; d.Rate.Limit() != limiters.PerSecond(20) || d.Admission.Limiters[0].Rate.Limit() != limiters.PerSecond(2) {
+		t.Errorf("rate: 20 and a limiter's rate: 2: got %v and %v, want 20/s and 2/s", d.Rate.Limit(), d.Admission.Limiters[0].Rate.Limit())
+	}
+	refused(t, one("rate: 0\n"), "downstreams[0].rate", `invalid rate "0": a rate must be positive`)
 }
 
 // config checks a file without the dispatcher: it must not import shaping

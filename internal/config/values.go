@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,12 +10,13 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/shaper-io/shaper/internal/duration"
 	"github.com/shaper-io/shaper/limiters"
 )
 
-// Duration is a time.Duration written as a string such as "2s", "500ms"
-// or "1m30s", or with days first: "1d", "7d", "1d12h" (a day is 24h, as
-// in rates). Convert with time.Duration(d).
+// Duration is a time.Duration written as package duration reads it:
+// "2s", "500ms" or "1m30s", or with days first: "1d", "7d", "1d12h" (a day
+// is 24h, as in rates). Convert with time.Duration(d).
 type Duration time.Duration
 
 // String formats d like time.Duration.
@@ -24,36 +24,12 @@ func (d Duration) String() string { return time.Duration(d).String() }
 
 // UnmarshalYAML parses a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := parseDuration(n.Value)
+	v, err := duration.Parse(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
 		return nodeError(n, "invalid duration %s (want a number with a unit, e.g. 2s, 500ms, 1m30s or 1d)", q(n.Value))
 	}
 	*d = Duration(v)
 	return nil
-}
-
-var reDays = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
-
-// parseDuration is time.ParseDuration with an optional leading count of
-// days ("7d", "1.5d", "1d12h"); no unit of Go's contains a d.
-func parseDuration(s string) (time.Duration, error) {
-	days, rest, ok := strings.Cut(s, "d")
-	if !ok {
-		return time.ParseDuration(s)
-	}
-	n, err := strconv.ParseFloat(days, 64)
-	if err != nil || !reDays.MatchString(days) || n*float64(day) > math.MaxInt64 {
-		return 0, fmt.Errorf("invalid duration %q", s)
-	}
-	v := time.Duration(n * float64(day))
-	if rest == "" {
-		return v, nil
-	}
-	r, err := time.ParseDuration(rest)
-	if err != nil || r < 0 || strings.HasPrefix(rest, "+") || v > math.MaxInt64-r {
-		return 0, fmt.Errorf("invalid duration %q", s)
-	}
-	return v + r, nil
 }
 
 // MarshalYAML writes d as a duration string.

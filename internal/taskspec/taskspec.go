@@ -26,6 +26,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shaper-io/shaper/internal/duration"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 )
@@ -307,10 +308,11 @@ func ParseAt(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("invalid time %q (want RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)", clip(s, 60))
 }
 
-// ParseDuration reads a delay: a Go duration with a unit ("30s", "5m",
-// "1h30m") or, for the JSON number form, seconds.
+// ParseDuration reads a delay as package duration reads every duration: a
+// Go duration with a unit ("30s", "5m", "1h30m"), optionally with days
+// first ("1d", "1d12h"). The JSON number form, seconds, is read elsewhere.
 func ParseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
+	d, err := duration.Parse(strings.TrimSpace(s))
 	if err != nil {
 		return 0, fmt.Errorf("invalid duration %q (want a number with a unit, e.g. 30s, 5m or 1h30m)", clip(s, 60))
 	}
