@@ -41,6 +41,11 @@ func (p *Page) hideKeys(s *Snapshot) {
 		}
 		c := *fi
 		c.TopKeys = top
+		c.KeyControls = make([]KeyControlInfo, len(fi.KeyControls))
+		for j, kc := range fi.KeyControls {
+			kc.Key, kc.Hidden = p.keyLabel(kc.Key), true
+			c.KeyControls[j] = kc
+		}
 		s.Downstreams[i].Fair = &c
 	}
 }

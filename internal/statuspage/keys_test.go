@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/statuspage"
+	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 )
 
@@ -154,4 +155,45 @@ func keySet(fi *statuspage.FairInfo) string {
 	}
 	sort.Strings(ks) // keys with equal releases come in any order
 	return strings.Join(ks, ",")
+}
+
+// The key controls an operator set (shaper ctl key) reach the card within
+// the control loop's interval: each key's rate, weight or pause in the
+// JSON and in words on the page; without the token the keys are labels.
+func TestKeyControlsShown(t *testing.T) {
+	const token = "s3cret-token"
+	b := setup(t, setupOpts{token: token,
+		yaml: "downstreams:\n  - {name: api, rate: 50/s, fairness: {key: tenant}, handler: {type: log}}\n"})
+	b.start(t)
+	ctl := b.d.Control()
+	ctx := context.Background()
+	if err := ctl.SetKeyRate(ctx, "api", "acme", limiters.PerSecond(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.SetKeyWeight(ctx, "api", "acme", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.PauseKey(ctx, "api", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	var s statuspage.Snapshot
+	waitFor(t, 10*time.Second, "two key controls on the card", func() bool {
+		s, _ = snapshotAuth(t, b, token)
+		fi := ds(s, "api").Fair
+		return fi != nil && fi.KeyControlCount == 2
+	})
+	kcs := ds(s, "api").Fair.KeyControls
+	if len(kcs) != 2 || kcs[0] != (statuspage.KeyControlInfo{Key: "acme", Rate: "5/s", Weight: 3}) || kcs[1] != (statuspage.KeyControlInfo{Key: "bob", Paused: true}) {
+		t.Errorf("key controls %+v, want acme 5/s weight 3 and bob paused", kcs)
+	}
+	page, _ := getAuth(t, b.url+"/", token)
+	if !strings.Contains(page, "key controls: acme 5/s weight 3, bob paused") {
+		t.Errorf("the page does not list the key controls in words")
+	}
+	hidden, _ := snapshotAuth(t, b, "")
+	for _, kc := range ds(hidden, "api").Fair.KeyControls {
+		if !kc.Hidden || strings.Contains(kc.Key, "acme") || strings.Contains(kc.Key, "bob") {
+			t.Errorf("without the token: key control %+v, want a hidden label", kc)
+		}
+	}
 }

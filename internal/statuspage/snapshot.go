@@ -2,6 +2,8 @@ package statuspage
 
 import (
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/metrics"
@@ -190,6 +192,60 @@ type FairInfo struct {
 	// KeyRatePerSecond its units per second; "" and 0 without one.
 	KeyRate          string  `json:"key_rate,omitempty"`
 	KeyRatePerSecond float64 `json:"key_rate_per_second,omitempty"`
+	// KeyControls are the operator's settings per key in force (shaper ctl
+	// key), at most maxKeyControlsShown of them, by key; KeyControlCount
+	// is how many keys have one.
+	KeyControls     []KeyControlInfo `json:"key_controls,omitempty"`
+	KeyControlCount int              `json:"key_control_count,omitempty"`
+}
+
+// KeyControlInfo is one key's runtime settings: its own ceiling, weight,
+// or a pause. Key is escaped or hidden as in KeyReleases.
+type KeyControlInfo struct {
+	Key    string  `json:"key"`
+	Hidden bool    `json:"hidden,omitempty"`
+	Rate   string  `json:"rate,omitempty"`
+	Weight float64 `json:"weight,omitempty"`
+	Paused bool    `json:"paused,omitempty"`
+}
+
+// maxKeyControlsShown bounds the key controls a card lists.
+const maxKeyControlsShown = 20
+
+// keyControls lists the key controls in force on f, by key, at most
+// maxKeyControlsShown, and how many there are.
+func keyControls(f *shaping.Fairness) ([]KeyControlInfo, int) {
+	all := f.Runtime.All()
+	keys := make([]string, 0, len(all))
+	for k := range all {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []KeyControlInfo
+	for _, k := range keys[:min(len(keys), maxKeyControlsShown)] {
+		c := all[k]
+		ki := KeyControlInfo{Key: metrics.SafeKey(k), Weight: c.Weight, Paused: c.Paused}
+		if !c.Rate.IsZero() {
+			ki.Rate = c.Rate.RateString()
+		}
+		out = append(out, ki)
+	}
+	return out, len(all)
+}
+
+// String is the key's settings in words: "acme 20/s", "bob paused".
+func (k KeyControlInfo) String() string {
+	parts := []string{k.Key}
+	if k.Rate != "" {
+		parts = append(parts, k.Rate)
+	}
+	if k.Weight > 0 {
+		parts = append(parts, "weight "+strconv.FormatFloat(k.Weight, 'g', -1, 64))
+	}
+	if k.Paused {
+		parts = append(parts, "paused")
+	}
+	return strings.Join(parts, " ")
 }
 
 // KeyReleases is one key's releases in the last minute.
@@ -397,6 +453,7 @@ func (p *Page) downstream(ds shaping.Downstream, f families, w window, cs shapin
 		if kr := ds.Fairness.KeyRate; !kr.IsZero() {
 			d.Fair.KeyRate, d.Fair.KeyRatePerSecond = kr.RateString(), kr.PerSec()
 		}
+		d.Fair.KeyControls, d.Fair.KeyControlCount = keyControls(ds.Fairness)
 	}
 	d.RecentPushbacks = d.PushbacksTotal - w.since(RecentSpan).ds[ds.Name].pushbacks
 	if a := st.adaptive; a != nil {

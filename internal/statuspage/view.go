@@ -118,7 +118,18 @@ func downstreamCells(cells map[string]string, d DownstreamSnapshot, redisReachab
 		}
 		cells[k("fair")] = fmt.Sprintf("%s keys waiting (%s tasks) · Jain %.2f · top: %s", count(fi.ActiveKeys), count(fi.WaitingTasks),
 			fi.JainIndex, cmpOr(strings.Join(top, ", "), "none yet"))
-		if len(fi.TopKeys) > 0 && fi.TopKeys[0].Hidden {
+		if fi.KeyControlCount > 0 {
+			var kcs []string
+			for _, kc := range fi.KeyControls {
+				kcs = append(kcs, kc.String())
+			}
+			more := ""
+			if n := fi.KeyControlCount - len(fi.KeyControls); n > 0 {
+				more = fmt.Sprintf(" and %d more", n)
+			}
+			cells[k("fair")] += " · key controls: " + strings.Join(kcs, ", ") + more
+		}
+		if len(fi.TopKeys) > 0 && fi.TopKeys[0].Hidden || len(fi.KeyControls) > 0 && fi.KeyControls[0].Hidden {
 			cells[k("fair")] += " (key names need the token)"
 		}
 	}
