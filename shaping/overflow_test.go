@@ -36,9 +36,10 @@ func costs(r *rand.Rand) []int64 {
 	return out
 }
 
-// Regression (issue 16): cost × period overflowed int64 and wrapped to a
-// zero interval, so a cost of MaxInt64 was released without moving the
-// bucket. Interval must never be shorter than the exact one.
+// Interval is never shorter than the exact cost × period / rate, for costs
+// up to MaxInt64: the product must not overflow int64 and wrap to a short
+// or zero interval, which would release a huge cost without moving the
+// bucket.
 func TestIntervalNeverShorterThanExact(t *testing.T) {
 	t.Parallel()
 	limits := []limiters.Limit{limiters.PerSecond(5), limiters.PerSecond(1000000), limiters.PerHour(7), {Rate: 3, Period: 1500 * time.Millisecond}}
@@ -147,11 +148,10 @@ func TestBucketReset(t *testing.T) {
 	}
 }
 
-// Regression (issue 16): a producer sets cost MaxInt64 or 4e10 on a 5/s
-// downstream. A producer that knows the downstream's max cost refuses it;
-// one that does not (plain asynq, another config) gets it archived at
-// release with the reason, without moving the bucket, while the other
-// tasks keep the rate.
+// A producer sets cost MaxInt64 or 4e10 on a 5/s downstream. A producer
+// that knows the downstream's max cost refuses it; one that does not
+// (plain asynq, another config) gets it archived at release with the
+// reason, without moving the bucket, while the other tasks keep the rate.
 func TestHugeCostRefusedAndArchived(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

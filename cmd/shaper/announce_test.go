@@ -65,7 +65,7 @@ func (a *windowAPI) serve(w http.ResponseWriter, r *http.Request) {
 // Three shaper processes at 50/s in front of an API that allows 30 calls
 // per 2s and only says so in its answers' X-RateLimit-* headers: after the
 // first answer, no 429 (the announced budget paces every process through
-// Redis), and every task is delivered once (issue 14).
+// Redis), and every task is delivered once.
 func TestAnnouncedLimitThreeProcesses(t *testing.T) {
 	api := newWindowAPI(30, 2*time.Second)
 	defer api.srv.Close()

@@ -52,7 +52,7 @@ func (s *slowSink) delivered() int {
 // Three shaper processes, `concurrency: 5`, a downstream that takes 200ms
 // per call: never more than 5 calls open at once across the processes.
 // A kill -9 of one process that holds leases: its places are free again
-// within the lease time (2s here) and nothing is lost (issue 13).
+// within the lease time (2s here) and nothing is lost.
 func TestConcurrencyCapThreeProcessesAndKill(t *testing.T) {
 	sink := newSlowSink(200 * time.Millisecond)
 	defer sink.srv.Close()
@@ -97,7 +97,7 @@ func TestConcurrencyCapThreeProcessesAndKill(t *testing.T) {
 
 // Three shaper processes, `key_concurrency: 1` over 10 tenants and calls of
 // 100ms: never two calls of one tenant open at once, several tenants at
-// once, every task delivered once (issue 13).
+// once, every task delivered once.
 func TestKeyConcurrencyThreeProcesses(t *testing.T) {
 	var mu sync.Mutex
 	open, maxOpen, most := map[string]int{}, map[string]int{}, 0

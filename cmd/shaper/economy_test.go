@@ -94,8 +94,8 @@ func rawAsynq(t *testing.T, rdb *redis.Client, q, url string, n int, sink *tests
 // The release path's Redis work per released task, counted with INFO
 // commandstats on a Redis of the test's own, for 3 shaper processes with
 // the default config next to raw asynq (3 servers × 20 workers, no limit)
-// draining the same tasks: at most 2× raw asynq's (issue 17; it was
-// 30-45× when every waiting worker polled the bucket).
+// draining the same tasks: at most 2× raw asynq's, so a waiting worker
+// must not poll the bucket on its own.
 func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
 	_, rdb := ownRedis(t)
 	url := "redis://" + rdb.Options().Addr + "/0"

@@ -103,14 +103,14 @@ func releases(t *testing.T, sink *testsink.Sink) (map[string][]time.Time, []test
 
 // Three shaper processes, one downstream at 50/s with fair share: tenant A
 // enqueues 3,000 tasks, then B and C 200 each (10 s and more of work at
-// their shares, so the issue's 10 s windows fit). B's first release comes
+// their shares, so the 10 s windows below fit). B's first release comes
 // within a second of its enqueue, the three share the rate by weight while
 // all have work (Jain's index ≥ 0.95 in every 10s window, each share within
 // 10% of its weighted share), the rate holds (≤ rate+1 in any second, ≥ 95%
 // under backlog: the exact figure is the benchmark's), A gets the whole
 // rate back within a second of B and C finishing, the receipts say when
 // B's tasks start (checkExpectedStarts), and no task is delivered twice or
-// lost (issue 13). On a failed share check the test logs each second's
+// lost. On a failed share check the test logs each second's
 // releases by tenant and process.
 func TestFairShareThreeProcesses(t *testing.T) {
 	for _, tc := range []struct {
@@ -363,7 +363,7 @@ func minTime(a, b time.Time) time.Time {
 // downstream at 50/s, three processes: every tenant's first release comes
 // within its fair interval (100 keys / 50/s = 2s) + 1s of its first
 // enqueue, nothing is delivered twice or lost; Jain's index over the
-// tenants that had a backlog for the first 10s is reported (issue 13).
+// tenants that had a backlog for the first 10s is reported.
 func TestFairShareHundredTenants(t *testing.T) {
 	sink := testsink.New()
 	defer sink.Close()

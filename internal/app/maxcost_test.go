@@ -14,10 +14,10 @@ import (
 	"github.com/shaper-io/shaper/queue"
 )
 
-// Regression (issue 16): any producer could set a cost that lifted or
-// froze a downstream's rate. The producer built from the config refuses a
-// cost above what the bucket holds (rate × max_wait), unless max_cost
-// allows more; `shaper ctl reset` clears a bucket.
+// A cost must not lift or freeze a downstream's rate: the producer built
+// from the config refuses a cost above what the bucket holds (rate ×
+// max_wait), unless max_cost allows more; `shaper ctl reset` clears a
+// bucket.
 func TestConfigProducerBoundsCost(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
