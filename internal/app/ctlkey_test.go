@@ -8,6 +8,8 @@ import (
 
 	"github.com/shaper-io/shaper/internal/app"
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
 
@@ -76,5 +78,38 @@ func TestCtlKey(t *testing.T) {
 	}
 	if m := controls(); len(m) != 0 {
 		t.Errorf("after refused changes: %+v, want none written", m)
+	}
+}
+
+// ctl explain of a task parked in fair order says when an operator
+// paused its key (and how to resume it), and notes a key's runtime rate.
+func TestCtlExplainKeyControls(t *testing.T) {
+	t.Parallel()
+	prefix, ctl := ctlOn(t, "  - {name: api, rate: 1/s, fairness: {key: tenant}, handler: {type: log}}\n")
+	p := queue.NewProducer(redistest.Client(t), queue.ProducerConfig{Prefix: prefix,
+		Fair: map[string]queue.FairShare{"api": {Fairness: &shaping.Fairness{}, Rate: limiters.PerSecond(1)}}})
+	defer p.Close()
+	var last queue.Receipt
+	for range 4 { // at 1/s two go to the queue, the rest wait in fair order
+		r, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: "bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r
+	}
+	if out, err := ctl("explain", "api", last.ID); err != nil || !strings.Contains(out, "waits in fair order") {
+		t.Fatalf("explain of a parked task: %q, %v", out, err)
+	}
+	if _, err := ctl("key", "api", "bob", "rate", "1/2s"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ctl("explain", "api", last.ID); err != nil || !strings.Contains(out, "an operator capped its key at 1/2s") {
+		t.Errorf("explain with a key rate: %q, %v", out, err)
+	}
+	if _, err := ctl("key", "api", "bob", "pause"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ctl("explain", "api", last.ID); err != nil || !strings.Contains(out, `its key "bob" is paused by an operator`) || !strings.Contains(out, "shaper ctl key api bob resume") {
+		t.Errorf("explain with the key paused: %q, %v", out, err)
 	}
 }

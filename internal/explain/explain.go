@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
@@ -45,14 +46,15 @@ type Explanation struct {
 
 // The reasons a task is where it is.
 const (
-	Queued    = "queued"    // pending: it goes as its downstream's slots come (Held says what paces them)
-	FairTurn  = "fair_turn" // parked in fair order until its key's turn
-	Scheduled = "scheduled" // not due yet: a ProcessAt, or deferred by admission
-	Retry     = "retry"     // a failed attempt; the next one is due at Due
-	Taken     = "taken"     // active: taken with its slot, waiting for it or in its call
-	Archived  = "archived"  // failed for good (retries spent, deadline passed, malformed)
-	Completed = "completed" // delivered, kept for the downstream's retention
-	Batching  = "batching"  // gathered into a batch
+	Queued    = "queued"     // pending: it goes as its downstream's slots come (Held says what paces them)
+	FairTurn  = "fair_turn"  // parked in fair order until its key's turn
+	KeyPaused = "key_paused" // its key is paused (shaper ctl key … pause)
+	Scheduled = "scheduled"  // not due yet: a ProcessAt, or deferred by admission
+	Retry     = "retry"      // a failed attempt; the next one is due at Due
+	Taken     = "taken"      // active: taken with its slot, waiting for it or in its call
+	Archived  = "archived"   // failed for good (retries spent, deadline passed, malformed)
+	Completed = "completed"  // delivered, kept for the downstream's retention
+	Batching  = "batching"   // gathered into a batch
 )
 
 // ErrNoTask is queue.ErrNoTask: no such task in the downstream.
@@ -78,7 +80,15 @@ func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, p
 		at := info.NextProcessAt
 		e.Due = &at
 	}
-	if e.Reason == Queued || e.Reason == FairTurn {
+	if e.Reason == FairTurn {
+		meta, _ := envelope.Decode(info.Headers)
+		kc, err := control.New(rdb, prefix).KeyControls(ctx, ds)
+		if err != nil {
+			return Explanation{}, fmt.Errorf("explain: %w", err)
+		}
+		e.Reason, e.Text = keyReason(kc[meta.Key], meta.Key, ds, e.Reason, e.Text)
+	}
+	if e.Reason == Queued || e.Reason == FairTurn || e.Reason == KeyPaused {
 		why, ok, err := statuspage.FleetWhy(ctx, rdb, prefix, ds, now)
 		if err != nil {
 			return Explanation{}, fmt.Errorf("explain: %w", err)
@@ -88,6 +98,21 @@ func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, p
 		}
 	}
 	return e, nil
+}
+
+// keyReason adds what an operator set on the task's key (shaper ctl key)
+// to a fair task's reason and text.
+func keyReason(c control.KeyControl, key, ds, reason, text string) (string, string) {
+	if c.Paused {
+		return KeyPaused, fmt.Sprintf("its key %q is paused by an operator: it waits until shaper ctl key %s %s resume (or clear)", key, ds, key)
+	}
+	if !c.Rate.IsZero() {
+		text += fmt.Sprintf("; an operator capped its key at %s", c.Rate.RateString())
+	}
+	if c.Weight > 0 {
+		text += fmt.Sprintf("; an operator set its key's weight to %g", c.Weight)
+	}
+	return reason, text
 }
 
 // reason classifies info at now.
