@@ -29,7 +29,7 @@ type keyCeilingRun struct {
 }
 
 // Three shaper processes, one fair downstream at 5000/s with a per-key
-// ceiling of 2/s, 5,000 tenants × 4 tasks, each tenant's tasks enqueued
+// ceiling of 2/s, 5,000 tenants × 8 tasks, each tenant's tasks enqueued
 // together and the tenants one after another (as the enqueue CLI reads a
 // file) while the processes run: counted at the release
 // (X-Shaper-Released), no tenant has more than key_rate + 1 = 3 releases
@@ -40,7 +40,7 @@ type keyCeilingRun struct {
 // audit's setup as well, 1,000 tenants × 10 tasks at key_rate 2/s, twice:
 // enqueued while the processes run, and all enqueued before they start.
 func TestKeyCeilingManyKeysThreeProcesses(t *testing.T) {
-	runs := []keyCeilingRun{{keys: 5000, tasks: 4, keyRate: 2, rate: 5000}}
+	runs := []keyCeilingRun{{keys: 5000, tasks: 8, keyRate: 2, rate: 5000}}
 	if os.Getenv("SHAPER_KEYCEILING_AUDIT") != "" {
 		runs = append(runs, keyCeilingRun{keys: 1000, tasks: 10, keyRate: 2, rate: 5000},
 			keyCeilingRun{keys: 1000, tasks: 10, keyRate: 2, rate: 5000, first: true})
