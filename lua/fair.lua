@@ -79,8 +79,9 @@
 --   promoted: tasks moved to pending by this call; pending: asynq's
 --   pending length after it. Feed: parked/later are the tasks waiting
 --   here, active asynq's active length, keys the admission keys with tasks
---   here; ahead is -1. Park: parked, later, active and keys are -1 (not
---   read); ahead is how many tasks go before this one (parked with lower
+--   here; ahead is -1. Park: parked is 1 when the task waits here (in
+--   fair order, later or held), 0 when it went to pending; later, active
+--   and keys are -1 (not read); ahead is how many tasks go before this one (parked with lower
 --   tags, and in pending: all of it, or for a task started at VT those
 --   with earlier turns, when that is more), 0 when it went to the front
 --   of pending, or -1 when it waits in later or its key is paused.
@@ -200,7 +201,7 @@ local function promote(id, key, s, front)
   return true
 end
 
-local ahead, moved = -1, 0
+local ahead, moved, waits = -1, 0, 1
 if op == 'park' then
   local id, key, cost = ARGV[7], ARGV[8], tonumber(ARGV[9])
   local w, ws = weightOf(key, ARGV[10])
@@ -225,7 +226,7 @@ if op == 'park' then
       -- never queues (against VT, not V: the next task of a key that
       -- starts is behind this one, in flight, and parks)
       promote(id, key, turn(key, cost, w, f), true)
-      ahead = 0
+      ahead, waits = 0, 0
     else
       local s = turn(key, cost, w, f)
       redis.call('ZADD', KEYS[1], fmt(s), member)
@@ -284,7 +285,7 @@ while pending < target and budget > 0 do
     if paused(key) then
       hold(popped[i], key, tonumber(popped[i + 1]))
     elseif promote(id, key, tonumber(popped[i + 1]), false) and op == 'park' and id == ARGV[7] then
-      ahead = pending - 1
+      ahead, waits = pending - 1, 0
     end
   end
 end
@@ -306,7 +307,7 @@ if op == 'park' or promoted > 0 or moved > 0 then
     if held then redis.call('PEXPIRE', held, ttl) end
   end
 end
-if op == 'park' then return {promoted, -1, -1, pending, -1, -1, ahead} end
+if op == 'park' then return {promoted, waits, -1, pending, -1, -1, ahead} end
 if op == 'resume' then return {promoted, moved, -1, pending, -1, -1, -1} end
 
 -- a feed that promoted forgets, a few per call, the finish tags the

@@ -219,7 +219,9 @@ func (q *Queue) SetNow(now func() time.Time) { q.now = now }
 type State struct {
 	// Promoted is how many tasks the call moved to the pending list.
 	Promoted int
-	// Parked tasks wait in fair order; Later ones are not yet due.
+	// Parked tasks wait in fair order; Later ones are not yet due. After
+	// Park, Parked is 1 when the task waits in fair order (asynq holds it
+	// as scheduled until its turn) and 0 when it went to the queue.
 	Parked, Later int
 	// Pending and Active are the asynq queue's pending and active lengths.
 	Pending, Active int

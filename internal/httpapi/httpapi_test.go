@@ -43,6 +43,7 @@ type options struct {
 	shaping    map[string]queue.Shaping
 	priority   map[string]int // queue.ProducerConfig.Priority
 	collapse   map[string]queue.Collapse
+	fair       map[string]queue.FairShare
 }
 
 func setup(t *testing.T, o options) *bundle {
@@ -60,7 +61,7 @@ func setup(t *testing.T, o options) *bundle {
 	names := []string{"api", "global", "deferred", "open", "closed"}
 	p := queue.NewProducer(b.rdb, queue.ProducerConfig{Prefix: b.prefix, Admission: adm, MaxPayload: o.maxPayload,
 		Downstreams: names, Logger: quiet, Shaping: o.shaping, Predict: o.shaping != nil, Priority: o.priority,
-		Collapse: o.collapse})
+		Collapse: o.collapse, Fair: o.fair})
 	srv := server.New(server.Options{Addr: "127.0.0.1:0", Token: o.token, Redis: b.rdb, Logger: quiet})
 	explainTask := func(ctx context.Context, ds, id string) (explain.Explanation, error) {
 		return explain.Task(ctx, b.in, b.rdb, b.prefix, ds, id, time.Now())

@@ -41,7 +41,9 @@ type FairReply struct {
 	// Promoted tasks moved to pending by the call.
 	Promoted int64
 	// Parked and Later are the tasks waiting in fair order and not yet
-	// due after the call.
+	// due after the call (feed). Park: Parked is 1 when the task waits in
+	// fair order, 0 when it went to pending; Later is -1. Resume: Parked
+	// is how many tasks went back to fair order.
 	Parked, Later int64
 	// Pending and Active are asynq's list lengths.
 	Pending, Active int64
