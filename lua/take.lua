@@ -49,6 +49,17 @@
 -- ARGV[10] -> now in µs, or 0 to read Redis TIME (explicit now: tests only)
 -- ARGV[11] -> with KEYS[9]: the maintenance's spacing in ms, >= 1
 -- ARGV[12] -> 1: KEYS[10..13] are the priority lists; else none
+-- ARGV[13] -> with ARGV[12] = 1: "w1 w2 w3 w4 w5", the weights of levels
+--            1 to 5 (integers in [1, 1000]): weighted instead of strict
+--            priority; "" or absent: strict.
+-- KEYS[14] -> <prefix>:take:{<q>}:turns  STRING (required with ARGV[13]):
+--            weighted priority's state, five numbers "t1 .. t5", each
+--            level's start tag relative to the virtual time. A take picks,
+--            among the levels with tasks waiting, the one with the least
+--            tag (ties: the higher priority), and that level's tag grows
+--            by 1/weight (start-time fair queueing with unit costs). A
+--            level that had no tasks rejoins at the virtual time: it gets
+--            its share from then on, no credit for its idle spell.
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us, priority}
@@ -65,7 +76,10 @@
 --   (its hash's "shaper_priority", 3 when none or without priority lists).
 -- Errors: an argument out of range.
 -- TTL: next_free until it (plus the burst allowance) is past, plus a margin
--- of 1 s, as shaping.lua sets it. asynq's keys follow asynq: no TTL.
+-- of 1 s, as shaping.lua sets it. turns: 60 s plus two slots after the
+-- last take that wrote it, and deleted by a take that leaves every level
+-- empty (a fresh start then loses nothing). asynq's keys follow asynq: no
+-- TTL.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
@@ -103,6 +117,17 @@ if not bounded(interval) or not bounded(burst) or not bounded(ahead) then
 end
 if n == nil or n < 1 or n > 1000 or budget == nil or budget < 1 or lease == nil or lease < 1 then
   return redis.error_reply('take: slots must be in [1, 1000], budget and lease at least 1')
+end
+-- weights: the levels' weights in serve's order, or nil (strict)
+local weights
+if levels and ARGV[13] and ARGV[13] ~= '' then
+  weights = {}
+  for w in string.gmatch(ARGV[13], '%S+') do weights[#weights + 1] = tonumber(w) end
+  local ok = #weights == 5 and KEYS[14] ~= nil
+  for _, w in ipairs(weights) do
+    if w == nil or w < 1 or w > 1000 or w ~= math.floor(w) then ok = false end
+  end
+  if not ok then return redis.error_reply('take: weights must be five integers in [1, 1000], with the turns key') end
 end
 -- one process's maintenance serves every process for ARGV[11] ms; the
 -- others' calls skip it, and on an idle queue cost one LLEN (no TIME)
@@ -176,10 +201,10 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 
--- pick moves the next task in priority order to active. A task of a
+-- pickStrict moves the next task in priority order to active. A task of a
 -- priority list whose hash is gone was deleted behind shaper's back
 -- (asynq's Inspector cannot find it in pending): it is dropped.
-local function pick()
+local function pickStrict()
   for _, k in ipairs(serve) do
     while true do
       local id = redis.call('RPOPLPUSH', k, KEYS[3])
@@ -190,6 +215,44 @@ local function pick()
   end
   return nil
 end
+
+-- pickWeighted moves the next task in weighted order to active: the
+-- level with the least tag among those with tasks (see KEYS[14]); a
+-- level found empty is passed over for the rest of the call.
+local tags, empty
+local function pickWeighted()
+  if not tags then
+    tags, empty = {}, {}
+    local j = 0
+    for t in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
+      j = j + 1
+      tags[j] = math.max(tonumber(t) or 0, 0)
+    end
+    for j = 1, 5 do tags[j] = tags[j] or 0 end
+  end
+  while true do
+    local best
+    for j = 1, 5 do
+      if not empty[j] and (best == nil or tags[j] < tags[best]) then best = j end
+    end
+    if not best then return nil end
+    local k = serve[best]
+    local id = redis.call('RPOPLPUSH', k, KEYS[3])
+    if not id then
+      empty[best] = true
+    elseif k == KEYS[2] or redis.call('EXISTS', tprefix .. id) == 1 then
+      -- the virtual time moves to the tag of the task taken (0 after the
+      -- shift); an idle level's tag below it rejoins at it, no earlier
+      local v = tags[best]
+      tags[best] = v + 1 / weights[best]
+      for j = 1, 5 do tags[j] = math.max(tags[j] - v, 0) end
+      return id
+    else
+      redis.call('LREM', KEYS[3], 1, id)
+    end
+  end
+end
+local pick = weights and pickWeighted or pickStrict
 
 local out = reply(0, 0, 0)
 local exp = now_s + lease
@@ -214,6 +277,15 @@ for j = 0, n - 1 do
   if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end
   out[#out + 1] = prio
   count = count + 1
+end
+if tags then
+  if drained == 1 then
+    redis.call('DEL', KEYS[14])
+  else
+    local t = {}
+    for j = 1, 5 do t[j] = string.format('%.17g', tags[j]) end
+    redis.call('SET', KEYS[14], table.concat(t, ' '), 'PX', 60000 + math.ceil(2 * interval / 1000))
+  end
 end
 if count == 0 then return reply(1, 0, 1) end
 

@@ -4,9 +4,13 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -193,6 +197,38 @@ const (
 type Priority struct {
 	// Default is the priority of a task that names none, 1-5. Default 3.
 	Default int `yaml:"default,omitempty"`
+	// Weights, when set, serve the levels by weight instead of strictly
+	// in order (priority.Weights): level (1-5) -> weight (1-1000); a
+	// level not listed has weight 1. Empty (the default): strict.
+	Weights PriorityWeights `yaml:"weights,omitempty"`
+}
+
+// PriorityWeights are a downstream's priority weights, level -> weight.
+type PriorityWeights map[int]int
+
+// UnmarshalYAML reads a mapping of levels to weights, each an integer as
+// written: a weight of 2.5 is an error, not 2, and so is a level given
+// twice.
+func (w *PriorityWeights) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return nodeError(n, "invalid weights %s (want a mapping of levels to weights, e.g. {1: 8, 5: 1})", q(n.Value))
+	}
+	m := PriorityWeights{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		lv, err := strconv.Atoi(k.Value)
+		if k.Kind != yaml.ScalarNode || err != nil {
+			return nodeError(k, "mapping key %s is not a level (want an integer from 1 to 5)", q(k.Value))
+		}
+		if _, dup := m[lv]; dup {
+			return nodeError(k, "mapping key %s: level %d is given twice", q(k.Value), lv)
+		}
+		if m[lv], err = strconv.Atoi(v.Value); v.Kind != yaml.ScalarNode || err != nil {
+			return nodeError(v, "invalid weight %s (want an integer from 1 to %d)", q(v.Value), priority.MaxWeight)
+		}
+	}
+	*w = m
+	return nil
 }
 
 // Fairness shares a downstream's rate among the keys (the task's key:

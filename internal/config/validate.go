@@ -299,8 +299,8 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".collapse_window", "must be 1s-7d, got %s", d.CollapseWindow)
 	}
 	if pr := d.Priority; pr != nil {
-		if err := priority.Validate(pr.Default); err != nil {
-			return errf(p+".priority.default", "%v", err)
+		if e := pr.validate(p + ".priority"); e != nil {
+			return e
 		}
 		if d.Batch != nil {
 			return errf(p+".priority", "cannot be combined with batch (a batch is served by asynq's server, which knows no priority)")
@@ -343,6 +343,20 @@ func (d *Downstream) validate(p string) *Error {
 	}
 	if d.Admission != nil {
 		return d.Admission.validate(p + ".admission")
+	}
+	return nil
+}
+
+// validate checks the priority setting at path p: its default and each
+// weight, naming the level (p.weights[6]).
+func (pr *Priority) validate(p string) *Error {
+	if err := priority.Validate(pr.Default); err != nil {
+		return errf(p+".default", "%v", err)
+	}
+	for _, lv := range slices.Sorted(maps.Keys(pr.Weights)) {
+		if err := priority.CheckWeight(lv, pr.Weights[lv]); err != nil {
+			return errf(fmt.Sprintf("%s.weights[%d]", p, lv), "%v", err)
+		}
 	}
 	return nil
 }

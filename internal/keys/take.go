@@ -64,6 +64,13 @@ func (s Space) TakePriority(ds string, p int) string {
 	return s.prefix() + ":take:{" + s.Queue(ds) + "}:priority:" + strconv.Itoa(p)
 }
 
+// TakeTurns is the STRING of downstream ds's weighted priority, the
+// levels' tags that take.lua reads and writes in the take (with a TTL),
+// in the queue's hash tag beside the priority lists.
+func (s Space) TakeTurns(ds string) string {
+	return s.prefix() + ":take:{" + s.Queue(ds) + "}:turns"
+}
+
 // Collapse is the STRING naming the waiting task that holds collapse key
 // key of downstream ds (queue.Task.CollapseKey), in the queue's hash tag
 // so the claim reads the task's hash on the same cluster slot.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/priority"
 )
 
 // The take engine's scripts (shaping/take): take a task with its slot, and
@@ -56,6 +59,12 @@ type TakeArgs struct {
 	// 2, 4 and 5 (keys.Space.TakePriority, in that order); a take serves
 	// them and pending in priority order. They need Maintained.
 	Levels []string
+	// Weights, with Levels, are ARGV[13]: the levels' weights, served by
+	// weighted instead of strict priority (the zero value: strict).
+	// Turns is KEYS[14], their state (keys.Space.TakeTurns), required
+	// with Weights.
+	Weights priority.Weights
+	Turns   string
 }
 
 // TakeStatus says what a take did.
@@ -118,13 +127,39 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		}
 		ks, levels = append(ks, a.Levels...), 1
 	}
+	weights, err := takeWeights(a)
+	if err != nil {
+		return TakeReply{}, err
+	}
+	if weights != "" {
+		ks = append(ks, a.Turns)
+	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
 		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now,
-		max(a.MaintainEvery.Milliseconds(), 1), levels).Slice()
+		max(a.MaintainEvery.Milliseconds(), 1), levels, weights).Slice()
 	if err != nil {
 		return TakeReply{}, fmt.Errorf("take: %w", err)
 	}
 	return parseTake(v)
+}
+
+// takeWeights is ARGV[13] for a: "w1 w2 w3 w4 w5", or "" for strict
+// priority.
+func takeWeights(a TakeArgs) (string, error) {
+	if a.Weights.Strict() {
+		return "", nil
+	}
+	if err := a.Weights.Validate(); err != nil {
+		return "", fmt.Errorf("take: %w", err)
+	}
+	if len(a.Levels) == 0 || a.Turns == "" {
+		return "", fmt.Errorf("take: weights need the priority lists and Turns")
+	}
+	ws := make([]string, len(a.Weights))
+	for i, w := range a.Weights {
+		ws[i] = strconv.Itoa(w)
+	}
+	return strings.Join(ws, " "), nil
 }
 
 func parseTake(v []any) (TakeReply, error) {

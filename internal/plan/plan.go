@@ -169,6 +169,9 @@ func Build(cfg *config.Config) (*Plan, error) {
 			p.Producer.Collapse[dc.Name] = queue.Collapse{Mode: mode, Window: time.Duration(dc.CollapseWindow)}
 		}
 		if dc.Priority != nil {
+			if len(dc.Priority.Weights) > 0 {
+				return nil, fmt.Errorf("config: downstreams[%d].priority.weights: weighted priority is not served by the dispatcher yet (leave weights out for strict priority)", i)
+			}
 			if p.Producer.Priority == nil {
 				p.Producer.Priority = map[string]int{}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/priority"
 )
 
 // Config configures an Engine. Zero values take the defaults named.
@@ -149,6 +150,13 @@ type Downstream struct {
 	// take serves pending alone, and an idle check costs one command in
 	// place of one over five lists.
 	Priority bool
+	// Weights, with Priority, serves the levels by weight instead of
+	// strictly in order (internal/priority.Weights): among the levels
+	// with tasks waiting, each gets takes in proportion to its weight,
+	// decided in take.lua on a state in Redis
+	// (keys.Space.TakeTurns) that every process shares. The zero value
+	// is strict priority.
+	Weights priority.Weights
 	// Gate, when set, is asked before each take or idle check whether the
 	// downstream may take now: a zero time means yes, a later one means
 	// not before then (a pause, an open breaker, a hold the downstream
@@ -192,6 +200,11 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Rate must be in [0, 1e6], got %v", d.Name, d.Rate)
 	case d.Burst < 0 || d.Burst > 1000 || d.InFlight < 0 || d.InFlight > 100000:
 		return fmt.Errorf("take: downstream %s: Downstream.Burst must be in [0, 1000] and InFlight in [0, 100000]", d.Name)
+	case !d.Weights.Strict() && !d.Priority:
+		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
+	}
+	if err := d.Weights.Validate(); err != nil {
+		return fmt.Errorf("take: downstream %s: Downstream.Weights: %w", d.Name, err)
 	}
 	return nil
 }

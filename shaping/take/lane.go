@@ -62,16 +62,22 @@ func newLane(cfg Config, d Downstream) *lane {
 	minGap := min(max(time.Duration(iv)*time.Microsecond, 10*time.Millisecond), cfg.IdlePoll)
 	q := cfg.Keys.Asynq(d.Name)
 	var levels []string
+	var weights priority.Weights
+	turns := ""
 	if d.Priority {
 		for _, p := range priority.Levels {
 			levels = append(levels, cfg.Keys.TakePriority(d.Name, p))
+		}
+		if !d.Weights.Strict() {
+			weights, turns = d.Weights, cfg.Keys.TakeTurns(d.Name)
 		}
 	}
 	return &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
 		levels: levels, probe: append([]string{q.Pending()}, levels...),
 		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
-			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain, Levels: levels}}
+			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain, Levels: levels,
+			Weights: weights, Turns: turns}}
 }
 
 // free is how many more tasks this process may take for the lane.
