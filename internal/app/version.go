@@ -1,37 +1,6 @@
 package app
 
-import (
-	"fmt"
-	"runtime"
-	"runtime/debug"
-)
+import "github.com/shaper-io/shaper/internal/version"
 
-// Version is shaper's version line: the module version (or "devel"), the
-// commit it was built from when known, and the Go version.
-func Version() string {
-	v, rev, dirty := "devel", "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if rev != "" {
-		v += " (" + rev
-		if dirty {
-			v += ", modified"
-		}
-		v += ")"
-	}
-	return fmt.Sprintf("shaper %s %s", v, runtime.Version())
-}
+// Version is shaper's version line (version.Line).
+func Version() string { return version.Line("shaper") }
