@@ -62,6 +62,9 @@ func (ds *Downstream) prepare() error {
 		if err := priority.Validate(pr.Default); err != nil {
 			return fmt.Errorf("shaping: downstream %q: Priority.Default: %w", ds.Name, err)
 		}
+		if err := pr.Weights.Validate(); err != nil {
+			return fmt.Errorf("shaping: downstream %q: Priority.Weights: %w", ds.Name, err)
+		}
 		if ds.Batch != nil {
 			return fmt.Errorf("shaping: downstream %q: Priority and Batch cannot be combined (a batch is served by asynq's server, which knows no priority)", ds.Name)
 		}
@@ -191,4 +194,7 @@ type Priority struct {
 	// Default is the priority of a task that names none: 1 to 5; 0
 	// means 3.
 	Default int
+	// Weights, when set, serve the levels by weight instead of strictly
+	// in order (priority.Weights); the zero value is strict priority.
+	Weights priority.Weights
 }

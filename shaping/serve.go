@@ -101,6 +101,9 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
 		Handler: r.serveTake, Gate: r.takeGate, Priority: r.ds.Priority != nil, Malformed: func(id string, msg []byte) bool { return q.taken(r, id, msg) },
 		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
+	if r.ds.Priority != nil {
+		d.Weights = r.ds.Priority.Weights
+	}
 	if r.ds.KeyConcurrency == 0 {
 		d.Want = r.takeWant
 		r.paced = true
@@ -187,8 +190,12 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	}
 	// a FIFO lane queues its waiters by this: priority first, then the
 	// order of the takes, so a task of a higher priority taken after the
-	// look-ahead's tasks still goes at the next slot
+	// look-ahead's tasks still goes at the next slot; with weighted
+	// priority the take chose the order, and the lane keeps it
 	order := int64(max(t.Priority, 1))<<takeOrderBits + t.Order
+	if pr := r.ds.Priority; pr != nil && !pr.Weights.Strict() {
+		order = t.Order
+	}
 	err := r.serve(withOrder(ctx, order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
 		if errors.Is(context.Cause(ctx), ErrCancelled) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/config"
 	"github.com/shaper-io/shaper/internal/cronspec"
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/internal/sizing"
@@ -169,9 +170,6 @@ func Build(cfg *config.Config) (*Plan, error) {
 			p.Producer.Collapse[dc.Name] = queue.Collapse{Mode: mode, Window: time.Duration(dc.CollapseWindow)}
 		}
 		if dc.Priority != nil {
-			if len(dc.Priority.Weights) > 0 {
-				return nil, fmt.Errorf("config: downstreams[%d].priority.weights: weighted priority is not served by the dispatcher yet (leave weights out for strict priority)", i)
-			}
 			if p.Producer.Priority == nil {
 				p.Producer.Priority = map[string]int{}
 			}
@@ -280,7 +278,11 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
 	if dc.Priority != nil {
-		sd.Priority = &shaping.Priority{Default: dc.Priority.Default}
+		w, err := priority.WeightsFrom(dc.Priority.Weights)
+		if err != nil { // config validated each weight
+			return shaping.Downstream{}, fmt.Errorf("downstream %q: %w", dc.Name, err)
+		}
+		sd.Priority = &shaping.Priority{Default: dc.Priority.Default, Weights: w}
 	}
 	if rh := dc.RateHeaders; rh != nil {
 		m, err := rh.Mapping()

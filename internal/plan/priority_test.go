@@ -1,26 +1,22 @@
 package plan_test
 
 import (
-	"strings"
 	"testing"
 
-	"github.com/shaper-io/shaper/internal/config"
-	"github.com/shaper-io/shaper/internal/plan"
+	"github.com/shaper-io/shaper/internal/priority"
 )
 
-// priority.weights are refused by name until the dispatcher serves them
-// (shaping.Priority has no weights yet), not dropped for strict priority.
+// priority.weights reach the dispatcher as priority.Weights, a level the
+// file leaves out at weight 1; without weights the priority is strict.
 func TestBuildPriorityWeights(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte("downstreams:\n  - {name: api, rate: 20/s, handler: {type: log}, priority: {weights: {1: 8, 3: 2}}}\n"))
-	if err != nil {
-		t.Fatal(err)
+	p := build(t, "downstreams:\n  - {name: api, rate: 20/s, handler: {type: log}, priority: {default: 4, weights: {1: 8, 3: 2}}}\n"+
+		"  - {name: b, rate: 1/s, handler: {type: log}, priority: {}}\n")
+	pr := p.Downstreams[0].Shaping.Priority
+	if want := (priority.Weights{8, 1, 2, 1, 1}); pr == nil || pr.Weights != want || pr.Default != 4 {
+		t.Errorf("api: priority %+v, want default 4, weights %v", pr, want)
 	}
-	if _, err := plan.Build(cfg); err == nil || !strings.Contains(err.Error(), "downstreams[0].priority.weights") {
-		t.Errorf("Build: %v, want an error naming downstreams[0].priority.weights", err)
-	}
-	p := build(t, "downstreams:\n  - {name: api, rate: 20/s, handler: {type: log}, priority: {default: 2}}\n")
-	if pr := p.Downstreams[0].Shaping.Priority; pr == nil || pr.Default != 2 {
-		t.Errorf("strict priority: got %+v, want default 2", pr)
+	if pr := p.Downstreams[1].Shaping.Priority; pr == nil || !pr.Weights.Strict() {
+		t.Errorf("b: priority %+v, want strict", pr)
 	}
 }
