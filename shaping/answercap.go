@@ -52,7 +52,12 @@ func (r *runner) capHold(d time.Duration, header string) time.Duration {
 
 // costCap is the most one settled call may cost: the task's MaxCost,
 // no more than the smallest quota's limit or what the rate spends in
-// MaxHold, and never less than the cost it was reserved at.
+// MaxHold, and never less than the cost it was reserved at. Add keeps
+// MaxCost within the smallest quota, so one answer spends a quota no
+// further than a task enqueued at MaxCost would (by default what the
+// bucket holds, rate × MaxWait). The cap goes no lower: a quota counts
+// what the downstream counts, and a real cost settled below it would
+// run into its 429s.
 func (r *runner) costCap(t *Task) int64 {
 	c := r.ds.maxReleaseCost()
 	if m := minQuota(r.ds.Quotas); m > 0 {
