@@ -16,6 +16,7 @@ import (
 	"github.com/shaper-io/shaper/internal/cliflags"
 	"github.com/shaper-io/shaper/internal/explain"
 	"github.com/shaper-io/shaper/internal/plan"
+	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
@@ -82,6 +83,8 @@ func hoistFlags(args []string) []string {
 // Ctl runs "shaper ctl": runtime control straight through Redis, for an
 // operator on a machine that can reach it.
 func Ctl(ctx context.Context, args []string, out io.Writer) error {
+	// Redis errors reach the operator in the command's one line
+	redisconn.Quiet()
 	fs := flag.NewFlagSet("shaper ctl", flag.ContinueOnError)
 	path := fs.String("config", "", "path to the YAML config file (required)")
 	if help, err := parseSubcommand(fs, hoistFlags(args), ctlUsage, out); help || err != nil {
@@ -188,6 +191,9 @@ func (c *ctlCall) byID() error {
 }
 
 func (c *ctlCall) status() error {
+	if len(c.rest) != 1 {
+		return fmt.Errorf("%w: \"status\" takes no arguments, got %q (see shaper ctl help)", ErrUsage, c.rest[1:])
+	}
 	return ctlStatus(c.ctx, c.ctl, queue.NewInspector(c.rdb, c.pl.Prefix), c.pl, c.out)
 }
 

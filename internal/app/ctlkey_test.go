@@ -113,3 +113,16 @@ func TestCtlExplainKeyControls(t *testing.T) {
 		t.Errorf("explain with the key paused: %q, %v", out, err)
 	}
 }
+
+// ctl status takes no arguments: an extra word is a usage error, not
+// ignored.
+func TestCtlStatusTakesNoArguments(t *testing.T) {
+	t.Parallel()
+	_, ctl := ctlOn(t, "  - {name: api, rate: 5/s, handler: {type: log}}\n")
+	if _, err := ctl("status", "extra"); !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), `"status" takes no arguments`) {
+		t.Errorf("ctl status extra: %v, want a usage error", err)
+	}
+	if out, err := ctl("status"); err != nil || !strings.Contains(out, `"name": "api"`) {
+		t.Errorf("ctl status: %q, %v", out, err)
+	}
+}

@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shaper-io/shaper/internal/cliflags"
 	"github.com/shaper-io/shaper/internal/config"
+	"github.com/shaper-io/shaper/internal/duration"
+	"github.com/shaper-io/shaper/internal/redisconn"
 	"github.com/shaper-io/shaper/internal/taskspec"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -180,7 +180,7 @@ func (o *options) define(fs *flag.FlagSet) *taskFlags {
 	fs.StringVar(&o.configPath, "config", "", "the shaper config file (redis, downstreams, admission)")
 	fs.StringVar(&o.redisURL, "redis", "", "redis:// or rediss:// URL; overrides the config's redis (without --config: no admission)")
 	fs.StringVar(&o.prefix, "prefix", "", "key prefix; overrides the config's redis.prefix (default shaper)")
-	fs.DurationVar(&o.redisTimeout, "redis-timeout", 0, "bound on each Redis call (default: the config's redis.timeout, or 2s)")
+	fs.Var(durationValue{&o.redisTimeout}, "redis-timeout", "bound each Redis call by this `duration` (default: the config's redis.timeout, or 2s)")
 	fs.StringVar(&o.file, "file", "", "read JSON Lines tasks from this file (- or no flag: stdin)")
 	fs.StringVar(&o.payload, "payload", "", "enqueue one task with this payload (its bytes as given)")
 	fs.StringVar(&o.payloadFile, "payload-file", "", "enqueue one task with this file's bytes as payload (- for stdin)")
@@ -194,9 +194,9 @@ func (o *options) define(fs *flag.FlagSet) *taskFlags {
 	fs.StringVar(&tf.typ, "type", "", "asynq task type (default shaper:task)")
 	fs.IntVar(&tf.maxRetry, "max-retry", 0, "handler-failure retry budget (default: the downstream's max_retry)")
 	fs.IntVar(&tf.priority, "priority", 0, "priority from 1 (taken first) to 5 (taken last); 0 or unset: the downstream's priority.default, else 3")
-	fs.DurationVar(&tf.taskTimeout, "task-timeout", 0, "bound on one delivery attempt (default asynq's 30m)")
+	fs.Var(durationValue{&tf.taskTimeout}, "task-timeout", "bound one delivery attempt by this `duration` (default asynq's 30m)")
 	fs.StringVar(&tf.deadline, "deadline", "", "start no later than this time or be archived unsent (RFC 3339 or Unix seconds)")
-	fs.DurationVar(&tf.ttl, "ttl", 0, "start within this long from enqueue or be archived unsent (e.g. 5m)")
+	fs.Var(durationValue{&tf.ttl}, "ttl", "start within this `duration` from enqueue (e.g. 5m, 1d) or be archived unsent")
 	fs.StringVar(&tf.rate, "rate", "", "pace enqueues to this rate, e.g. 100/s, 5000/m, or a number per second")
 	fs.IntVar(&o.concurrency, "concurrency", 1, "enqueues in flight at once (1 keeps the input's order)")
 	fs.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
@@ -333,9 +333,25 @@ func (o *options) check(set map[string]bool) error {
 	return nil
 }
 
-type quietLogger struct{}
+// durationValue is a duration flag read as every shaper setting reads one
+// (duration.Parse: "30s", "5m", "1d"), with an error that says so.
+type durationValue struct{ d *time.Duration }
 
-func (quietLogger) Printf(context.Context, string, ...any) {}
+func (v durationValue) String() string {
+	if v.d == nil || *v.d == 0 {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := duration.Parse(s)
+	if err != nil {
+		return errors.New("want a duration such as 30s, 5m, 1h30m or 1d")
+	}
+	*v.d = d
+	return nil
+}
 
 func oneLine(s string) string { return taskspec.OneLine(s) }
 
@@ -345,7 +361,7 @@ func Main(ctx context.Context, args []string, std IO) int {
 	con := newConsole(std.Stderr)
 	// go-redis logs failed dials on its own; the errors reach the user
 	// through this command's one-line messages instead.
-	redis.SetLogger(quietLogger{})
+	redisconn.Quiet()
 	// The words shaper takes too: "enqueue help", and the version alone
 	// (not a flag: it goes with no other).
 	if len(args) == 1 {

@@ -62,6 +62,7 @@ func TestParseFlags(t *testing.T) {
 		{"--redis", "redis://h", "--downstream", "api", "--payload", "", "--key", "k", "--cost", "0", "--in", "0s"},
 		{"--dry-run"},
 		{"--config", "x", "--rate", "2.5", "--concurrency", "256", "--progress", "never", "-q"},
+		{"--config", "x", "--ttl", "1d", "--task-timeout", "1d12h", "--redis-timeout", "1500ms"},
 	}
 	for i, args := range good {
 		if _, err := parseFlags(args, io.Discard); err != nil {
@@ -87,6 +88,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--config", "x", "--rate", "10/fortnight"}, `unknown period "fortnight"`},
 		{[]string{"--config", "x", "--cost", "many"}, `invalid value "many" for flag -cost`},
 		{[]string{"--config", "x", "--redis-timeout", "-1s"}, "--redis-timeout must be positive"},
+		{[]string{"--config", "x", "--ttl", "5"}, `invalid value "5" for flag -ttl: want a duration such as 30s, 5m, 1h30m or 1d`},
+		{[]string{"--config", "x", "--task-timeout", "soon"}, `invalid value "soon" for flag -task-timeout: want a duration`},
 	}
 	for i, c := range bad {
 		_, err := parseFlags(c.args, io.Discard)
