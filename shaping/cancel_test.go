@@ -62,6 +62,7 @@ func TestCancelActiveTasks(t *testing.T) {
 		info, err := in.Asynq().GetTaskInfo(prefix+":api", ids["waits"])
 		return err == nil && info.State == asynq.TaskStateActive
 	})
+	cancelAt := time.Now()
 	for _, name := range []string{"waits", "slow"} {
 		st, err := in.Cancel("api", ids[name])
 		if err != nil || st != asynq.TaskStateActive {
@@ -72,6 +73,12 @@ func TestCancelActiveTasks(t *testing.T) {
 	case c := <-cause:
 		if !errors.Is(c, shaping.ErrCancelled) {
 			t.Errorf("the call's context ended with cause %v, want shaping.ErrCancelled", c)
+		}
+		// asynq's cancellation channel is pub/sub: the handler sees it at once
+		if d := time.Since(cancelAt); d > time.Second {
+			t.Errorf("the call's context ended %v after the cancel, want within 1s", d.Round(time.Millisecond))
+		} else {
+			t.Logf("the call's context ended %v after the cancel", d.Round(time.Millisecond))
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the call in progress was not cut within 5s")
