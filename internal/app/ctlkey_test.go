@@ -126,3 +126,28 @@ func TestCtlStatusTakesNoArguments(t *testing.T) {
 		t.Errorf("ctl status: %q, %v", out, err)
 	}
 }
+
+// ctl explain of a queued task counts the tasks of a higher priority that
+// are taken before it.
+func TestCtlExplainHigherPriorityAhead(t *testing.T) {
+	t.Parallel()
+	prefix, ctl := ctlOn(t, "  - {name: api, rate: 1/s, priority: {}, handler: {type: log}}\n")
+	p := queue.NewProducer(redistest.Client(t), queue.ProducerConfig{Prefix: prefix, Priority: map[string]int{"api": 0}})
+	defer p.Close()
+	ids := map[int]string{}
+	for _, prio := range []int{1, 1, 3, 5} {
+		r, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Priority: prio})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[prio] = r.ID
+	}
+	for prio, want := range map[int]string{5: "; 3 task(s) of a higher priority wait ahead of it", 3: "; 2 task(s) of a higher priority"} {
+		if out, err := ctl("explain", "api", ids[prio]); err != nil || !strings.Contains(out, want) {
+			t.Errorf("explain of the task of priority %d: %q, %v; want %q", prio, out, err, want)
+		}
+	}
+	if out, err := ctl("explain", "api", ids[1]); err != nil || strings.Contains(out, "higher priority") {
+		t.Errorf("explain of a task of priority 1: %q, %v; want nothing ahead", out, err)
+	}
+}

@@ -42,6 +42,9 @@ type Explanation struct {
 	// FairTurn), what holds its downstream now; nil when no live process
 	// announced it.
 	Held *statuspage.Why `json:"downstream_why,omitempty"`
+	// Ahead is, for a queued task, how many tasks of a higher priority
+	// wait ahead of it (taken first); 0 when none.
+	Ahead int64 `json:"higher_priority_ahead,omitempty"`
 }
 
 // The reasons a task is where it is.
@@ -80,6 +83,16 @@ func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, p
 		at := info.NextProcessAt
 		e.Due = &at
 	}
+	if e.Reason == Queued && e.Priority > 1 {
+		n, err := higherAhead(ctx, rdb, sp, ds, e.Priority)
+		if err != nil {
+			return Explanation{}, fmt.Errorf("explain: %w", err)
+		}
+		if n > 0 {
+			e.Ahead = n
+			e.Text += fmt.Sprintf("; %d task(s) of a higher priority wait ahead of it", n)
+		}
+	}
 	if e.Reason == FairTurn {
 		meta, _ := envelope.Decode(info.Headers)
 		kc, err := control.New(rdb, prefix).KeyControls(ctx, ds)
@@ -98,6 +111,26 @@ func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, p
 		}
 	}
 	return e, nil
+}
+
+// higherAhead counts the tasks of downstream ds that wait at a priority
+// before prio (priority 3 waits in asynq's pending list, the others in
+// lists of their own): each is taken before a task of prio. A downstream
+// without priorities has no other lists: none.
+func higherAhead(ctx context.Context, rdb redis.UniversalClient, sp keys.Space, ds string, prio int) (int64, error) {
+	var n int64
+	for l := priority.First; l < prio; l++ {
+		k := sp.TakePriority(ds, l)
+		if l == priority.Default {
+			k = sp.Asynq(ds).Pending()
+		}
+		c, err := rdb.LLen(ctx, k).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += c
+	}
+	return n, nil
 }
 
 // keyReason adds what an operator set on the task's key (shaper ctl key)
