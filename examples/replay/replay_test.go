@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,6 +41,30 @@ func TestReplayExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"admitted 83 · deferred 0 · rejected 37 (billing-tenant 37)", "in shadow, would have rejected: billing-global 2", "shaping wait of 83 tasks"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// The README's quota: 30 per 10s under 10/s holds 53 of the 83 tasks
+// past the slot the rate alone gives them.
+func TestReplayExampleWithAQuota(t *testing.T) {
+	yaml, err := os.ReadFile("shaper.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "shaper.yaml")
+	withQuota := strings.Replace(string(yaml), "    rate: 10/s\n", "    rate: 10/s\n    quotas: [{limit: 30, per: 10s}]\n", 1)
+	if err := os.WriteFile(cfg, []byte(withQuota), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := app.Replay(context.Background(), []string{"-config", cfg, "arrivals.jsonl"}, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"downstream billing (rate 10/s, quotas 30/10s): 120 arrivals", "admitted 83 · deferred 0 · rejected 37",
+		"slots moved later by: quota 30/10s 53", "max 7.597s; last slot 2026-01-02T15:00:25.794962Z"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -8,13 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/config"
@@ -47,15 +46,15 @@ downstreams:
         - {name: batch-window, algorithm: sliding_counter, key: global, rate: 3/s}
 `
 
-func buildPlan(t *testing.T, prefix string) *plan.Plan {
-	t.Helper()
+func buildPlan(tb testing.TB, prefix string) *plan.Plan {
+	tb.Helper()
 	cfg, err := config.Parse([]byte(fmt.Sprintf("redis: {prefix: %q}\n", prefix) + cfgYAML))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	pl, err := plan.Build(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return pl
 }
@@ -140,23 +139,33 @@ func TestReplayMatchesALiveRun(t *testing.T) {
 		live[a.Line] = [2]string{outcome(rec.Outcome), lim}
 	}
 
-	// The replay, on an embedded Redis.
-	mr := miniredis.RunT(t)
-	mrc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer mrc.Close()
-	ds, err := replay.Run(context.Background(), mrc, buildPlan(t, "replay"), arrivals)
+	// The replay, on its embedded Redis.
+	var ds []replay.Decision
+	f, err = os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := replay.Run(context.Background(), buildPlan(t, "replay"), f, replay.Options{
+		Decisions: func(d replay.Decision) error { ds = append(ds, d); return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	counts := map[string]int{}
-	for _, d := range ds {
+	for i, d := range ds {
 		counts[d.Downstream+" "+d.Outcome]++
+		if d.Line != arrivals[i].Line {
+			t.Errorf("decision %d is line %d's, want line %d's: decisions come in the log's order", i, d.Line, arrivals[i].Line)
+		}
 		if got, want := [2]string{d.Outcome, d.Limiter}, live[d.Line]; got != want {
 			t.Errorf("line %d (%s %s cost %d): replay %v, live %v", d.Line, d.Downstream, d.Key, d.Cost, got, want)
 		}
 	}
+	if len(ds) != 600 || rep.Arrivals != 600 {
+		t.Fatalf("%d decisions, report of %d arrivals; want 600", len(ds), rep.Arrivals)
+	}
 	liveShadow := testutil.ToFloat64(metrics.New(reg).ShadowDecisions.WithLabelValues("api", "trial", "rejected"))
-	replayShadow := replay.Summarize(buildPlan(t, "x"), ds)[0].ShadowRejected["trial"]
+	replayShadow := rep.Downstreams[0].ShadowRejected["trial"]
 	if liveShadow != float64(replayShadow) || replayShadow == 0 {
 		t.Errorf("shadow limiter trial: %d would-rejects in the replay, %v live; want the same, not 0", replayShadow, liveShadow)
 	}
@@ -173,36 +182,19 @@ func TestReplayMatchesALiveRun(t *testing.T) {
 // Retry-After, rounded up to the second.
 func TestReplayWaitsAndDeferrals(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.Parse([]byte(`
+	pl := planOf(t, `
 downstreams:
   - name: api
     rate: 5/s
     handler: {type: log}
     admission: {on_reject: defer, limiters: [{name: tb, rate: 1/s, burst: 9}]}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	var log bytes.Buffer
 	for range 10 {
 		fmt.Fprintf(&log, `{"ts":%d,"key":"k"}`+"\n", t0.Unix())
 	}
-	arrivals, err := replay.Parse(&log, "api")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	ds, err := replay.Run(context.Background(), rdb, pl, arrivals)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds, rep := run(t, pl, log.String(), replay.Options{})
 	for i, d := range ds[:9] {
 		if d.Outcome != replay.Admitted || d.WaitSeconds == nil || *d.WaitSeconds < float64(i)*0.2-1e-6 || *d.WaitSeconds > float64(i)*0.2+1e-3 {
 			t.Errorf("arrival %d: %s, wait %v; want admitted, waiting %.1fs", i, d.Outcome, deref(d.WaitSeconds), float64(i)*0.2)
@@ -214,12 +206,38 @@ downstreams:
 	if last.Outcome != replay.Deferred || last.Limiter != "tb" || last.Start == nil || !last.Start.Equal(t0.Add(1800*time.Millisecond)) {
 		t.Errorf("tenth: %+v (start %v), want deferred by tb, starting at t0+1.8s", last, last.Start)
 	}
-	s := replay.Summarize(pl, ds)
+	s := rep.Downstreams
 	if len(s) != 1 || s[0].Admitted != 9 || s[0].Deferred != 1 || s[0].Wait.Max < 0.8 || s[0].Wait.Count != 10 {
 		t.Errorf("summary %+v", s)
 	}
 	js, _ := json.Marshal(s)
 	t.Logf("summary %s", js)
+}
+
+// run replays log through pl and returns the decisions and the report.
+func run(t *testing.T, pl *plan.Plan, log string, opt replay.Options) ([]replay.Decision, *replay.Report) {
+	t.Helper()
+	var ds []replay.Decision
+	opt.Decisions = func(d replay.Decision) error { ds = append(ds, d); return nil }
+	rep, err := replay.Run(context.Background(), pl, strings.NewReader(log), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds, rep
+}
+
+// planOf builds the plan of a config.
+func planOf(t *testing.T, yaml string) *plan.Plan {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
 }
 
 func deref(p *float64) any {
