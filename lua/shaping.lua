@@ -157,6 +157,12 @@ end
 -- fk is field k's name, written in full (a number argument could be sent
 -- in exponent form)
 local function fk(k) return string.format('%d', k) end
+-- wk is the key of window (or sub-window) number k in a quota's cnt and
+-- dirty tables: a string, not the number, because window numbers are in
+-- the millions and an embedded Lua (the quick start's miniredis) would
+-- grow a table's array part up to such an integer key.
+local function wk(k) return 'w' .. string.format('%.0f', k) end
+
 local function win(q, t)
   if q.sliding then return math.floor(t / q.sub) end
   return math.floor((t - q.align) / q.per)
@@ -178,13 +184,13 @@ for i = 1, nq do
       dead[#dead + 1] = raw[j]
     else
       q.ks[#q.ks + 1] = k
-      q.cnt[k] = c
+      q.cnt[wk(k)] = c
     end
   end
   if #dead > 0 then redis.call('HDEL', q.key, unpack(dead)) end
   table.sort(q.ks)
   q.lo, q.used = 1, 0
-  for _, k in ipairs(q.ks) do q.used = q.used + q.cnt[k] end
+  for _, k in ipairs(q.ks) do q.used = q.used + q.cnt[wk(k)] end
   quotas[i] = q
 end
 
@@ -192,7 +198,7 @@ end
 -- count at t (t only grows during a call).
 local function advance(q, t)
   while q.lo <= #q.ks and gone(q, q.ks[q.lo]) <= t do
-    q.used = q.used - q.cnt[q.ks[q.lo]]
+    q.used = q.used - q.cnt[wk(q.ks[q.lo])]
     q.lo = q.lo + 1
   end
 end
@@ -203,7 +209,7 @@ local function earliest(q, t)
     advance(q, t)
     local u, j = q.used, q.lo
     while u + cost > q.limit and j <= #q.ks do
-      u = u - q.cnt[q.ks[j]]
+      u = u - q.cnt[wk(q.ks[j])]
       local g = gone(q, q.ks[j])
       if g > t then t = g end
       j = j + 1
@@ -213,7 +219,7 @@ local function earliest(q, t)
   for _ = 1, 100 do
     local w = win(q, t)
     local e = (w + 1) * q.per + q.align
-    if t + guard < e and (q.cnt[w] or 0) + cost <= q.limit then return t end
+    if t + guard < e and (q.cnt[wk(w)] or 0) + cost <= q.limit then return t end
     t = e -- full, or the slot would straddle the window's end
   end
   return t
@@ -225,20 +231,20 @@ local function fits(q, t)
     return q.used + cost <= q.limit
   end
   local w = win(q, t)
-  return t + guard < (w + 1) * q.per + q.align and (q.cnt[w] or 0) + cost <= q.limit
+  return t + guard < (w + 1) * q.per + q.align and (q.cnt[wk(w)] or 0) + cost <= q.limit
 end
 
 local function record(q, t)
   local k = win(q, t)
-  if q.cnt[k] then
-    q.cnt[k] = q.cnt[k] + cost
+  if q.cnt[wk(k)] then
+    q.cnt[wk(k)] = q.cnt[wk(k)] + cost
   else
     local p = #q.ks + 1
     while p > 1 and q.ks[p - 1] > k do p = p - 1 end
     table.insert(q.ks, p, k)
-    q.cnt[k] = cost
+    q.cnt[wk(k)] = cost
   end
-  q.dirty[k] = true
+  q.dirty[wk(k)] = true
   if q.sliding then q.used = q.used + cost end
 end
 
@@ -249,13 +255,13 @@ local function stats()
     if q.sliding then
       for _, k in ipairs(q.ks) do
         if gone(q, k) > now then
-          used = used + q.cnt[k]
+          used = used + q.cnt[wk(k)]
           if reset == 0 then reset = gone(q, k) end
         end
       end
     else
       local w = win(q, now)
-      used, reset = q.cnt[w] or 0, (w + 1) * q.per + q.align
+      used, reset = q.cnt[wk(w)] or 0, (w + 1) * q.per + q.align
     end
     if used > q.limit then used = q.limit end -- future slots count early
     out[#out + 1] = used
@@ -364,9 +370,9 @@ end
 for _, q in ipairs(quotas) do
   local hs, last = {}, 0
   for _, k in ipairs(q.ks) do
-    if q.dirty[k] then
+    if q.dirty[wk(k)] then
       hs[#hs + 1] = fk(k)
-      hs[#hs + 1] = q.cnt[k]
+      hs[#hs + 1] = q.cnt[wk(k)]
     end
     local g = gone(q, k)
     if g > last then last = g end
