@@ -93,6 +93,9 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 	// a pause with work of priorities 3 and 5 waiting; a 1 comes meanwhile
 	ctl := shaping.NewControl(rdb, prefix)
 	must(t, ctl.Pause(context.Background(), "api"))
+	// the dispatcher sees the pause at its next control tick: tasks
+	// enqueued before that are taken at once, in the order they come
+	waitFor(t, 5*time.Second, "the dispatcher paused", func() bool { p, err := d.Paused("api"); return err == nil && p })
 	for i := range 5 {
 		enq(fmt.Sprintf("late-p5-%d", i), 5)
 		enq(fmt.Sprintf("late-p3-%d", i), 3)
