@@ -1,9 +1,11 @@
 // Package control is the runtime state of downstreams that every process
 // shares through Redis: each downstream's state hash (pause, rate
 // override, adaptive rate, runtime modes) and the versions hash whose
-// counters tell the processes that a downstream's state changed. The
-// field names of the state hash are written and read here only (the
-// adaptive rate's field is written by adaptive.lua). The dispatcher
+// counters tell the processes that a downstream's state changed, and a
+// fair downstream's key controls (one key's rate, weight or pause: keys.go
+// here; fair.lua reads them too). The field names of the state hash are
+// written and read here only (the adaptive rate's field is written by
+// adaptive.lua). The dispatcher
 // (package shaping, whose Control is the operator's API) writes and
 // follows it; producers (package queue) follow the modes and rates.
 package control
