@@ -120,6 +120,23 @@ func (r *runner) setKeyControls(kc map[string]KeyControl) {
 		}
 	}
 	r.ds.Fairness.Runtime.Set(kc)
+	if m := r.d.m; m != nil {
+		var rate, weight, paused float64
+		for _, c := range kc {
+			if !c.Rate.IsZero() {
+				rate++
+			}
+			if c.Weight > 0 {
+				weight++
+			}
+			if c.Paused {
+				paused++
+			}
+		}
+		m.Fair.KeyControls.WithLabelValues(r.ds.Name, "rate").Set(rate)
+		m.Fair.KeyControls.WithLabelValues(r.ds.Name, "weight").Set(weight)
+		m.Fair.KeyControls.WithLabelValues(r.ds.Name, "paused").Set(paused)
+	}
 }
 
 // apply computes the rate in force from the cached state: the schedule's

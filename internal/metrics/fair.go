@@ -12,6 +12,7 @@ type FairMetrics struct {
 	Waiting     *prometheus.GaugeVec // downstream
 	Jain        *prometheus.GaugeVec // downstream
 	KeyReleases *prometheus.GaugeVec // downstream, key (KeyLabel; top FairTopKeys only, label values through SafeKey)
+	KeyControls *prometheus.GaugeVec // downstream, control (rate, weight, paused)
 }
 
 func newFair(f factory) *FairMetrics {
@@ -23,6 +24,8 @@ func newFair(f factory) *FairMetrics {
 		Waiting:    g("waiting_tasks", "Tasks waiting in fair order before the queue (shared by every process).", "downstream"),
 		Jain: g("jain_index", "Jain's fairness index of this process's releases over the last minute, per unit of weight, among keys with a backlog (1: equal shares).",
 			"downstream"),
+		KeyControls: g("key_controls", "Admission keys an operator gave a runtime setting (shaper ctl key), by setting: rate, weight, paused.",
+			"downstream", "control"),
 		KeyReleases: g("key_releases", "Releases by this process in the last minute for the top keys only (bounded cardinality); on /metrics only under http.metrics_keys.",
 			"downstream", KeyLabel),
 	}

@@ -186,6 +186,13 @@ func TestKeyControlsShown(t *testing.T) {
 	if len(kcs) != 2 || kcs[0] != (statuspage.KeyControlInfo{Key: "acme", Rate: "5/s", Weight: 3}) || kcs[1] != (statuspage.KeyControlInfo{Key: "bob", Paused: true}) {
 		t.Errorf("key controls %+v, want acme 5/s weight 3 and bob paused", kcs)
 	}
+	mets, _ := getAuth(t, b.url+"/metrics", token)
+	for _, want := range []string{`shaper_fair_key_controls{control="paused",downstream="api"} 1`,
+		`shaper_fair_key_controls{control="rate",downstream="api"} 1`, `shaper_fair_key_controls{control="weight",downstream="api"} 1`} {
+		if !strings.Contains(mets, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	page, _ := getAuth(t, b.url+"/", token)
 	if !strings.Contains(page, "key controls: acme 5/s weight 3, bob paused") {
 		t.Errorf("the page does not list the key controls in words")
