@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +27,14 @@ func TestHelpListsEveryCommand(t *testing.T) {
 			t.Errorf("shaper -h does not list the command %q:\n%s", c.name, out.String())
 		}
 	}
+	flagSet(&options{}).VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(out.String(), "  -"+f.Name) {
+			t.Errorf("shaper -h does not list the flag -%s:\n%s", f.Name, out.String())
+		}
+	})
+	if !strings.Contains(strings.ToLower(out.String()), "exit") {
+		t.Errorf("shaper -h does not give the exit codes:\n%s", out.String())
+	}
 	out.Reset()
 	if code := run([]string{"ctl", "-h"}, &out, &errOut); code != 0 {
 		t.Fatalf("shaper ctl -h: exit %d, stderr %q", code, errOut.String())
@@ -38,6 +47,9 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		if !strings.Contains(out.String(), "\n  "+name+" ") {
 			t.Errorf("shaper ctl -h does not list the command %q:\n%s", name, out.String())
 		}
+	}
+	if !strings.Contains(out.String(), "-config FILE") || !strings.Contains(out.String(), "exit status:") {
+		t.Errorf("shaper ctl -h lacks its flag -config or the exit codes:\n%s", out.String())
 	}
 }
 

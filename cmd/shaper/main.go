@@ -91,16 +91,22 @@ type options struct {
 	cmdArgs            []string
 }
 
+// flagSet defines shaper's flags into o.
+func flagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
+	fs.StringVar(&o.configPath, "config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
+	fs.StringVar(&o.listen, "listen", "", "HTTP listen address (or "+app.ListenEnv+"): with -config in place of http.listen, without it the quick start's (default 127.0.0.1:8080)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit (as shaper version)")
+	return fs
+}
+
 // parseArgs reads the shaper flags and the command after them, if any. It
 // refuses a word that is not a command: a stray word must not make shaper
 // ignore the flags after it (the flag package stops at the first one) and
 // start the quick start instead.
 func parseArgs(args []string, stdout io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("shaper", flag.ContinueOnError)
-	fs.StringVar(&o.configPath, "config", "", "path to the YAML config file (without it: quick start on an embedded Redis)")
-	fs.StringVar(&o.listen, "listen", "", "HTTP listen address (or "+app.ListenEnv+"): with -config in place of http.listen, without it the quick start's (default 127.0.0.1:8080)")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit (as shaper version)")
+	fs := flagSet(&o)
 	if err := cliflags.Parse(fs, args, stdout, usageText()); err != nil {
 		return o, err
 	}
