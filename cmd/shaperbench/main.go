@@ -5,9 +5,10 @@
 //
 //	go run ./cmd/shaperbench -quick      # scenarios 1-6 in 2-3 minutes on a busy 2-core machine, 7 adds a few
 //	go run ./cmd/shaperbench             # the full run, about 10 minutes there
-//	go run ./cmd/shaperbench -rounds economy,keepup,idle,kill,fair
-//	                                     # the release path only (scenario 7), about 5-6 minutes
+//	go run ./cmd/shaperbench -rounds economy,keepup,idle,kill,fair,priority
+//	                                     # the release path only (scenario 7), about 6-7 minutes
 //	go run ./cmd/shaperbench -rounds fair # a late small tenant with and without fair share, about 80 s
+//	go run ./cmd/shaperbench -rounds priority # urgent tasks behind a backlog, priority next to FIFO, about 40 s
 package main
 
 import (

@@ -22,7 +22,8 @@
 //  7. release: the release path of real `shaper` processes, in rounds
 //     (see release.go): Redis commands per released task next to raw
 //     asynq, keep-up and bursts, idle cost by downstream count, a
-//     kill -9, and a late small tenant's wait with and without fair share.
+//     kill -9, a late small tenant's wait with and without fair share,
+//     and urgent tasks' latency behind a backlog with priority and FIFO.
 //
 // cmd/shaperbench is the command; Run is the whole benchmark.
 package bench
@@ -116,6 +117,8 @@ type Options struct {
 	FairTasksA    int           // tenant A's backlog; default 1000
 	FairTasksBC   int           // B's and C's, each; default 100
 	FairDelay     time.Duration // from A's first enqueue to B's and C's; default 3s
+	// Round "priority"; zero fields take its defaults.
+	Priority PriorityOptions
 
 	// Progress receives one line per step; nil is silent.
 	Progress interface{ Write([]byte) (int, error) }

@@ -21,7 +21,7 @@ const (
 
 // AllRounds lists the release-path rounds in run order.
 func AllRounds() []string {
-	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair}
+	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair, RoundPriority}
 }
 
 // ReleaseReport holds the rounds of ScenarioRelease that ran.
@@ -31,6 +31,8 @@ type ReleaseReport struct {
 	Idle    []IdleRow    `json:"idle,omitempty"`
 	Kill    *KillRow     `json:"kill,omitempty"`
 	Fair    []FairRow    `json:"fair,omitempty"`
+
+	Priority []PriorityRow `json:"priority,omitempty"` // priority.go
 }
 
 // releaseDefaults fills the release-path fields of o.
@@ -71,6 +73,7 @@ func (o Options) releaseDefaults() Options {
 	o.FairRate, o.FairProcs = cmp.Or(o.FairRate, 50), cmp.Or(o.FairProcs, 3)
 	o.FairTasksA, o.FairTasksBC = cmp.Or(o.FairTasksA, 1000), cmp.Or(o.FairTasksBC, 100)
 	dur(&o.FairDelay, 3*time.Second, 3*time.Second)
+	o.Priority = o.Priority.withDefaults()
 	return o
 }
 
@@ -96,7 +99,7 @@ func (o Options) validateRelease() error {
 	if o.KillProcs < 2 || o.KillBacklog < 2 {
 		return fmt.Errorf("bench: kill round needs >= 2 processes and a backlog >= 2, got %d and %d", o.KillProcs, o.KillBacklog)
 	}
-	return nil
+	return o.Priority.validate()
 }
 
 // release runs the selected rounds.
@@ -122,6 +125,9 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 	}
 	if has(RoundFair) {
 		r.Fair = e.fair(ctx)
+	}
+	if has(RoundPriority) {
+		r.Priority = e.priority(ctx)
 	}
 	return r
 }
@@ -205,6 +211,7 @@ func (r *ReleaseReport) markdown(o Options) string {
 			o.FairProcs, o.FairRate, inum(int64(o.FairTasksA)), o.FairDelay, inum(int64(o.FairTasksBC)))
 		w("%s\n", fairTable(r.Fair))
 	}
+	b.WriteString(r.priorityMarkdown())
 	return b.String()
 }
 

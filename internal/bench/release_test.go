@@ -25,6 +25,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		IdleLevels: []int{1, 3}, IdleWarmup: 500 * time.Millisecond, IdleWindow: time.Second,
 		KillRate: 20, KillProcs: 2, KillBacklog: 60, KillAfter: time.Second, KillLimit: 8 * time.Second,
 		FairRate: 50, FairProcs: 2, FairTasksA: 40, FairTasksBC: 5, FairDelay: 300 * time.Millisecond,
+		Priority: PriorityOptions{Rate: 50, Procs: 2, Backlog: 60, Urgent: 5, After: 10, Hold: time.Second},
 		Progress: logWriter{t, start},
 	}
 	rep, err := Run(ctx, opts)
@@ -76,8 +77,16 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 			t.Errorf("fair %s: %+v; want 50 delivered, B's last release, commands per task and the worker count", x.Mode, x)
 		}
 	}
+	if len(r.Priority) != 3 {
+		t.Fatalf("priority rows = %d, want 3 (FIFO, strict, weighted)", len(r.Priority))
+	}
+	for _, x := range r.Priority {
+		if x.Error != "" || !x.Complete || x.LatMaxS <= 0 || x.Workers == 0 || x.MaxIn1s == 0 {
+			t.Errorf("priority %s: %+v; want the 5 urgent released, their latencies and the worker count", x.Mode, x)
+		}
+	}
 	md := rep.Markdown()
-	for _, want := range []string{"### 7. Release path", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
+	for _, want := range []string{"### 7. Release path", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
 		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
