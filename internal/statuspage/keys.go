@@ -5,6 +5,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/shaper-io/shaper/internal/metrics"
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // newKeySalt is the secret of a page's key labels: random, per process,
@@ -48,4 +54,43 @@ func (p *Page) hideKeys(s *Snapshot) {
 		}
 		s.Downstreams[i].Fair = &c
 	}
+}
+
+// maxKeyControlsShown bounds the key controls a card lists.
+const maxKeyControlsShown = 20
+
+// keyControls lists the key controls in force on f, by key, at most
+// maxKeyControlsShown, and how many there are.
+func keyControls(f *shaping.Fairness) ([]KeyControlInfo, int) {
+	all := f.Runtime.All()
+	keys := make([]string, 0, len(all))
+	for k := range all {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []KeyControlInfo
+	for _, k := range keys[:min(len(keys), maxKeyControlsShown)] {
+		c := all[k]
+		ki := KeyControlInfo{Key: metrics.SafeKey(k), Weight: c.Weight, Paused: c.Paused}
+		if !c.Rate.IsZero() {
+			ki.Rate = c.Rate.RateString()
+		}
+		out = append(out, ki)
+	}
+	return out, len(all)
+}
+
+// String is the key's settings in words: "acme 20/s", "bob paused".
+func (k KeyControlInfo) String() string {
+	parts := []string{k.Key}
+	if k.Rate != "" {
+		parts = append(parts, k.Rate)
+	}
+	if k.Weight > 0 {
+		parts = append(parts, "weight "+strconv.FormatFloat(k.Weight, 'g', -1, 64))
+	}
+	if k.Paused {
+		parts = append(parts, "paused")
+	}
+	return strings.Join(parts, " ")
 }

@@ -2,8 +2,6 @@ package statuspage
 
 import (
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/metrics"
@@ -207,45 +205,6 @@ type KeyControlInfo struct {
 	Rate   string  `json:"rate,omitempty"`
 	Weight float64 `json:"weight,omitempty"`
 	Paused bool    `json:"paused,omitempty"`
-}
-
-// maxKeyControlsShown bounds the key controls a card lists.
-const maxKeyControlsShown = 20
-
-// keyControls lists the key controls in force on f, by key, at most
-// maxKeyControlsShown, and how many there are.
-func keyControls(f *shaping.Fairness) ([]KeyControlInfo, int) {
-	all := f.Runtime.All()
-	keys := make([]string, 0, len(all))
-	for k := range all {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var out []KeyControlInfo
-	for _, k := range keys[:min(len(keys), maxKeyControlsShown)] {
-		c := all[k]
-		ki := KeyControlInfo{Key: metrics.SafeKey(k), Weight: c.Weight, Paused: c.Paused}
-		if !c.Rate.IsZero() {
-			ki.Rate = c.Rate.RateString()
-		}
-		out = append(out, ki)
-	}
-	return out, len(all)
-}
-
-// String is the key's settings in words: "acme 20/s", "bob paused".
-func (k KeyControlInfo) String() string {
-	parts := []string{k.Key}
-	if k.Rate != "" {
-		parts = append(parts, k.Rate)
-	}
-	if k.Weight > 0 {
-		parts = append(parts, "weight "+strconv.FormatFloat(k.Weight, 'g', -1, 64))
-	}
-	if k.Paused {
-		parts = append(parts, "paused")
-	}
-	return strings.Join(parts, " ")
 }
 
 // KeyReleases is one key's releases in the last minute.
