@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shaper-io/shaper/internal/jsontext"
 	"github.com/shaper-io/shaper/internal/taskspec"
 )
 
@@ -135,7 +136,7 @@ func parseLine(line []byte, def string) (Arrival, error) {
 	if f.cost != nil {
 		n, err := strconv.ParseInt(string(f.cost), 10, 64)
 		if err != nil {
-			return a, fmt.Errorf("cost: got %s, want an integer", describe(f.cost))
+			return a, fmt.Errorf("cost: got %s, want an integer", jsontext.Describe(f.cost))
 		}
 		if n < 1 {
 			return a, fmt.Errorf("cost: must be at least 1, got %d", n)
@@ -158,7 +159,7 @@ func decodeObject(line []byte) (rawLine, error) {
 		return f, whyInvalid(line)
 	}
 	if line[0] != '{' {
-		return f, fmt.Errorf("got %s, want a JSON object {\"ts\": …, \"downstream\": …, \"key\": …, \"cost\": …}", describe(line))
+		return f, fmt.Errorf("got %s, want a JSON object {\"ts\": …, \"downstream\": …, \"key\": …, \"cost\": …}", jsontext.Describe(line))
 	}
 	i := skipSpace(line, 1)
 	for line[i] != '}' {
@@ -182,7 +183,7 @@ func decodeObject(line []byte) (rawLine, error) {
 		case "cost":
 			dst = &f.cost
 		default:
-			return f, fmt.Errorf("unknown field %q (want %s)", clip(name, 40), strings.Join(lineFields, ", "))
+			return f, fmt.Errorf("unknown field %q (want %s)", jsontext.Clip(name, 40), strings.Join(lineFields, ", "))
 		}
 		if *dst != nil {
 			return f, fmt.Errorf("%s: set twice (each field once: JSON decoders disagree on which one counts)", name)
@@ -248,14 +249,14 @@ func whyInvalid(line []byte) error {
 		return jsonError(err, line)
 	}
 	off := skipSpace(line, int(dec.InputOffset()))
-	return fmt.Errorf("unexpected data after the JSON object at column %d (one arrival a line)", column(line, int64(off)+1))
+	return fmt.Errorf("unexpected data after the JSON object at column %d (one arrival a line)", jsontext.Column(line, int64(off)+1))
 }
 
 // str reads a string field.
 func str(field string, v json.RawMessage) (string, error) {
 	var s string
 	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
-		return "", fmt.Errorf("%s: got %s, want a string", field, describe(v))
+		return "", fmt.Errorf("%s: got %s, want a string", field, jsontext.Describe(v))
 	}
 	return s, nil
 }
@@ -266,12 +267,12 @@ func parseTS(v json.RawMessage) (time.Time, error) {
 	var s string
 	if v[0] == '"' {
 		if err := json.Unmarshal(v, &s); err != nil {
-			return time.Time{}, fmt.Errorf("ts: got %s, want RFC 3339 or Unix seconds", describe(v))
+			return time.Time{}, fmt.Errorf("ts: got %s, want RFC 3339 or Unix seconds", jsontext.Describe(v))
 		}
 	} else if v[0] == '-' || (v[0] >= '0' && v[0] <= '9') {
 		s = string(v)
 	} else {
-		return time.Time{}, fmt.Errorf("ts: got %s, want RFC 3339 or Unix seconds", describe(v))
+		return time.Time{}, fmt.Errorf("ts: got %s, want RFC 3339 or Unix seconds", jsontext.Describe(v))
 	}
 	t, err := taskspec.ParseAt(s)
 	if err != nil {
@@ -282,50 +283,5 @@ func parseTS(v json.RawMessage) (time.Time, error) {
 
 // jsonError turns a decoding error into one line with the column.
 func jsonError(err error, line []byte) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Errorf("malformed JSON at column %d: %s", column(line, se.Offset), strings.TrimPrefix(se.Error(), "json: "))
-	case errors.As(err, &te):
-		return fmt.Errorf("got a JSON %s, want an object {\"ts\": …, \"downstream\": …, \"key\": …, \"cost\": …}", te.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return errors.New("malformed JSON: the object is cut short")
-	}
-	return fmt.Errorf("malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// column is the 1-based character column of a 1-based byte offset.
-func column(data []byte, off int64) int {
-	off = min(off, int64(len(data)))
-	if off < 1 {
-		return 1
-	}
-	return utf8.RuneCount(data[:off-1]) + 1
-}
-
-// describe names a JSON value for an error: `the string "x"`, `the
-// number 1.5`, `an object`.
-func describe(v json.RawMessage) string {
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "the string " + clip(string(v), 40)
-	case 't', 'f', 'n':
-		return string(v)
-	}
-	return "the number " + clip(string(v), 40)
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return errors.New(jsontext.DecodeReason(err, line, `an object {"ts": …, "downstream": …, "key": …, "cost": …}`))
 }

@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/shaper-io/shaper/internal/jsontext"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/queue"
 )
@@ -73,7 +74,7 @@ var fieldParsers = []struct {
 func setString(dst **string, field string, v json.RawMessage) *Error {
 	var out string
 	if json.Unmarshal(v, &out) != nil {
-		return errf(field, "got %s, want a string", describe(v))
+		return errf(field, "got %s, want a string", jsontext.Describe(v))
 	}
 	*dst = &out
 	return nil
@@ -104,11 +105,11 @@ func CheckCollapseKey(k string) string {
 	case len(k) > queue.MaxCollapseKey:
 		return fmt.Sprintf("must be at most %d bytes, got %d", queue.MaxCollapseKey, len(k))
 	case !utf8.ValidString(k):
-		return fmt.Sprintf("must be valid UTF-8, got %q", clip(k, 80))
+		return fmt.Sprintf("must be valid UTF-8, got %q", jsontext.Clip(k, 80))
 	}
 	for i, r := range k {
 		if unicode.IsControl(r) {
-			return fmt.Sprintf("must be printable text, got %q (control character %U at byte %d)", clip(k, 80), r, i)
+			return fmt.Sprintf("must be printable text, got %q (control character %U at byte %d)", jsontext.Clip(k, 80), r, i)
 		}
 	}
 	return ""
@@ -120,7 +121,7 @@ func parseBase64(s *Spec, field string, v json.RawMessage) *Error {
 	}
 	var enc string
 	if json.Unmarshal(v, &enc) != nil {
-		return errf(field, "got %s, want a base64 string", describe(v))
+		return errf(field, "got %s, want a base64 string", jsontext.Describe(v))
 	}
 	b, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {
@@ -153,11 +154,11 @@ func parseMaxRetry(s *Spec, field string, v json.RawMessage) *Error {
 func parsePriority(s *Spec, field string, v json.RawMessage) *Error {
 	var n json.Number
 	if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
-		return errf(field, "%s, got %s", priorityRange, describe(v))
+		return errf(field, "%s, got %s", priorityRange, jsontext.Describe(v))
 	}
 	p, err := strconv.Atoi(n.String())
 	if err != nil {
-		return errf(field, "%s, got %s", priorityRange, clip(n.String(), 40))
+		return errf(field, "%s, got %s", priorityRange, jsontext.Clip(n.String(), 40))
 	}
 	if msg := OutOfPriority(p); msg != "" {
 		return errf(field, "%s", msg)

@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shaper-io/shaper/internal/duration"
+	"github.com/shaper-io/shaper/internal/jsontext"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
 )
@@ -135,11 +135,11 @@ func decodeObject(data []byte) (map[string]json.RawMessage, *Error) {
 		return nil, errf("", "unexpected data after the JSON object at byte %d (one task per object)", dec.InputOffset()+1)
 	}
 	if name, dup := duplicateKey(data); dup {
-		return nil, errf(clip(name, 40), "set twice (each field once: JSON decoders disagree on which one counts)")
+		return nil, errf(jsontext.Clip(name, 40), "set twice (each field once: JSON decoders disagree on which one counts)")
 	}
 	for name := range fields {
 		if !known(name) {
-			return nil, errf("", "unknown field %q (want one of %s)", clip(name, 40), strings.Join(Fields, ", "))
+			return nil, errf("", "unknown field %q (want one of %s)", jsontext.Clip(name, 40), strings.Join(Fields, ", "))
 		}
 	}
 	return fields, nil
@@ -305,7 +305,7 @@ func ParseAt(s string) (time.Time, error) {
 		sec, frac := math.Modf(f)
 		return time.Unix(int64(sec), int64(frac*1e9)), nil
 	}
-	return time.Time{}, fmt.Errorf("invalid time %q (want RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)", clip(s, 60))
+	return time.Time{}, fmt.Errorf("invalid time %q (want RFC 3339, e.g. 2026-01-02T15:04:05Z, or Unix seconds)", jsontext.Clip(s, 60))
 }
 
 // ParseDuration reads a delay as package duration reads every duration: a
@@ -314,7 +314,7 @@ func ParseAt(s string) (time.Time, error) {
 func ParseDuration(s string) (time.Duration, error) {
 	d, err := duration.Parse(strings.TrimSpace(s))
 	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q (want a number with a unit, e.g. 30s, 5m or 1h30m)", clip(s, 60))
+		return 0, fmt.Errorf("invalid duration %q (want a number with a unit, e.g. 30s, 5m or 1h30m)", jsontext.Clip(s, 60))
 	}
 	return d, nil
 }
@@ -336,7 +336,7 @@ func parseAtJSON(v json.RawMessage) (time.Time, *Error) {
 		}
 		return t, nil
 	}
-	return time.Time{}, errf("at", "got %s, want an RFC 3339 string or Unix seconds", describe(v))
+	return time.Time{}, errf("at", "got %s, want an RFC 3339 string or Unix seconds", jsontext.Describe(v))
 }
 
 func durationJSON(field string, v json.RawMessage) (time.Duration, *Error) {
@@ -358,11 +358,11 @@ func durationJSON(field string, v json.RawMessage) (time.Duration, *Error) {
 	if json.Unmarshal(v, &n) == nil {
 		f, err := n.Float64()
 		if err != nil || f < 0 || f > maxDuration.Seconds() {
-			return 0, errf(field, "got %s, want seconds between 0 and 1e9", clip(n.String(), 40))
+			return 0, errf(field, "got %s, want seconds between 0 and 1e9", jsontext.Clip(n.String(), 40))
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
-	return 0, errf(field, "got %s, want a duration string such as \"30s\" or a number of seconds", describe(v))
+	return 0, errf(field, "got %s, want a duration string such as \"30s\" or a number of seconds", jsontext.Describe(v))
 }
 
 // maxDuration bounds "in" and "timeout", in either form.
@@ -397,67 +397,16 @@ func duplicateKey(data []byte) (string, bool) {
 func integer(field string, v json.RawMessage) (int64, *Error) {
 	var n json.Number
 	if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
-		return 0, errf(field, "got %s, want an integer", describe(v))
+		return 0, errf(field, "got %s, want an integer", jsontext.Describe(v))
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)
 	if err != nil {
-		return 0, errf(field, "got %s, want an integer", clip(n.String(), 40))
+		return 0, errf(field, "got %s, want an integer", jsontext.Clip(n.String(), 40))
 	}
 	return i, nil
 }
 
-// describe names a JSON value's kind for an error message, quoting short
-// scalars: `the string "x"`, `the number 1.5`, `an object`.
-func describe(v json.RawMessage) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "the string " + clip(string(v), 40)
-	case 't', 'f':
-		return string(v)
-	}
-	return "the number " + clip(string(v), 40)
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
 // jsonError turns a decoding error into one line with the column.
 func jsonError(err error, data []byte) *Error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return errf("", "malformed JSON at column %d: %s", column(data, se.Offset), strings.TrimPrefix(se.Error(), "json: "))
-	case errors.As(err, &te):
-		return errf("", "got a JSON %s, want an object", te.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return errf("", "malformed JSON: the object is cut short")
-	}
-	return errf("", "malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// column is the 1-based character column of a byte offset.
-func column(data []byte, off int64) int {
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	if off < 1 {
-		return 1
-	}
-	return utf8.RuneCount(data[:off-1]) + 1
+	return errf("", "%s", jsontext.DecodeReason(err, data, "an object"))
 }
