@@ -87,7 +87,7 @@
 --   of pending, or -1 when it waits in later or its key is paused.
 --   Resume: parked is how many tasks it moved back; later, active, keys
 --   and ahead are -1. A feed that finds nothing
---   parked or later replies zeros after two reads.
+--   parked, later or held replies zeros after one read.
 -- TTL: every key here gets ARGV[5] on the first write and again at most
 -- hourly (state.x); when nothing is parked or later, counts is empty
 -- (gone) and the tags, state and nb expire within 60s. A call with
@@ -96,8 +96,9 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local op = ARGV[1]
 local ctl, held = KEYS[10], KEYS[11]
-if op == 'feed' and redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
-    and (not held or redis.call('ZCARD', held) == 0) then
+-- an idle feed: parked, later and held are empty ZSETs, which Redis
+-- does not keep, so one EXISTS over the three tells
+if op == 'feed' and redis.call('EXISTS', KEYS[1], KEYS[4], held or KEYS[1]) == 0 then
   return {0, 0, 0, 0, 0, 0, -1}
 end
 
