@@ -61,21 +61,28 @@ type Fairness struct {
 // the dispatcher last read them from Redis. Safe for concurrent use; the
 // zero value holds none.
 type KeyOverrides struct {
-	m atomic.Pointer[map[string]control.KeyControl]
+	cur atomic.Pointer[keyOverrides]
+}
+
+// keyOverrides is one set of key controls and whether any sets a rate
+// (asked on the lane's hot path: decided once, when set).
+type keyOverrides struct {
+	m       map[string]control.KeyControl
+	anyRate bool
 }
 
 // Set replaces every override with m (nil: none).
-func (o *KeyOverrides) Set(m map[string]control.KeyControl) { o.m.Store(&m) }
+func (o *KeyOverrides) Set(m map[string]control.KeyControl) {
+	v := &keyOverrides{m: m}
+	for _, c := range m {
+		v.anyRate = v.anyRate || c.Rate.Rate > 0
+	}
+	o.cur.Store(v)
+}
 
 // Of is key's control in force; the zero KeyControl when none.
 func (o *KeyOverrides) Of(key string) control.KeyControl {
-	if o == nil {
-		return control.KeyControl{}
-	}
-	if m := o.m.Load(); m != nil {
-		return (*m)[key]
-	}
-	return control.KeyControl{}
+	return o.All()[key]
 }
 
 // All is every key control in force (do not modify it).
@@ -83,20 +90,19 @@ func (o *KeyOverrides) All() map[string]control.KeyControl {
 	if o == nil {
 		return nil
 	}
-	if m := o.m.Load(); m != nil {
-		return *m
+	if v := o.cur.Load(); v != nil {
+		return v.m
 	}
 	return nil
 }
 
 // anyRate reports whether some key has a runtime rate.
 func (o *KeyOverrides) anyRate() bool {
-	for _, c := range o.All() {
-		if c.Rate.Rate > 0 {
-			return true
-		}
+	if o == nil {
+		return false
 	}
-	return false
+	v := o.cur.Load()
+	return v != nil && v.anyRate
 }
 
 // Ceilinged reports whether any key has a ceiling (KeyRate, KeyRates or a
