@@ -43,10 +43,20 @@ func (c *Control) SetKeyRate(ctx context.Context, ds, key string, l limiters.Lim
 // SetKeyWeight sets key's fair-share weight on ds in every process, in
 // (0, fairindex.MaxWeight]; 0 removes it (back to the configuration's).
 func (c *Control) SetKeyWeight(ctx context.Context, ds, key string, w float64) error {
-	if w < 0 || w > fairindex.MaxWeight || w != w {
-		return fmt.Errorf("%w: weight must be in (0, %g], got %g", limiters.ErrInvalidLimit, float64(fairindex.MaxWeight), w)
+	if err := CheckKeyWeight(w); err != nil {
+		return err
 	}
 	return c.st.SetKeyWeight(ctx, ds, key, w)
+}
+
+// CheckKeyWeight reports a key's runtime weight out of (0,
+// fairindex.MaxWeight], the file's range for weights; 0 passes (it
+// removes the runtime weight). The error wraps limiters.ErrInvalidLimit.
+func CheckKeyWeight(w float64) error {
+	if w < 0 || w > fairindex.MaxWeight || w != w {
+		return fmt.Errorf("%w: weight must be in (0, %g] (0 removes it), got %g", limiters.ErrInvalidLimit, float64(fairindex.MaxWeight), w)
+	}
+	return nil
 }
 
 // PauseKey holds key's tasks on fair downstream ds in every process: none

@@ -11,7 +11,6 @@ import (
 
 	"github.com/shaper-io/shaper/internal/cliflags"
 	"github.com/shaper-io/shaper/internal/control"
-	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/plan"
 	"github.com/shaper-io/shaper/internal/server"
 	"github.com/shaper-io/shaper/limiters"
@@ -73,11 +72,11 @@ func parseKeyRate(pd *plan.Downstream, text string) (limiters.Limit, error) {
 	return l, pd.Shaping.CheckKeyRate(l)
 }
 
-// checkWeight checks a key's weight as the file checks weights (0 removes
-// the runtime one).
-func checkWeight(w float64) error {
-	if w < 0 || w > fairindex.MaxWeight || w != w {
-		return fmt.Errorf("weight must be in (0, %g] (0 removes it), got %g", float64(fairindex.MaxWeight), w)
+// checkWeightReason is shaping.CheckKeyWeight in the words of a usage
+// error (without the limiters package's prefix).
+func checkWeightReason(w float64) error {
+	if err := shaping.CheckKeyWeight(w); err != nil {
+		return errors.New(rateReason(err))
 	}
 	return nil
 }
@@ -177,7 +176,7 @@ func parseKeyAction(pd *plan.Downstream, args []string) (keyChange, string, erro
 		if err != nil {
 			return ch, "", fmt.Errorf("weight %q is not a number", args[1])
 		}
-		if err := checkWeight(w); err != nil {
+		if err := checkWeightReason(w); err != nil {
 			return ch, "", err
 		}
 		ch.weight = &w
@@ -261,7 +260,7 @@ func keyChangeFromBody(pd *plan.Downstream, body io.Reader) (keyChange, error) {
 		ch.rate = &l
 	}
 	if b.Weight != nil {
-		if err := checkWeight(*b.Weight); err != nil {
+		if err := checkWeightReason(*b.Weight); err != nil {
 			return ch, err
 		}
 	}
