@@ -2,18 +2,8 @@ package app
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/shaper-io/shaper/internal/config"
-	"github.com/shaper-io/shaper/internal/plan"
-	"github.com/shaper-io/shaper/internal/redistest"
-	"github.com/shaper-io/shaper/internal/server"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // The key control routes: PUT sets any of rate, weight and paused and
@@ -22,42 +12,11 @@ import (
 // fairness a 400, an unknown one a 404; nothing refused is written.
 func TestKeyControlRoutes(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
-	cfg, err := config.Parse([]byte("redis: {prefix: " + prefix + "}\ndownstreams:\n" +
-		"  - {name: api, rate: 50/s, fairness: {key: tenant}, handler: {type: log}}\n  - {name: plain, rate: 5/s, handler: {type: log}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
-	for _, pd := range pl.Downstreams {
-		ds := pd.Shaping
-		ds.Handler = func(context.Context, *shaping.Task) error { return nil }
-		if err := d.Add(ds); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv := server.New(server.Options{Addr: "127.0.0.1:0", Logger: quiet})
-	mountKeyControl(srv, d, pl)
-	addr, err := srv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
+	r := newRoutes(t, "  - {name: api, rate: 50/s, fairness: {key: tenant}, handler: {type: log}}\n  - {name: plain, rate: 5/s, handler: {type: log}}\n")
+	d := r.d
 	do := func(method, path, body string) (int, map[string]any) {
-		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v map[string]any
-		json.NewDecoder(resp.Body).Decode(&v)
-		return resp.StatusCode, v
+		code, v, _ := r.do(t, method, path, body)
+		return code, v
 	}
 	code, v := do("PUT", "/v1/downstreams/api/keys/acme", `{"rate":"10/s","weight":2,"paused":true}`)
 	c, _ := v["controls"].(map[string]any)

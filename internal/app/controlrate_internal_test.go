@@ -2,19 +2,8 @@ package app
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/shaper-io/shaper/internal/config"
-	"github.com/shaper-io/shaper/internal/plan"
-	"github.com/shaper-io/shaper/internal/redistest"
-	"github.com/shaper-io/shaper/internal/server"
-	"github.com/shaper-io/shaper/queue"
-	"github.com/shaper-io/shaper/shaping"
 )
 
 // PUT /v1/downstreams/NAME/rate answers 400 with the reason for a rate the
@@ -22,40 +11,11 @@ import (
 // day: every task archived), and writes nothing.
 func TestRateRouteRefusesSlowRates(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
-	cfg, err := config.Parse([]byte("redis: {prefix: " + prefix + "}\ndownstreams:\n  - {name: api, rate: 1/s, handler: {type: log}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
-	ds := pl.Downstreams[0].Shaping
-	ds.Handler = func(context.Context, *shaping.Task) error { return nil }
-	if err := d.Add(ds); err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(server.Options{Addr: "127.0.0.1:0", Logger: quiet})
-	mountControl(srv, d, queue.NewInspector(rdb, prefix), pl)
-	addr, err := srv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
+	r := newRoutes(t, "  - {name: api, rate: 1/s, handler: {type: log}}\n")
+	d := r.d
 	put := func(body string) (int, string) {
-		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/downstreams/api/rate", strings.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v map[string]any
-		json.NewDecoder(resp.Body).Decode(&v)
-		msg, _ := v["error"].(string)
-		return resp.StatusCode, msg
+		code, _, msg := r.do(t, "PUT", "/v1/downstreams/api/rate", body)
+		return code, msg
 	}
 	for _, body := range []string{`{"rate":"1/100h"}`, `{"rate":"1/25h"}`} {
 		if code, msg := put(body); code != 400 || !strings.Contains(msg, "is too slow for api") || !strings.Contains(msg, "over the limit of 24h0m0s") {
@@ -75,27 +35,11 @@ func TestRateRouteRefusesSlowRates(t *testing.T) {
 // a unit with or without a count.
 func TestRateRouteReadsRatesAsEverywhere(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
-	cfg, err := config.Parse([]byte("redis: {prefix: " + prefix + "}\ndownstreams:\n  - {name: api, rate: 20, max_cost: 1, handler: {type: log}}\n"))
-	if err != nil {
-		t.Fatalf("rate: 20 in the config: %v", err)
-	}
-	pl, err := plan.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pl.Downstreams[0].Shaping.Rate.RateString(); got != "20/s" {
+	r := newRoutes(t, "  - {name: api, rate: 20, max_cost: 1, handler: {type: log}}\n")
+	d := r.d
+	if got := r.pl.Downstreams[0].Shaping.Rate.RateString(); got != "20/s" {
 		t.Errorf("rate: 20 in the config is %s, want 20/s", got)
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
-	srv := server.New(server.Options{Addr: "127.0.0.1:0", Logger: quiet})
-	mountControl(srv, d, queue.NewInspector(rdb, prefix), pl)
-	addr, err := srv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
 	for i, step := range []struct {
 		body     string
 		code     int
@@ -113,15 +57,7 @@ func TestRateRouteReadsRatesAsEverywhere(t *testing.T) {
 		{`{"rate":[20]}`, 400, "3/d", `body must be {"rate": "20/s"}`},
 		{`{"rate":""}`, 200, "", ""},
 	} {
-		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/downstreams/api/rate", strings.NewReader(step.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v map[string]any
-		json.NewDecoder(resp.Body).Decode(&v)
-		resp.Body.Close()
-		msg, _ := v["error"].(string)
+		code, _, msg := r.do(t, "PUT", "/v1/downstreams/api/rate", step.body)
 		st, err := d.Control().State(context.Background(), "api")
 		if err != nil {
 			t.Fatal(err)
@@ -130,8 +66,8 @@ func TestRateRouteReadsRatesAsEverywhere(t *testing.T) {
 		if !st.Override.IsZero() {
 			got = st.Override.RateString()
 		}
-		if resp.StatusCode != step.code || got != step.override || !strings.Contains(msg, step.msg) {
-			t.Errorf("step %d: PUT %s: %d %q, override %q; want %d %q, override %q", i, step.body, resp.StatusCode, msg, got, step.code, step.msg, step.override)
+		if code != step.code || got != step.override || !strings.Contains(msg, step.msg) {
+			t.Errorf("step %d: PUT %s: %d %q, override %q; want %d %q, override %q", i, step.body, code, msg, got, step.code, step.msg, step.override)
 		}
 	}
 }
