@@ -3,20 +3,16 @@ package shaping_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
 
@@ -79,23 +75,9 @@ func TestReportedCostWithDailyQuota(t *testing.T) {
 			const n, rate = 20, 10
 			api := costOnFirst(step.cost)
 			defer api.Close()
-			rdb := redistest.Client(t)
-			prefix := redistest.Prefix(t)
-			reg := prometheus.NewRegistry()
-			d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Registerer: reg})
-			must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(rate), MaxCost: step.maxCost,
-				MaxHold: step.maxHold, Quotas: []shaping.Quota{{Limit: 1000, Per: 24 * time.Hour, Aligned: true}},
-				Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second,
-					CostHeader: "X-Request-Cost"})}))
-			defer d.Shutdown(context.Background())
-			must(t, d.Start())
-			p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
-			defer p.Close()
-			for i := range n {
-				_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
-				must(t, err)
-			}
+			run := startAnswerRun(t, shaping.Downstream{Rate: limiters.PerSecond(rate), MaxCost: step.maxCost, MaxHold: step.maxHold,
+				Quotas: []shaping.Quota{{Limit: 1000, Per: 24 * time.Hour, Aligned: true}}}, api.URL(), "X-Request-Cost", n)
+			rdb, prefix, d, reg := run.rdb, run.prefix, run.d, run.reg
 			capWait := time.Duration(step.cap-1) * time.Second / rate
 			waitFor(t, 2*time.Second+capWait+4*time.Second, "every task accepted", func() bool {
 				ok, _ := api.counts()
@@ -147,19 +129,9 @@ func TestReportedCostKeepsQuotaTTL(t *testing.T) {
 	const per = 8784 * time.Hour
 	api := costOnFirst("2000")
 	defer api.Close()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10), MaxCost: 1000,
-		Quotas: []shaping.Quota{{Limit: 1000, Per: per}},
-		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second,
-			CostHeader: "X-Request-Cost"})}))
-	defer d.Shutdown(context.Background())
-	must(t, d.Start())
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
-	defer p.Close()
-	_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte("0")})
-	must(t, err)
+	run := startAnswerRun(t, shaping.Downstream{Rate: limiters.PerSecond(10), MaxCost: 1000,
+		Quotas: []shaping.Quota{{Limit: 1000, Per: per}}}, api.URL(), "X-Request-Cost", 1)
+	rdb, prefix := run.rdb, run.prefix
 	waitFor(t, 5*time.Second, "the task accepted", func() bool { ok, _ := api.counts(); return ok >= 1 })
 	var ks []string
 	waitFor(t, 3*time.Second, "the quota to count the cap", func() bool {

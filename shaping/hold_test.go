@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -67,22 +68,8 @@ func TestHostileAnswersHoldAtMostMaxHold(t *testing.T) {
 			const n, rate, maxHold = 20, 10, 1500 * time.Millisecond
 			api := hostileAPI(h)
 			defer api.Close()
-			rdb := redistest.Client(t)
-			prefix := redistest.Prefix(t)
-			reg := prometheus.NewRegistry()
-			d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Registerer: reg})
-			must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(rate), MaxHold: maxHold,
-				Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second,
-					CostHeader: "X-Request-Cost"})}))
-			defer d.Shutdown(context.Background())
-			must(t, d.Start())
-			p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
-			defer p.Close()
-			for i := range n {
-				_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
-				must(t, err)
-			}
+			run := startAnswerRun(t, shaping.Downstream{Rate: limiters.PerSecond(rate), MaxHold: maxHold}, api.URL(), "X-Request-Cost", n)
+			reg := run.reg
 			// the rate's 2 s, the hold, and a margin for a loaded machine
 			waitFor(t, 2*time.Second+maxHold+4*time.Second, "every task accepted", func() bool {
 				ok, _ := api.counts()
@@ -144,19 +131,8 @@ func TestResetClearsAHoldAndWakesTheLane(t *testing.T) {
 	const n = 10
 	api := hostileAPI(hostile{status: 429, header: map[string]string{"Retry-After": "1800"}})
 	defer api.Close()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20),
-		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
-	defer d.Shutdown(context.Background())
-	must(t, d.Start())
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
-	defer p.Close()
-	for i := range n {
-		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
-		must(t, err)
-	}
+	run := startAnswerRun(t, shaping.Downstream{Rate: limiters.PerSecond(20)}, api.URL(), "", n)
+	rdb, prefix := run.rdb, run.prefix
 	waitFor(t, 10*time.Second, "the 429", func() bool { _, r := api.counts(); return r >= 1 })
 	// The 429 is counted when the API sends it; the hold exists once the
 	// dispatcher has read the answer. A reset before that clears nothing.
@@ -265,4 +241,35 @@ func TestVendorRateHeadersHold(t *testing.T) {
 		l, err := d.Limits("api")
 		return err == nil && l.Announced.Effect == "hold" && strings.Contains(l.Announced.Header, "X-Shopify-Shop-Api-Call-Limit: 40/40")
 	})
+}
+
+// answerRun is a dispatcher serving one downstream that calls a stand-in
+// API, on a fresh prefix, with its tasks enqueued.
+type answerRun struct {
+	rdb    redis.UniversalClient
+	prefix string
+	d      *shaping.Dispatcher
+	reg    *prometheus.Registry
+}
+
+// startAnswerRun adds ds (named "api"; its Handler calls url, reading
+// costHeader as the call's cost when set) to a dispatcher on a fresh
+// prefix, starts it (it stops at the test's end) and enqueues n tasks with
+// the payloads "0" to "n-1".
+func startAnswerRun(t *testing.T, ds shaping.Downstream, url, costHeader string, n int) answerRun {
+	t.Helper()
+	r := answerRun{rdb: redistest.Client(t), prefix: redistest.Prefix(t), reg: prometheus.NewRegistry()}
+	r.d = shaping.New(r.rdb, shaping.Config{Prefix: r.prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: r.reg})
+	ds.Name = "api"
+	ds.Handler = shaping.HTTPHandler(shaping.HTTPConfig{URL: url, Timeout: 5 * time.Second, CostHeader: costHeader})
+	must(t, r.d.Add(ds))
+	t.Cleanup(func() { r.d.Shutdown(context.Background()) })
+	must(t, r.d.Start())
+	p := queue.NewProducer(r.rdb, queue.ProducerConfig{Prefix: r.prefix})
+	defer p.Close()
+	for i := range n {
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+		must(t, err)
+	}
+	return r
 }

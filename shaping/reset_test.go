@@ -3,8 +3,6 @@ package shaping_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"reflect"
 	"testing"
@@ -13,9 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
-	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/queue"
 	"github.com/shaper-io/shaper/shaping"
 )
 
@@ -24,20 +20,8 @@ import (
 // dispatcher.
 func resetSetup(t *testing.T, api *standIn, qs []shaping.Quota, n int) (redis.UniversalClient, string, *shaping.Dispatcher) {
 	t.Helper()
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t)
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Quotas: qs,
-		Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second})}))
-	t.Cleanup(func() { d.Shutdown(context.Background()) })
-	must(t, d.Start())
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
-	defer p.Close()
-	for i := range n {
-		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
-		must(t, err)
-	}
-	return rdb, prefix, d
+	r := startAnswerRun(t, shaping.Downstream{Rate: limiters.PerSecond(20), Quotas: qs}, api.URL(), "", n)
+	return r.rdb, r.prefix, r.d
 }
 
 // exists reports whether key is in Redis.
