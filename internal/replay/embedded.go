@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	lua "github.com/yuin/gopher-lua"
 )
 
 // Embedded is the Redis a replay runs on: a miniredis in this process,
@@ -32,25 +30,8 @@ type Embedded struct {
 // would.
 const ttlStep = time.Second
 
-// maxLuaArray is what NewEmbedded sets gopher-lua's MaxArrayIndex to.
-// Below MaxArrayIndex (64M by default) gopher-lua keeps a table's integer
-// keys in an array, filling every index below the key with nil, so a
-// window number used as a key (shaping.lua counts quota units by window:
-// ~29M for a sliding hourly quota's sub-window of 60s, ~490k for an
-// aligned hourly one) allocated up to ~470 MB per call. Above it keys go
-// to the hash part. No table of the replay's scripts is a sequence
-// anywhere near 16,384 elements (the longest: a sliding log's refund of
-// cost members, its quota hashes of ~60 sub-windows).
-const maxLuaArray = 1 << 14
-
-var luaArrayOnce sync.Once
-
-// NewEmbedded starts an Embedded Redis. The first call in a process sets
-// gopher-lua's MaxArrayIndex for the process (see maxLuaArray), before
-// any script of the replay runs: a program that runs gopher-lua elsewhere
-// should not start one.
+// NewEmbedded starts an Embedded Redis.
 func NewEmbedded() (*Embedded, error) {
-	luaArrayOnce.Do(func() { lua.MaxArrayIndex = maxLuaArray })
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		return nil, fmt.Errorf("replay: embedded redis: %w", err)
