@@ -75,6 +75,8 @@
 --   caller archives such a task with the reason); priority is the task's
 --   (its hash's "shaper_priority", 3 when none or without priority lists).
 -- Errors: an argument out of range.
+-- Without a rate (ARGV[1] and ARGV[2] both 0) KEYS[1] is neither read nor
+-- written.
 -- TTL: next_free until it (plus the burst allowance) is past, plus a margin
 -- of 1 s, as shaping.lua sets it. turns: 60 s plus two slots after the
 -- last take that wrote it, and deleted by a take that leaves every level
@@ -194,7 +196,11 @@ local free = budget - redis.call('ZCOUNT', KEYS[4], now_s, '+inf')
 if free <= 0 then return reply(3, 0, 0) end
 if n > free then n = free end
 
-local nf = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+-- without a rate (interval and burst 0) there is no bucket to read or
+-- write: every slot starts now
+local bucket = interval > 0 or burst > 0
+local nf = 0
+if bucket then nf = tonumber(redis.call('GET', KEYS[1]) or '0') or 0 end
 local base = nf
 if base < now - burst then base = now - burst end
 local start = base
@@ -290,7 +296,9 @@ end
 if count == 0 then return reply(1, 0, 1) end
 
 local nxt = base + count * interval
-redis.call('SET', KEYS[1], nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
+if bucket then
+  redis.call('SET', KEYS[1], nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
+end
 if nxt < now then out[3] = now else out[3] = nxt end
 out[4] = drained
 return out

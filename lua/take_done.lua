@@ -14,6 +14,9 @@
 --            in completed until now + retention
 -- ARGV[3] -> retention only: the message with completed_at set
 -- ARGV[4] -> max int64 (asynq wraps the total counter to 1 there)
+-- ARGV[5] -> now in Unix seconds, the finishing process's clock (asynq's
+--            rule: it names the day counter too); 0 or absent reads Redis
+--            TIME
 --
 -- Output: 1 finished; 0 the task is not active any more (its lease was
 -- recovered and it belongs to whoever took it next): nothing written.
@@ -22,8 +25,8 @@
 local STATS_TTL_S = 90 * 24 * 3600
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-local t = redis.call('TIME')
-local now_s = tonumber(t[1])
+local now_s = tonumber(ARGV[5] or '0') or 0
+if now_s <= 0 then now_s = tonumber(redis.call('TIME')[1]) end
 local retention = tonumber(ARGV[2]) or 0
 if retention > 0 then
   redis.call('ZADD', KEYS[6], now_s + retention, ARGV[1])

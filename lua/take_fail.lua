@@ -21,6 +21,9 @@
 -- ARGV[5] -> 1: count a failure (archive always counts); 0: do not
 --            (asynq's isFailure)
 -- ARGV[6] -> max int64 (asynq wraps the total counters to 1 there)
+-- ARGV[7] -> now in Unix seconds, the finishing process's clock (asynq's
+--            rule: it names the day counters too); 0 or absent reads Redis
+--            TIME
 --
 -- Output: 1 finished; 0 the task is not active any more: nothing written.
 -- TTL: day counters expire 90 days after their first count, as asynq's.
@@ -29,8 +32,8 @@ local MAX_ARCHIVED = 10000
 local ARCHIVED_TTL_S = 90 * 24 * 3600
 if redis.call('LREM', KEYS[2], 0, ARGV[1]) == 0 then return 0 end
 redis.call('ZREM', KEYS[3], ARGV[1])
-local t = redis.call('TIME')
-local now_s = tonumber(t[1])
+local now_s = tonumber(ARGV[7] or '0') or 0
+if now_s <= 0 then now_s = tonumber(redis.call('TIME')[1]) end
 local archive = ARGV[3] == '1'
 if archive then
   redis.call('ZADD', KEYS[4], now_s, ARGV[1])

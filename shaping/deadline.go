@@ -27,21 +27,29 @@ func withDeadline(ctx context.Context, d time.Time) context.Context {
 	return context.WithValue(ctx, deadlineKey{}, d)
 }
 
+type takenKey struct{}
+
+// taken is where a task stands in the engine's takes, carried to the
+// lane: order queues FIFO waiters (take.Task.Order, with the priority in
+// its high bits), behind says how many tasks of the same take come right
+// after it (take.Task.Behind), so the lane reserves their slots in the
+// same call.
+type taken struct {
+	order  int64
+	behind int
+}
+
+func withTaken(ctx context.Context, t taken) context.Context {
+	return context.WithValue(ctx, takenKey{}, t)
+}
+
+// takenOf is what withTaken put in ctx; the zero taken when none.
+func takenOf(ctx context.Context) taken {
+	t, _ := ctx.Value(takenKey{}).(taken)
+	return t
+}
+
 // deadlineOf is the deadline withDeadline put in ctx; zero when none.
-type orderKey struct{}
-
-// withOrder carries the order a task was taken in (take.Task.Order) to
-// the lane, which queues FIFO waiters by it.
-func withOrder(ctx context.Context, n int64) context.Context {
-	return context.WithValue(ctx, orderKey{}, n)
-}
-
-// orderOf is the take order ctx carries, 0 for none.
-func orderOf(ctx context.Context) int64 {
-	n, _ := ctx.Value(orderKey{}).(int64)
-	return n
-}
-
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Value(deadlineKey{}).(time.Time)
 	return d

@@ -30,6 +30,10 @@ type lane struct {
 	stockCost int64
 	stockSeq  uint64     // the breaker's seq when the stock was reserved
 	behind    bool       // the last reservation started at once (the bucket had room)
+	// owed: a FIFO lane's tasks of the latest take not yet queued and not
+	// covered by stock (waiter.behind): the next reservation reserves
+	// their slots too, so a take of k tasks costs one reservation, not k
+	owed int
 	fair      *fairOrder // nil: FIFO; else waiters in fair order of their keys
 	// ahead: a fair lane's reserved slots not yet come, on the local
 	// clock, oldest first (the run loop's alone; see fairRoom)
@@ -52,7 +56,8 @@ type waiter struct {
 	tag      float64    // fair order's tag
 	queued   bool       // in l.q (l.mu)
 	deadline time.Time  // the task's deadline on the local clock; zero: none
-	order    int64      // the take's order (orderOf); 0: none
+	order    int64      // the take's order (taken.order); 0: none
+	behind   int        // tasks of its take still to come (taken.behind)
 	done     chan grant // buffered: the lane never blocks on a waiter
 }
 
@@ -83,13 +88,19 @@ func newLane(r *runner) *lane {
 // wait queues a worker for a slot of cost units for key (at the front
 // when it is retrying a wasted slot) and blocks until the lane grants one.
 func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
-	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: orderOf(ctx), done: make(chan grant, 1)}
+	tk := takenOf(ctx)
+	if front {
+		tk.behind = 0 // a retry of a wasted slot: its take's tasks came long ago
+	}
+	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: tk.order, behind: tk.behind, done: make(chan grant, 1)}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
-	if g, ok := l.fromStock(cost); ok {
+	g, ok := l.fromStock(cost)
+	l.owe(w)
+	if ok {
 		if l.tooLate(w, g.slot) {
 			l.unstock(g)
 			g = grant{err: ErrDeadlinePassed}
@@ -160,6 +171,25 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 	return grant{}, false
 }
 
+// owe notes, as w arrives, how many tasks of its take will follow it and
+// are not covered by stock (l.mu held). A FIFO lane only: a fair lane's
+// room decides how many slots it reserves.
+func (l *lane) owe(w *waiter) {
+	if l.fair == nil {
+		l.owed = max(w.behind-len(l.stock), 0)
+	}
+}
+
+// takeOwed returns l.owed and clears it: once a reservation covered them
+// (or a task of the take never arrived), they are owed no more.
+func (l *lane) takeOwed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.owed
+	l.owed = 0
+	return n
+}
+
 // head returns the cost of the first waiter and how many waiters from the
 // front share it (at most maxBatch), or 0 when none wait. On a downstream
 // with priorities they also share the first's priority, which the claim
@@ -211,6 +241,9 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 	}
 	// slots no waiter took: stock for the next ones
 	if l.stockCost != cost || l.stockSeq != seq {
+		// the old stock is of another cost or breaker spell: wasted, its
+		// quota units given back
+		l.r.wasted(l.stockCost, l.stock...)
 		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
 	}
 	for ; j < res.Count; j++ {
@@ -333,6 +366,14 @@ func (l *lane) run() {
 			// takes bring tasks just ahead of their slots, and stock
 			// would only push their slots later
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
+		} else if r.paced {
+			// the tasks of the take still to come: their slots go to
+			// the stock they take from as they arrive
+			owed := l.takeOwed()
+			ask = min(n+owed, maxSlotsPerCall)
+			if claim.Level > 0 {
+				claim.Waiting += owed
+			}
 		}
 		if l.fair != nil && !probe {
 			room, wait := l.fairRoom(cost)

@@ -125,25 +125,30 @@ func (r *runner) ahead() int64 {
 // call: waiting for a place among the calls or for a slot.
 func (r *runner) waiting() int64 { return r.held.Load() - r.releasing.Load() }
 
+// refill is how few of r's waiting tasks make the engine take again: a
+// third of ahead, at least 1. The one still waiting covers the take's
+// round trip, and each take brings about two thirds of ahead, so a take
+// and its reservation serve several releases even at low rates.
+func (r *runner) refill() int64 { return max(r.ahead()/3, 1) }
+
 // takeWant is how many tasks the engine should take for r now: what
-// tops the waiting ones up to ahead, once half of them have gone (so
-// takes come in batches, not one per release). A downstream with
-// priorities tops up at every slot, so a task of a higher priority that
-// arrives waits for one slot, not for half the look-ahead.
+// tops the waiting ones up to ahead, once they are down to refill. A
+// downstream with priorities tops up at every slot, so a task of a
+// higher priority that arrives waits for one slot, not for the
+// look-ahead.
 func (r *runner) takeWant() int {
 	ahead, waiting := r.ahead(), r.waiting()
-	want := ahead - waiting
-	if waiting > 0 && want < (ahead+1)/2 && r.ds.Priority == nil {
+	if waiting > r.refill() && r.ds.Priority == nil {
 		return 0
 	}
-	return int(max(want, 0))
+	return int(max(ahead-waiting, 0))
 }
 
 // roomMade is called when one of r's waiting tasks starts its call or
-// leaves: the engine takes again once half the look-ahead has gone (with
+// leaves: the engine takes again once they are down to refill (with
 // priorities: at once).
 func (r *runner) roomMade() {
-	if r.paced && (r.waiting() <= r.ahead()/2 || r.ds.Priority != nil && r.waiting() < r.ahead()) {
+	if r.paced && (r.waiting() <= r.refill() || r.ds.Priority != nil && r.waiting() < r.ahead()) {
 		r.wakeTake()
 	}
 }
@@ -196,7 +201,7 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if pr := r.ds.Priority; pr != nil && !pr.Weights.Strict() {
 		order = t.Order
 	}
-	err := r.serve(withOrder(ctx, order), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
+	err := r.serve(withTaken(ctx, taken{order: order, behind: t.Behind}), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
 		if errors.Is(context.Cause(ctx), ErrCancelled) {
 			r.cancelled("before_call")

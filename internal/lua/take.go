@@ -194,7 +194,8 @@ type TakeDoneArgs struct {
 	Queue keys.AsynqQueue
 	ID    string
 	// Day is the day whose processed counter counts the task (asynq names
-	// it by the finishing process's clock, in UTC).
+	// it by the finishing process's clock, in UTC); it is also the now of
+	// the retention and of the counter's expiry, as asynq's.
 	Day time.Time
 	// Retention keeps the task as completed for this long; 0 deletes it.
 	Retention time.Duration
@@ -215,7 +216,7 @@ func (s *Store) TakeDone(ctx context.Context, a TakeDoneArgs) (bool, error) {
 		ks = append(ks, a.UniqueKey)
 	}
 	ret := int64(a.Retention / time.Second)
-	n, err := takeDone.Run(ctx, s.rdb, ks, a.ID, ret, a.Msg, maxInt64Field).Int64()
+	n, err := takeDone.Run(ctx, s.rdb, ks, a.ID, ret, a.Msg, maxInt64Field, a.Day.Unix()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("take: done %s: %w", a.ID, err)
 	}
@@ -226,7 +227,8 @@ func (s *Store) TakeDone(ctx context.Context, a TakeDoneArgs) (bool, error) {
 type TakeFailArgs struct {
 	Queue keys.AsynqQueue
 	ID    string
-	// Day is the day whose processed and failed counters count the task.
+	// Day is the day whose processed and failed counters count the task,
+	// and the now of the retry and the archive (as TakeDoneArgs.Day).
 	Day time.Time
 	// Msg is the message rewritten with error_msg, last_failed_at and, for
 	// a retry that counts, retried+1.
@@ -255,7 +257,7 @@ func (s *Store) TakeFail(ctx context.Context, a TakeFailArgs) (bool, error) {
 		failure = 1
 	}
 	n, err := takeFail.Run(ctx, s.rdb, ks, a.ID, a.Msg, mode, int64(a.RetryIn/time.Second), failure,
-		maxInt64Field).Int64()
+		maxInt64Field, a.Day.Unix()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("take: fail %s: %w", a.ID, err)
 	}

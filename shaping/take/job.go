@@ -19,12 +19,13 @@ import (
 // finishes the task in asynq's storage. It never touches its lane's fields;
 // it posts its end to the loop.
 type job struct {
-	e     *Engine
-	l     *lane
-	tt    lua.TakenTask
-	slot  time.Time
-	order int64        // Task.Order
-	state atomic.Int32 // jobWaiting, then jobStarted (by the job) or jobClaimed (by the loop)
+	e      *Engine
+	l      *lane
+	tt     lua.TakenTask
+	slot   time.Time
+	order  int64        // Task.Order
+	behind int          // Task.Behind
+	state  atomic.Int32 // jobWaiting, then jobStarted (by the job) or jobClaimed (by the loop)
 	// cutCtx ends when the task is cancelled (cause ErrCancelled) or
 	// finished (released by the loop)
 	cutCtx context.Context
@@ -40,8 +41,8 @@ type job struct {
 // called closes calling, once.
 func (j *job) called() { j.once.Do(func() { close(j.calling) }) }
 
-func newJob(e *Engine, l *lane, tt lua.TakenTask, slot time.Time) *job {
-	j := &job{e: e, l: l, tt: tt, slot: slot, order: e.order.Add(1), calling: make(chan struct{})}
+func newJob(e *Engine, l *lane, tt lua.TakenTask, slot time.Time, behind int) *job {
+	j := &job{e: e, l: l, tt: tt, slot: slot, order: e.order.Add(1), behind: behind, calling: make(chan struct{})}
 	j.cutCtx, j.cut = context.WithCancelCause(context.Background())
 	return j
 }
@@ -75,7 +76,7 @@ func (j *job) run() {
 		j.remove(m, false)
 		return
 	}
-	t := newTask(m, j.slot, j.order, j.tt.Priority)
+	t := newTask(m, j.slot, j.order, j.tt.Priority, j.behind)
 	ctx, cancel := context.WithDeadline(j.e.callCtx, deadline(m, time.Now()))
 	ctx, cancelCall := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(j.cutCtx, func() {

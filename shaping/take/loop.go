@@ -192,8 +192,8 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 		l.wake(at)
 	}
 	var prev chan struct{}
-	for _, tt := range r.Tasks {
-		j := newJob(e, l, tt, local(tt.Slot))
+	for i, tt := range r.Tasks {
+		j := newJob(e, l, tt, local(tt.Slot), len(r.Tasks)-1-i)
 		j.prev, prev = prev, j.calling
 		if len(l.held) == 0 {
 			l.nextExtend = at.Add(e.cfg.Extend)

@@ -43,13 +43,17 @@ type Task struct {
 	// own keep first-in first-out by it, whatever order their goroutines
 	// ran in.
 	Order int64
+	// Behind is how many tasks of the same take follow this one. Their
+	// handlers are called right after it, in take order, so a handler
+	// side that reserves for a run of tasks can reserve for them too.
+	Behind int
 
 	msg *asynqmsg.Message
 }
 
-func newTask(m *asynqmsg.Message, slot time.Time, order int64, prio int) *Task {
+func newTask(m *asynqmsg.Message, slot time.Time, order int64, prio, behind int) *Task {
 	return &Task{ID: m.ID, Type: m.Type, Queue: m.Queue, Payload: m.Payload, Headers: m.Headers,
-		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, Priority: prio, Order: order, msg: m}
+		Retried: m.Retried, MaxRetry: m.Retry, Slot: slot, Priority: prio, Order: order, Behind: behind, msg: m}
 }
 
 // defaultTimeout is asynq's timeout for a task with neither Timeout nor
