@@ -28,13 +28,13 @@ type lane struct {
 	// within its late tolerance or wasted, never replayed.
 	stock     []grant // slots on the Redis clock, oldest first
 	stockCost int64
-	stockSeq  uint64     // the breaker's seq when the stock was reserved
-	behind    bool       // the last reservation started at once (the bucket had room)
+	stockSeq  uint64 // the breaker's seq when the stock was reserved
+	behind    bool   // the last reservation started at once (the bucket had room)
 	// owed: a FIFO lane's tasks of the latest take not yet queued and not
 	// covered by stock (waiter.behind): the next reservation reserves
 	// their slots too, so a take of k tasks costs one reservation, not k
 	owed int
-	fair      *fairOrder // nil: FIFO; else waiters in fair order of their keys
+	fair *fairOrder // nil: FIFO; else waiters in fair order of their keys
 	// ahead: a fair lane's reserved slots not yet come, on the local
 	// clock, oldest first (the run loop's alone; see fairRoom)
 	ahead []time.Time
