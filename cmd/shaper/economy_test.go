@@ -94,8 +94,9 @@ func rawAsynq(t *testing.T, rdb *redis.Client, q, url string, n int, sink *tests
 // The release path's Redis work per released task, counted with INFO
 // commandstats on a Redis of the test's own, for 3 shaper processes with
 // the default config next to raw asynq (3 servers × 20 workers, no limit)
-// draining the same tasks: at most 2× raw asynq's, so a waiting worker
-// must not poll the bucket on its own.
+// draining the same tasks. At 200/s and 1000/s at most 1.1× raw asynq's;
+// at 50/s, where a take and its reservation serve about 3 releases (the
+// look-ahead of 150ms split over 3 processes), at most 1.25×.
 func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
 	_, rdb := ownRedis(t)
 	url := "redis://" + rdb.Options().Addr + "/0"
@@ -103,7 +104,8 @@ func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
 		rate  string
 		per   int
 		tasks int
-	}{{"50/s", 50, 400}, {"200/s", 200, 1200}} {
+		bound float64 // × raw asynq's commands per task
+	}{{"50/s", 50, 400, 1.25}, {"200/s", 200, 1200, 1.1}, {"1000/s", 1000, 3000, 1.1}} {
 		t.Run(strings.ReplaceAll(tc.rate, "/", "per"), func(t *testing.T) {
 			rawSink := testsink.New()
 			defer rawSink.Close()
@@ -130,8 +132,8 @@ func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
 				tc.rate, shapedPer, float64(shaped["evalsha"])/n, rawPer, float64(raw["evalsha"])/n, shapedPer/rawPer)
 			t.Logf("shaper top commands: %s", top(shaped, 12))
 			t.Logf("raw asynq top commands: %s", top(raw, 12))
-			if shapedPer > 2*rawPer {
-				t.Errorf("%.1f Redis commands per released task, want at most 2× raw asynq's %.1f", shapedPer, rawPer)
+			if shapedPer > tc.bound*rawPer {
+				t.Errorf("%.1f Redis commands per released task, want at most %.2f× raw asynq's %.1f", shapedPer, tc.bound, rawPer)
 			}
 			if got := len(sink.OK()); got != tc.tasks {
 				t.Errorf("%d deliveries, want %d", got, tc.tasks)
