@@ -172,10 +172,12 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 }
 
 // owe notes, as w arrives, how many tasks of its take will follow it and
-// are not covered by stock (l.mu held). A FIFO lane only: a fair lane's
-// room decides how many slots it reserves.
+// are not covered by stock (l.mu held). A FIFO lane without a concurrency
+// cap only: a fair lane's room decides how many slots it reserves, and
+// under a cap the tasks behind may wait for a place among the calls
+// longer than a stocked slot lasts.
 func (l *lane) owe(w *waiter) {
-	if l.fair == nil {
+	if l.fair == nil && l.r.leases == nil {
 		l.owed = max(w.behind-len(l.stock), 0)
 	}
 }
