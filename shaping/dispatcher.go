@@ -105,7 +105,7 @@ type Downstream struct {
 	LeaseTime time.Duration
 	// Workers is this downstream's worker budget in this process: the
 	// most tasks it holds (waiting for a slot or in a call). A FIFO
-	// downstream takes only what keeps 150ms of releases waiting, so it
+	// downstream takes only what keeps 200ms of releases waiting, so it
 	// holds about that and its calls in flight, far fewer.
 	// Zero means DefaultWorkers: ceil(rate × MaxWait) + 1.
 	Workers int

@@ -113,7 +113,7 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 
 // takeAhead is how many releases' worth a FIFO downstream keeps taken
 // ahead of its slots, split between the live processes.
-const takeAhead = 150 * time.Millisecond
+const takeAhead = 200 * time.Millisecond
 
 // ahead is how many of r's tasks this process keeps waiting for a slot.
 func (r *runner) ahead() int64 {
