@@ -41,6 +41,8 @@ type lane struct {
 	// kc: nil, or the per-key ceiling of a fair lane (Fairness.KeyRate),
 	// which then serves its waiters (keyCeiling.serve) and keeps no stock
 	kc *keyCeiling
+	// gb gives the waiters back through a long hold (hold.go)
+	gb giveBacks
 	// backoff and lastLog pace the run loop through Redis errors (its alone)
 	backoff time.Duration
 	lastLog time.Time
@@ -98,6 +100,10 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
+	if l.r.srv == nil && !l.r.holdGate(l.r.d.cfg.Clock.Now()).IsZero() {
+		l.mu.Unlock()
+		return grant{}, errGiveBack // taken as a long hold began: back it goes
+	}
 	g, ok := l.fromStock(cost)
 	l.owe(w)
 	if ok {
@@ -124,9 +130,11 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case l.kick <- struct{}{}:
 	default:
 	}
-	var paused <-chan struct{}
+	var paused, held <-chan struct{}
 	if l.r.srv == nil {
-		paused = l.r.pauseSignal() // under the engine a paused downstream holds nothing
+		// under the engine a paused downstream holds nothing, and nor
+		// does one whose next slot is held far ahead
+		paused, held = l.r.pauseSignal(), l.gb.signal()
 	}
 	giveBack := false
 	select {
@@ -135,6 +143,8 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case <-ctx.Done():
 	case <-l.r.d.stopping:
 	case <-paused:
+		giveBack = true
+	case <-held:
 		giveBack = true
 	}
 	l.mu.Lock()
@@ -466,6 +476,7 @@ func (l *lane) full(res Reservation, cost int64, n int) bool {
 	if m := l.r.d.m; m != nil {
 		m.BucketFull.WithLabelValues(l.r.ds.Name).Inc()
 	}
+	l.longWait(res)
 	return l.sleep(l.roomIn(res, cost, n))
 }
 

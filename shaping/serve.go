@@ -159,7 +159,8 @@ const gateRecheck = 250 * time.Millisecond
 
 // takeGate says when the engine may take r's tasks (zero: now). Tasks
 // already taken wait in the release path; none leaves the queue while a
-// pause, an open breaker or a downstream's hold lasts.
+// pause, an open breaker, a downstream's hold or a long hold the lane
+// found (hold.go) lasts.
 func (r *runner) takeGate(now time.Time) time.Time {
 	if r.pauseGate() != nil {
 		return now.Add(gateRecheck)
@@ -171,6 +172,9 @@ func (r *runner) takeGate(now time.Time) time.Time {
 				return now.Add(min(until.Sub(local), gateRecheck))
 			}
 		}
+	}
+	if at := r.holdGate(local); !at.IsZero() {
+		return now.Add(min(at.Sub(local), gateRecheck))
 	}
 	if us := r.pushUntil.Load(); us > 0 {
 		// the downstream asked to wait until then: take when the last
