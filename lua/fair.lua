@@ -294,9 +294,10 @@ end
 if v ~= v0 or r ~= r0 then redis.call('HSET', KEYS[3], 'v', fmt(v), 'r', fmt(r), 'rn', rn) end
 if lj ~= lj0 then redis.call('HSET', KEYS[3], 'lj', lj) end
 if op == 'park' or promoted > 0 or moved > 0 then
-  local nheld = 0
-  if held then nheld = redis.call('ZCARD', held) end
-  if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[4]) + nheld == 0 then
+  -- empty: one ZCARD while tasks are parked (a backlog), three at most
+  local empty = redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
+    and (not held or redis.call('ZCARD', held) == 0)
+  if empty then
     -- V and the finish tags still say who was served lately (a key that
     -- just had its share is not new): they last a short while
     redis.call('HSET', KEYS[3], 'v', fmt(v))
