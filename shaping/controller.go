@@ -65,7 +65,7 @@ func (d *Dispatcher) controlLoop(runners []*runner) {
 					// a control change (a reset, a rate, a resume): sleeps
 					// and pushback records sized by the old state end
 					r.pushUntil.Store(0)
-					r.holdUntil.Store(0)
+					r.longHold.clear()
 					r.bare.Store(0)
 					r.wake()
 				}

@@ -313,6 +313,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		ds.Fairness = &f
 	}
 	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
+	r.longHold.maxWait = ds.MaxWait
 	r.lane = newLane(r)
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
 		r.leases = newLeaseLane(r)

@@ -2,6 +2,7 @@ package shaping
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,62 +13,58 @@ import (
 // asynq shows the tasks pending, not active. A wait within max_wait is the
 // bucket's backlog, and the tasks stay for their slots.
 
-// longHold is how far past max_wait a reservation's first slot must lie
+// longHoldPast is how far past max_wait a reservation's first slot must lie
 // for its wait to count as a hold.
-const longHold = time.Second
+const longHoldPast = time.Second
 
-// giveBacks signals a lane's waiters to give their tasks back.
-type giveBacks struct {
-	mu sync.Mutex
-	ch chan struct{}
+// holds is one downstream's long hold in this process.
+type holds struct {
+	maxWait time.Duration
+	// until is when the hold ends (µs, Redis clock); 0: none
+	until atomic.Int64
+	mu    sync.Mutex
+	ch    chan struct{} // closed at the next give-back
 }
 
-// signal returns a channel closed at the next give-back.
-func (g *giveBacks) signal() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.ch == nil {
-		g.ch = make(chan struct{})
-	}
-	return g.ch
-}
-
-// fire gives back every task waiting on signal now.
-func (g *giveBacks) fire() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.ch != nil {
-		close(g.ch)
-	}
-	g.ch = make(chan struct{})
-}
-
-// longWait reports whether res, a reservation that found no room, waits
-// out a hold rather than the bucket's backlog; then the lane's waiters go
-// back and the engine takes none until the hold is about to end. A
-// batching downstream's asynq server keeps its tasks (asynq takes them).
-func (l *lane) longWait(res Reservation) bool {
-	r := l.r
-	if r.srv != nil || res.Wait <= r.ds.MaxWait+longHold {
+// observe looks at a reservation that found no room: when its wait is a
+// hold rather than the bucket's backlog, it records the hold's end and
+// gives back every task waiting on signal, and reports true.
+func (h *holds) observe(res Reservation) bool {
+	if res.Wait <= h.maxWait+longHoldPast {
 		return false
 	}
-	r.holdUntil.Store(res.Now.Add(res.Wait).UnixMicro())
-	l.gb.fire()
-	if m := r.d.m; m != nil {
-		m.HoldGiveBacks.WithLabelValues(r.ds.Name).Inc()
+	h.until.Store(res.Now.Add(res.Wait).UnixMicro())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ch != nil {
+		close(h.ch)
 	}
+	h.ch = make(chan struct{})
 	return true
 }
 
-// holdGate is when the engine may take again after a long hold (Redis
-// clock µs in holdUntil): max_wait before it ends, so the first slots
-// after it are used; zero when no hold lasts.
-func (r *runner) holdGate(local time.Time) time.Time {
-	us := r.holdUntil.Load()
+// signal returns a channel closed at the next give-back.
+func (h *holds) signal() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ch == nil {
+		h.ch = make(chan struct{})
+	}
+	return h.ch
+}
+
+// clear forgets the hold (a control change: a reset, a rate).
+func (h *holds) clear() { h.until.Store(0) }
+
+// gate is when the engine may take again (local clock; offset is local
+// minus Redis time): max_wait before the hold ends, so the first slots
+// after it are used; zero when no hold lasts at local.
+func (h *holds) gate(local time.Time, offset time.Duration) time.Time {
+	us := h.until.Load()
 	if us == 0 {
 		return time.Time{}
 	}
-	at := time.UnixMicro(us).Add(r.offset.get()).Add(-r.ds.MaxWait)
+	at := time.UnixMicro(us).Add(offset).Add(-h.maxWait)
 	if !at.After(local) {
 		return time.Time{}
 	}

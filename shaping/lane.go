@@ -41,8 +41,6 @@ type lane struct {
 	// kc: nil, or the per-key ceiling of a fair lane (Fairness.KeyRate),
 	// which then serves its waiters (keyCeiling.serve) and keeps no stock
 	kc *keyCeiling
-	// gb gives the waiters back through a long hold (hold.go)
-	gb giveBacks
 	// backoff and lastLog pace the run loop through Redis errors (its alone)
 	backoff time.Duration
 	lastLog time.Time
@@ -100,7 +98,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
-	if l.r.srv == nil && !l.r.holdGate(l.r.d.cfg.Clock.Now()).IsZero() {
+	if l.r.srv == nil && !l.r.longHold.gate(l.r.d.cfg.Clock.Now(), l.r.offset.get()).IsZero() {
 		l.mu.Unlock()
 		return grant{}, errGiveBack // taken as a long hold began: back it goes
 	}
@@ -134,7 +132,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	if l.r.srv == nil {
 		// under the engine a paused downstream holds nothing, and nor
 		// does one whose next slot is held far ahead
-		paused, held = l.r.pauseSignal(), l.gb.signal()
+		paused, held = l.r.pauseSignal(), l.r.longHold.signal()
 	}
 	giveBack := false
 	select {
@@ -476,7 +474,13 @@ func (l *lane) full(res Reservation, cost int64, n int) bool {
 	if m := l.r.d.m; m != nil {
 		m.BucketFull.WithLabelValues(l.r.ds.Name).Inc()
 	}
-	l.longWait(res)
+	// a batching downstream's asynq server keeps its tasks (asynq takes
+	// them); under the engine a long hold holds none (hold.go)
+	if l.r.srv == nil && l.r.longHold.observe(res) {
+		if m := l.r.d.m; m != nil {
+			m.HoldGiveBacks.WithLabelValues(l.r.ds.Name).Inc()
+		}
+	}
 	return l.sleep(l.roomIn(res, cost, n))
 }
 

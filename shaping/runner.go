@@ -56,9 +56,9 @@ type runner struct {
 	// Redis clock): a slot before it was reserved before the pushback.
 	bare      atomic.Int64
 	pushUntil atomic.Int64
-	// holdUntil is when a long hold the lane found ends (µs, Redis
-	// clock; hold.go): the engine takes nothing until shortly before.
-	holdUntil atomic.Int64
+	// longHold is a long hold the lane found (hold.go): the engine takes
+	// nothing until shortly before it ends
+	longHold holds
 
 	wmu   sync.Mutex
 	woken chan struct{} // closed (and replaced) by wake

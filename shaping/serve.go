@@ -173,7 +173,7 @@ func (r *runner) takeGate(now time.Time) time.Time {
 			}
 		}
 	}
-	if at := r.holdGate(local); !at.IsZero() {
+	if at := r.longHold.gate(local, r.offset.get()); !at.IsZero() {
 		return now.Add(min(at.Sub(local), gateRecheck))
 	}
 	if us := r.pushUntil.Load(); us > 0 {
