@@ -3,12 +3,15 @@ package shaping
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/breakerspec"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -93,7 +96,7 @@ const (
 // shared state, the batch of outcomes not yet reported, and the lane's
 // gate.
 type breaker struct {
-	r    *runner
+	env  breakerEnv
 	spec breakerspec.Spec
 	key  string
 	kick chan struct{}
@@ -119,8 +122,25 @@ type brkToken struct {
 
 type brkCount struct{ calls, errs int64 }
 
-func newBreaker(r *runner) *breaker {
-	return &breaker{r: r, spec: r.ds.Breaker.Filled(), key: r.d.space.Breaker(r.ds.Name), kick: make(chan struct{}, 1),
+// breakerEnv is what a breaker needs of its downstream and dispatcher,
+// handed over when it is made: it reaches into neither.
+type breakerEnv struct {
+	name     string // the downstream's
+	clock    Clock
+	offset   *clockOffset                    // the downstream's bucket clock offset
+	rate     *atomic.Pointer[limiters.Limit] // the rate in force
+	store    *lua.Store
+	state    func(ctx context.Context) ([]any, error) // the shared state: st, since, until
+	announce func(ctx context.Context) error          // a move, to every process
+	m        *metrics.Metrics
+	log      *slog.Logger
+	timeout  time.Duration // of one Redis call
+	tick     time.Duration // the control loop's
+	stopping <-chan struct{}
+}
+
+func newBreaker(spec *Breaker, key string, env breakerEnv) *breaker {
+	return &breaker{env: env, spec: spec.Filled(), key: key, kick: make(chan struct{}, 1),
 		changed: make(chan struct{}), pending: map[brkToken]*brkCount{}}
 }
 
@@ -145,21 +165,21 @@ func (b *breaker) apply(mode BreakerMode, since, until int64, moved bool) {
 		b.changed = make(chan struct{})
 	}
 	b.mu.Unlock()
-	r := b.r
-	if m := r.d.m; m != nil {
-		m.BreakerState.WithLabelValues(r.ds.Name).Set(float64(mode))
+	e := b.env
+	if m := e.m; m != nil {
+		m.BreakerState.WithLabelValues(e.name).Set(float64(mode))
 		if moved {
-			m.BreakerMoves.WithLabelValues(r.ds.Name, mode.String()).Inc()
+			m.BreakerMoves.WithLabelValues(e.name, mode.String()).Inc()
 		}
 	}
 	if !moved {
 		return
 	}
-	r.d.log.Info("shaping: circuit breaker "+mode.String(), "downstream", r.ds.Name)
-	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	e.log.Info("shaping: circuit breaker "+mode.String(), "downstream", e.name)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
-	if err := r.d.control.bump(ctx, r.ds.Name); err != nil {
-		r.d.log.Warn("shaping: breaker announce failed", "downstream", r.ds.Name, "err", err)
+	if err := e.announce(ctx); err != nil {
+		e.log.Warn("shaping: breaker announce failed", "downstream", e.name, "err", err)
 	}
 }
 
@@ -170,7 +190,7 @@ func (b *breaker) applyReply(rep lua.BreakerReply) {
 // refresh re-reads the shared state (the control loop calls it when the
 // downstream's version moved, and every fullRefresh).
 func (b *breaker) refresh(ctx context.Context) error {
-	v, err := b.r.d.control.st.Cmd().HMGet(ctx, b.key, "st", "since", "until").Result()
+	v, err := b.env.state(ctx)
 	if err != nil {
 		return err
 	}

@@ -31,22 +31,22 @@ func (b *breaker) gate() brkGate {
 	if mode == BreakerClosed {
 		return brkGate{ok: true, seq: seq}
 	}
-	clk := b.r.d.cfg.Clock
+	clk := b.env.clock
 	if mode == BreakerOpen {
-		end := time.UnixMicro(until).Add(b.r.offset.get()) // the cool-down's end on the local clock
+		end := time.UnixMicro(until).Add(b.env.offset.get()) // the cool-down's end on the local clock
 		if left := end.Sub(clk.Now()); left > 0 {
 			return brkGate{wait: left + brkJitter(), changed: ch}
 		}
 	}
 	rep, err := b.call(func(ctx context.Context, a lua.BreakerArgs) (lua.BreakerReply, error) {
-		return b.r.d.store.ProbeBreaker(ctx, b.key, a)
+		return b.env.store.ProbeBreaker(ctx, b.key, a)
 	})
 	if err != nil {
 		// no release without the breaker's leave: ask again shortly
 		return brkGate{wait: brkFast + brkJitter(), changed: ch}
 	}
 	recv := clk.Now()
-	b.r.offset.observe(recv.Sub(time.UnixMicro(rep.Now)), recv)
+	b.env.offset.observe(recv.Sub(time.UnixMicro(rep.Now)), recv)
 	b.applyReply(rep)
 	b.mu.Lock()
 	seq, ch = b.seq, b.changed
@@ -61,27 +61,14 @@ func (b *breaker) gate() brkGate {
 // instant when a cool-down or a probe slot ends.
 func brkJitter() time.Duration { return time.Duration(rand.Int64N(int64(5 * time.Millisecond))) }
 
-// sleepOr waits d, or until ch is closed; false when the dispatcher stops.
-func (l *lane) sleepOr(d time.Duration, ch <-chan struct{}) bool {
-	t := l.r.d.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-	case <-ch:
-	case <-l.r.d.stopping:
-		return false
-	}
-	return true
-}
-
 // call runs one breaker script call with the dispatcher's timeout,
 // recording its latency and logging a failure at most every 10s.
 func (b *breaker) call(f func(context.Context, lua.BreakerArgs) (lua.BreakerReply, error)) (lua.BreakerReply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.r.d.cfg.RedisTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.env.timeout)
 	defer cancel()
 	start := time.Now()
 	rep, err := f(ctx, b.args())
-	b.r.d.m.ObserveScript("breaker", time.Since(start), err)
+	b.env.m.ObserveScript("breaker", time.Since(start), err)
 	if err != nil {
 		b.mu.Lock()
 		quiet := time.Since(b.lastLog) < 10*time.Second
@@ -90,7 +77,7 @@ func (b *breaker) call(f func(context.Context, lua.BreakerArgs) (lua.BreakerRepl
 		}
 		b.mu.Unlock()
 		if !quiet {
-			b.r.d.log.Warn("shaping: circuit breaker call failed", "downstream", b.r.ds.Name, "err", err)
+			b.env.log.Warn("shaping: circuit breaker call failed", "downstream", b.env.name, "err", err)
 		}
 	}
 	return rep, err
@@ -102,7 +89,7 @@ func (b *breaker) call(f func(context.Context, lua.BreakerArgs) (lua.BreakerRepl
 // task then waits in place for a slot, which the breaker gives once it
 // closes: the failure is the outage's, not the task's, so it consumes no
 // attempt and archives nothing.
-func (b *breaker) record(ctx context.Context, tok brkToken, d Decision) bool {
+func (b *breaker) record(ctx context.Context, tok brkToken, outage bool) bool {
 	b.mu.Lock()
 	// Outcomes of releases made while closed count only while the breaker
 	// still is (the script would ignore them too).
@@ -117,17 +104,17 @@ func (b *breaker) record(ctx context.Context, tok brkToken, d Decision) bool {
 			b.pending[k] = c
 		}
 		c.calls++
-		if d.Outage {
+		if outage {
 			c.errs++
 		}
-		b.urgent = b.urgent || d.Outage || tok.probe
+		b.urgent = b.urgent || outage || tok.probe
 	}
 	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
 	default:
 	}
-	return d.Outage && b.holds(ctx, tok)
+	return outage && b.holds(ctx, tok)
 }
 
 // holds waits for the verdict on a failed call released at tok: true once
@@ -135,7 +122,7 @@ func (b *breaker) record(ctx context.Context, tok brkToken, d Decision) bool {
 // task goes back to its queue without an attempt); false when verdictWait
 // passed with the breaker as it was.
 func (b *breaker) holds(ctx context.Context, tok brkToken) bool {
-	t := b.r.d.cfg.Clock.NewTimer(b.verdictWait())
+	t := b.env.clock.NewTimer(b.verdictWait())
 	defer t.Stop()
 	for {
 		b.mu.Lock()
@@ -150,7 +137,7 @@ func (b *breaker) holds(ctx context.Context, tok brkToken) bool {
 			return false
 		case <-ctx.Done():
 			return true
-		case <-b.r.d.stopping:
+		case <-b.env.stopping:
 			return true
 		}
 	}
@@ -162,15 +149,15 @@ func (b *breaker) holds(ctx context.Context, tok brkToken) bool {
 // to reach this process. It bounds the tasks a partial failure holds to
 // about the failed share of MinCalls.
 func (b *breaker) verdictWait() time.Duration {
-	calls := b.r.rate.Load().Interval(int64(b.spec.MinCalls))
-	return min(calls, b.spec.Window) + brkFast + 2*b.r.d.cfg.ControlInterval
+	calls := b.env.rate.Load().Interval(int64(b.spec.MinCalls))
+	return min(calls, b.spec.Window) + brkFast + 2*b.env.tick
 }
 
 // run reports the outcomes in batches until the dispatcher stops: within
 // brkFast of an urgent one (an error, a probe's), else within a tenth of
 // the window (at most brkSlow).
 func (b *breaker) run() {
-	clk, stop := b.r.d.cfg.Clock, b.r.d.stopping
+	clk, stop := b.env.clock, b.env.stopping
 	slow := min(max(b.spec.Window/breakerspec.Buckets, brkFast), brkSlow)
 	for {
 		select {
@@ -227,7 +214,7 @@ func (b *breaker) flush() {
 	b.mu.Unlock()
 	for k, c := range batch {
 		rep, err := b.call(func(ctx context.Context, a lua.BreakerArgs) (lua.BreakerReply, error) {
-			return b.r.d.store.ReportBreaker(ctx, b.key, a, lua.BreakerReport{Probe: k.probe, Since: k.since, Calls: c.calls, Errors: c.errs})
+			return b.env.store.ReportBreaker(ctx, b.key, a, lua.BreakerReport{Probe: k.probe, Since: k.since, Calls: c.calls, Errors: c.errs})
 		})
 		if err == nil {
 			b.applyReply(rep)

@@ -319,7 +319,13 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		r.leases = newLeaseLane(r)
 	}
 	if ds.Breaker != nil {
-		r.brk = newBreaker(r)
+		key := d.space.Breaker(ds.Name)
+		r.brk = newBreaker(ds.Breaker, key, breakerEnv{name: ds.Name, clock: d.cfg.Clock, offset: &r.offset, rate: &r.rate,
+			store: d.store, m: d.m, log: d.log, timeout: d.cfg.RedisTimeout, tick: d.cfg.ControlInterval, stopping: d.stopping,
+			state: func(ctx context.Context) ([]any, error) {
+				return d.control.st.Cmd().HMGet(ctx, key, "st", "since", "until").Result()
+			},
+			announce: func(ctx context.Context) error { return d.control.bump(ctx, ds.Name) }})
 	}
 	lim := ds.Rate
 	r.rate.Store(&lim)

@@ -553,6 +553,19 @@ func (l *lane) roomIn(res Reservation, cost int64, n int) time.Duration {
 	return max(d, iv) + time.Duration(rand.Int64N(int64(iv)+1))
 }
 
+// sleepOr waits d, or until ch is closed; false when the dispatcher stops.
+func (l *lane) sleepOr(d time.Duration, ch <-chan struct{}) bool {
+	t := l.r.d.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-ch:
+	case <-l.r.d.stopping:
+		return false
+	}
+	return true
+}
+
 // sleep waits d, or until a control change wakes the runner; false when
 // the dispatcher stops.
 func (l *lane) sleep(d time.Duration) bool {

@@ -116,7 +116,7 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 			r.unquota(t.Cost, grant{slot: t.Slot, issued: t.seq})
 		}
 		r.answered(t) // the answer's cost and limits, whatever the outcome
-		if r.brk != nil && r.brk.record(ctx, tok, d) {
+		if r.brk != nil && r.brk.record(ctx, tok, d.Outage) {
 			// the breaker opened over this failure: it is the outage's,
 			// not the task's, and the task waits for the breaker
 			d = Decision{Action: Throttle, Adapt: d.Adapt, Outcome: "outage"}
