@@ -32,7 +32,10 @@ import (
 // liveness loop scans for such leases after any trouble (recover.go).
 type asynqClient struct {
 	redis.UniversalClient
-	r *runner
+	clock    Clock
+	stopping <-chan struct{}
+	trouble  func() // a script call failed on the network
+	retried  func() // a finishing write is tried again
 }
 
 func (c asynqClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
@@ -55,25 +58,22 @@ func (c asynqClient) settle(ctx context.Context, keys []string, run func() *redi
 	if !transient(cmd.Err()) {
 		return cmd
 	}
-	d := c.r.d
-	d.trouble.Store(true)
+	c.trouble()
 	if _, ok := ctx.Deadline(); !ok || !finishing(keys) {
 		return cmd
 	}
 	for wait := finishRetryMin; ; wait = min(2*wait, finishRetryMax) {
-		t := d.cfg.Clock.NewTimer(wait)
+		t := c.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return cmd
-		case <-d.stopping:
+		case <-c.stopping:
 			t.Stop()
 			return run() // one last try at shutdown; recovery covers the rest
 		case <-t.C():
 		}
-		if m := d.m; m != nil {
-			m.FinishRetries.WithLabelValues(c.r.ds.Name).Inc()
-		}
+		c.retried()
 		if cmd = run(); !transient(cmd.Err()) {
 			return cmd
 		}

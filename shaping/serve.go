@@ -54,7 +54,14 @@ func (d *Dispatcher) serveQueue(r *runner, q *quarantine) error {
 		GroupMaxDelay:    cmpOr(b.MaxDelay, 2*time.Second),
 		GroupGracePeriod: max(b.Grace, time.Second),
 	}
-	r.srv = asynq.NewServerFromRedisClient(asynqClient{UniversalClient: d.rdb, r: r}, acfg)
+	ac := asynqClient{UniversalClient: d.rdb, clock: d.cfg.Clock, stopping: d.stopping,
+		trouble: func() { d.trouble.Store(true) },
+		retried: func() {
+			if d.m != nil {
+				d.m.FinishRetries.WithLabelValues(r.ds.Name).Inc()
+			}
+		}}
+	r.srv = asynq.NewServerFromRedisClient(ac, acfg)
 	return r.srv.Start(q.guard(r, r.process))
 }
 

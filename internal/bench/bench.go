@@ -119,6 +119,8 @@ type Options struct {
 	FairDelay     time.Duration // from A's first enqueue to B's and C's; default 3s
 	// Round "priority"; zero fields take its defaults.
 	Priority PriorityOptions
+	// Round "fairscale"; zero fields take its defaults.
+	FairScale FairScaleOptions
 
 	// Progress receives one line per step; nil is silent.
 	Progress interface{ Write([]byte) (int, error) }

@@ -220,28 +220,8 @@ func enqueueTenant(ctx context.Context, p *queue.Producer, tenant string, n int)
 // times and expected starts (by sequence number; exp may be nil) and the
 // sink's hits; weights give Jain's index its unit.
 func fillFair(row *FairRow, enq, exp map[string][]time.Time, hits []testsink.Hit, weights map[string]float64) {
-	rel := map[string][]time.Time{} // first release of each task, by tenant and sequence number
-	seen := map[tenantTask]bool{}
-	for _, h := range hits {
-		var t tenantTask
-		if json.Unmarshal([]byte(h.Payload), &t) != nil || t.N < 0 || t.N >= len(enq[t.T]) {
-			continue
-		}
-		at := h.At
-		if !h.Wake.IsZero() {
-			at = h.Wake
-		}
-		if seen[t] {
-			row.Duplicates++
-			continue
-		}
-		seen[t] = true
-		if rel[t.T] == nil {
-			rel[t.T] = make([]time.Time, len(enq[t.T]))
-		}
-		rel[t.T][t.N] = at
-	}
-	row.Delivered = len(seen)
+	var rel map[string][]time.Time
+	rel, row.Delivered, row.Duplicates = tenantReleases(enq, hits)
 	all := releaseTimes(hits)
 	row.RateUnderBacklog = round(keepUpRate(all, time.Second), 2)
 	row.MaxIn1s = testsink.MaxInWindow(all, time.Second)
@@ -257,6 +237,34 @@ func fillFair(row *FairRow, enq, exp map[string][]time.Time, hits []testsink.Hit
 	sh := busyShares(enq, rel, weights)
 	row.BusyS, row.Jain = round(sh.span.Seconds(), 2), round(sh.jain, 4)
 	row.ShareA, row.ShareB, row.ShareC = round(sh.share["A"], 3), round(sh.share["B"], 3), round(sh.share["C"], 3)
+}
+
+// tenantReleases is the first release of each task the hits hold, by
+// tenant and sequence number (tasks of enq only), with the count of
+// distinct tasks and of deliveries beyond a task's first.
+func tenantReleases(enq map[string][]time.Time, hits []testsink.Hit) (rel map[string][]time.Time, delivered, dups int) {
+	rel = map[string][]time.Time{}
+	seen := map[tenantTask]bool{}
+	for _, h := range hits {
+		var t tenantTask
+		if json.Unmarshal([]byte(h.Payload), &t) != nil || t.N < 0 || t.N >= len(enq[t.T]) {
+			continue
+		}
+		at := h.At
+		if !h.Wake.IsZero() {
+			at = h.Wake
+		}
+		if seen[t] {
+			dups++
+			continue
+		}
+		seen[t] = true
+		if rel[t.T] == nil {
+			rel[t.T] = make([]time.Time, len(enq[t.T]))
+		}
+		rel[t.T][t.N] = at
+	}
+	return rel, len(seen), dups
 }
 
 // taskWaits are release − enqueue in seconds of the tasks released.
@@ -310,8 +318,13 @@ type shares struct {
 // window runs from the latest first enqueue to the earliest last release.
 // enq and rel are indexed by task (a zero release: not released).
 func busyShares(enq, rel map[string][]time.Time, weights map[string]float64) shares {
+	return busySharesOf(fairTenants, enq, rel, weights)
+}
+
+// busySharesOf is busyShares over the given tenants.
+func busySharesOf(tenants []string, enq, rel map[string][]time.Time, weights map[string]float64) shares {
 	var from, to time.Time
-	for i, k := range fairTenants {
+	for i, k := range tenants {
 		if len(enq[k]) == 0 {
 			return shares{}
 		}
@@ -329,7 +342,7 @@ func busyShares(enq, rel map[string][]time.Time, weights map[string]float64) sha
 	}
 	counts := map[string]float64{}
 	var total float64
-	for _, k := range fairTenants {
+	for _, k := range tenants {
 		for _, t := range rel[k] {
 			// Both ends count: the window closes on a release.
 			if !t.IsZero() && !t.Before(from) && !t.After(to) {
@@ -339,7 +352,7 @@ func busyShares(enq, rel map[string][]time.Time, weights map[string]float64) sha
 		}
 	}
 	var xs []float64
-	for _, k := range fairTenants {
+	for _, k := range tenants {
 		if total > 0 {
 			out.share[k] = counts[k] / total
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,7 +22,7 @@ const (
 
 // AllRounds lists the release-path rounds in run order.
 func AllRounds() []string {
-	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair, RoundPriority}
+	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair, RoundPriority, RoundFairScale}
 }
 
 // ReleaseReport holds the rounds of ScenarioRelease that ran.
@@ -32,7 +33,8 @@ type ReleaseReport struct {
 	Kill    *KillRow     `json:"kill,omitempty"`
 	Fair    []FairRow    `json:"fair,omitempty"`
 
-	Priority []PriorityRow `json:"priority,omitempty"` // priority.go
+	Priority  []PriorityRow  `json:"priority,omitempty"`  // priority.go
+	FairScale []FairScaleRow `json:"fairscale,omitempty"` // fairscale.go
 }
 
 // releaseDefaults fills the release-path fields of o.
@@ -74,6 +76,7 @@ func (o Options) releaseDefaults() Options {
 	o.FairTasksA, o.FairTasksBC = cmp.Or(o.FairTasksA, 1000), cmp.Or(o.FairTasksBC, 100)
 	dur(&o.FairDelay, 3*time.Second, 3*time.Second)
 	o.Priority = o.Priority.withDefaults()
+	o.FairScale = o.FairScale.withDefaults(o.Quick)
 	return o
 }
 
@@ -99,7 +102,7 @@ func (o Options) validateRelease() error {
 	if o.KillProcs < 2 || o.KillBacklog < 2 {
 		return fmt.Errorf("bench: kill round needs >= 2 processes and a backlog >= 2, got %d and %d", o.KillProcs, o.KillBacklog)
 	}
-	return o.Priority.validate()
+	return errors.Join(o.Priority.validate(), o.FairScale.validate())
 }
 
 // release runs the selected rounds.
@@ -128,6 +131,9 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 	}
 	if has(RoundPriority) {
 		r.Priority = e.priority(ctx)
+	}
+	if has(RoundFairScale) {
+		r.FairScale = e.fairScale(ctx)
 	}
 	return r
 }
@@ -212,6 +218,7 @@ func (r *ReleaseReport) markdown(o Options) string {
 		w("%s\n", fairTable(r.Fair))
 	}
 	b.WriteString(r.priorityMarkdown())
+	b.WriteString(r.fairScaleMarkdown(o.FairScale))
 	return b.String()
 }
 

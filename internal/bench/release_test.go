@@ -26,6 +26,8 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		KillRate: 20, KillProcs: 2, KillBacklog: 60, KillAfter: time.Second, KillLimit: 8 * time.Second,
 		FairRate: 50, FairProcs: 2, FairTasksA: 40, FairTasksBC: 5, FairDelay: 300 * time.Millisecond,
 		Priority: PriorityOptions{Rate: 50, Procs: 2, Backlog: 60, Urgent: 5, After: 10, Hold: time.Second},
+		FairScale: FairScaleOptions{Procs: 2, Rate: 100, Tenants: 3, Tasks: 50, WRate: 60, WTenants: 3, WTasks: 15,
+			NewcomerAfter: 300 * time.Millisecond},
 		Progress: logWriter{t, start},
 	}
 	rep, err := Run(ctx, opts)
@@ -85,8 +87,21 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 			t.Errorf("priority %s: %+v; want the 5 urgent released, their latencies and the worker count", x.Mode, x)
 		}
 	}
+	if len(r.FairScale) != 2 {
+		t.Fatalf("fairscale rows = %d, want 2 (equal, weighted 3:2:1)", len(r.FairScale))
+	}
+	for i, x := range r.FairScale {
+		want := []int{151, 90}[i] // 3 × 50 and the newcomer; 15 × (3+2+1), 1.5 s each
+		if x.Error != "" || !x.Complete || x.Delivered != want || x.KeepUp <= 0 || x.MaxIn1s == 0 || x.BusyS <= 0 ||
+			x.Jain <= 0 || x.CmdsPerTask <= 0 || x.Workers == 0 || (i == 0) != (x.NewcomerS > 0) {
+			t.Errorf("fairscale %s: %+v; want %d delivered, keep-up, Jain over a common window, commands per task, the worker count and the newcomer's release in run equal only", x.Mode, x, want)
+		}
+	}
+	if got, want := r.FairScale[1].Fairness, "{key: tenant, weights: {t00: 3, t01: 2}}"; got != want {
+		t.Errorf("weighted fairness = %q, want %q", got, want)
+	}
 	md := rep.Markdown()
-	for _, want := range []string{"### 7. Release path", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
+	for _, want := range []string{"### 7. Release path", "#### 7g.", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
 		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
