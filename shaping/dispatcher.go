@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -423,7 +424,10 @@ func (d *Dispatcher) Start() error {
 		runners = append(runners, d.runners[name])
 	}
 	d.spawn(func() { d.controlLoop(runners) })
-	d.spawn(func() { d.livenessLoop(runners) })
+	lv := &liveness{rdb: d.rdb, store: d.store, space: d.space, pid: d.pid, clock: d.cfg.Clock, timeout: d.cfg.RedisTimeout,
+		recoverAfter: d.cfg.RecoverAfter, log: d.log, m: d.m, trouble: &d.trouble, procs: &d.procs, stopping: d.stopping}
+	names := slices.Clone(d.order)
+	d.spawn(func() { lv.loop(names) })
 	return nil
 }
 

@@ -5,13 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/internal/priority"
 )
 
@@ -43,6 +47,24 @@ const (
 	troubleSettle = 7 * time.Second
 )
 
+// liveness announces this process in the ZSET of live processes and
+// returns the tasks of processes gone silent: one per Dispatcher, made
+// with what it needs (Dispatcher.liveness).
+type liveness struct {
+	rdb          redis.UniversalClient
+	store        *lua.Store
+	space        keys.Space
+	pid          string
+	clock        Clock
+	timeout      time.Duration // of one Redis call
+	recoverAfter time.Duration
+	log          *slog.Logger
+	m            *metrics.Metrics
+	trouble      *atomic.Bool  // set on trouble reaching Redis; read and cleared here
+	procs        *atomic.Int64 // live processes, as the last announce counted them
+	stopping     <-chan struct{}
+}
+
 // newProcessID names this process in the liveness ZSET.
 func newProcessID() string {
 	host, _ := os.Hostname()
@@ -61,33 +83,33 @@ func newProcessID() string {
 // this process ran, and then every minute as a fallback. No scan runs
 // until troubleSettle after the last trouble, so that the heartbeats of
 // live processes, which failed too, have extended their leases again.
-func (d *Dispatcher) livenessLoop(runners []*runner) {
-	clk := d.cfg.Clock
+func (v *liveness) loop(downstreams []string) {
+	clk := v.clock
 	var scanUntil, troubleAt, lastScan time.Time
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
-		dead, err := d.announce(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
+		dead, err := v.announce(ctx)
 		now := clk.Now()
-		if err != nil || d.trouble.Swap(false) {
+		if err != nil || v.trouble.Swap(false) {
 			troubleAt = now
 			scanUntil = now.Add(troubleSettle + asynqLease)
 		}
 		if err == nil && dead > 0 {
-			d.log.Info("shaping: a worker process stopped announcing itself; returning its held tasks to their queues", "processes", dead)
+			v.log.Info("shaping: a worker process stopped announcing itself; returning its held tasks to their queues", "processes", dead)
 			scanUntil = maxTime(scanUntil, now.Add(asynqLease))
 		}
 		settled := now.Sub(troubleAt) >= troubleSettle
 		if err == nil && settled && (now.Before(scanUntil) || now.Sub(lastScan) > time.Minute) {
-			d.recoverAll(ctx, runners)
+			v.recoverAll(ctx, downstreams)
 			lastScan = now
 		}
 		cancel()
 		t := clk.NewTimer(livenessInterval)
 		select {
-		case <-d.stopping:
+		case <-v.stopping:
 			t.Stop()
-			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
-			d.rdb.ZRem(ctx, d.space.Processes(), d.pid)
+			ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
+			v.rdb.ZRem(ctx, v.space.Processes(), v.pid)
 			cancel()
 			return
 		case <-t.C():
@@ -104,14 +126,14 @@ func maxTime(a, b time.Time) time.Time {
 
 // announce records this process as alive, removes (and counts) the
 // processes that have been silent for RecoverAfter, and notes how many
-// are alive (d.procs, for the fair lanes' share of the horizon).
-func (d *Dispatcher) announce(ctx context.Context) (int64, error) {
-	k := d.space.Processes()
+// are alive (procs, for the lanes' share of the horizon).
+func (v *liveness) announce(ctx context.Context) (int64, error) {
+	k := v.space.Processes()
 	now := time.Now()
 	var gone, live *redis.IntCmd
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Unix()), Member: d.pid})
-		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-d.cfg.RecoverAfter).Unix(), 10))
+	_, err := v.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Unix()), Member: v.pid})
+		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-v.recoverAfter).Unix(), 10))
 		p.Expire(ctx, k, time.Hour)
 		live = p.ZCard(ctx, k)
 		return nil
@@ -119,22 +141,22 @@ func (d *Dispatcher) announce(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	d.procs.Store(max(live.Val(), 1))
+	v.procs.Store(max(live.Val(), 1))
 	return gone.Val(), nil
 }
 
 // recoverAll runs recover.lua on every downstream's queue.
-func (d *Dispatcher) recoverAll(ctx context.Context, runners []*runner) {
-	for _, r := range runners {
-		moved, dropped, err := d.recoverQueue(ctx, r.ds.Name, 0)
+func (v *liveness) recoverAll(ctx context.Context, downstreams []string) {
+	for _, ds := range downstreams {
+		moved, dropped, err := v.recoverQueue(ctx, ds, 0)
 		if err != nil {
-			d.log.Warn("shaping: recovery scan failed", "downstream", r.ds.Name, "err", err)
+			v.log.Warn("shaping: recovery scan failed", "downstream", ds, "err", err)
 			continue
 		}
 		if moved+dropped > 0 {
-			d.log.Info("shaping: returned a dead process's held tasks to the front of the queue", "downstream", r.ds.Name, "tasks", moved, "without_hash", dropped)
-			if m := d.m; m != nil {
-				m.Recovered.WithLabelValues(r.ds.Name).Add(float64(moved))
+			v.log.Info("shaping: returned a dead process's held tasks to the front of the queue", "downstream", ds, "tasks", moved, "without_hash", dropped)
+			if m := v.m; m != nil {
+				m.Recovered.WithLabelValues(ds).Add(float64(moved))
 			}
 		}
 	}
@@ -143,16 +165,16 @@ func (d *Dispatcher) recoverAll(ctx context.Context, runners []*runner) {
 // recoverQueue moves downstream ds's tasks whose leases have not been
 // extended for RecoverAfter back to the front of its queue (now: unix
 // seconds for tests, 0 for Redis TIME).
-func (d *Dispatcher) recoverQueue(ctx context.Context, ds string, now int64) (moved, dropped int64, err error) {
-	q := d.space.Asynq(ds)
+func (v *liveness) recoverQueue(ctx context.Context, ds string, now int64) (moved, dropped int64, err error) {
+	q := v.space.Asynq(ds)
 	var levels []string
 	for _, lv := range priority.Levels {
-		levels = append(levels, d.space.TakePriority(ds, lv))
+		levels = append(levels, v.space.TakePriority(ds, lv))
 	}
 	total := int64(0)
 	for {
-		m, dr, err := d.store.Recover(ctx, q, lua.RecoverArgs{Lease: int64(asynqLease / time.Second),
-			Stale: int64(d.cfg.RecoverAfter / time.Second), Batch: recoverBatch, Now: now, Skew: int64(recoverSkew / time.Second),
+		m, dr, err := v.store.Recover(ctx, q, lua.RecoverArgs{Lease: int64(asynqLease / time.Second),
+			Stale: int64(v.recoverAfter / time.Second), Batch: recoverBatch, Now: now, Skew: int64(recoverSkew / time.Second),
 			Levels: levels})
 		if err != nil {
 			return moved, dropped, fmt.Errorf("shaping: recover %q: %w", ds, err)
