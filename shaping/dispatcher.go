@@ -390,7 +390,10 @@ func (d *Dispatcher) Start() error {
 			d.eng = eng
 		}
 	}
-	q := d.startQuarantine() // before asynq's recoverer first runs
+	// the first scan before asynq's recoverer first runs
+	q := newQuarantine(d.cfg.Quarantine, d.order, quarantineEnv{rdb: d.rdb, store: d.store, space: d.space, log: d.log,
+		m: d.m, timeout: d.cfg.RedisTimeout, stopping: d.stopping})
+	d.spawn(q.loop)
 	for _, name := range d.order {
 		r := d.runners[name]
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/metrics"
 )
 
 // QuarantineConfig tunes the scan that moves corrupt entries out of each
@@ -92,19 +94,29 @@ func judge(id string, msg *string) string {
 
 // quarantine scans the dispatcher's queues.
 type quarantine struct {
-	d     *Dispatcher
+	env   quarantineEnv
 	cfg   QuarantineConfig
 	names []string // downstreams
 	nudge chan struct{}
 }
 
-// startQuarantine scans the active list and lease set of every queue
+// quarantineEnv is what the scans need of the dispatcher, handed over
+// when they are made.
+type quarantineEnv struct {
+	rdb      redis.UniversalClient
+	store    *lua.Store
+	space    keys.Space
+	log      *slog.Logger
+	m        *metrics.Metrics
+	timeout  time.Duration // of one Redis call
+	stopping <-chan struct{}
+}
+
+// newQuarantine scans the active list and lease set of every queue
 // (what asynq's recoverer reads as soon as its server starts), bounded by
-// startScanMax so that a Redis that is down does not hold Start up, and
-// starts the background scans, which end when the dispatcher stops. Start
-// calls it with d.mu held.
-func (d *Dispatcher) startQuarantine() *quarantine {
-	c := d.cfg.Quarantine
+// startScanMax so that a Redis that is down does not hold Start up; its
+// loop runs the background scans, which end when the dispatcher stops.
+func newQuarantine(c QuarantineConfig, names []string, env quarantineEnv) *quarantine {
 	if c.Interval == 0 {
 		c.Interval = 30 * time.Second
 	}
@@ -114,11 +126,10 @@ func (d *Dispatcher) startQuarantine() *quarantine {
 	if c.TTL <= 0 {
 		c.TTL = 7 * 24 * time.Hour
 	}
-	q := &quarantine{d: d, cfg: c, names: append([]string(nil), d.order...), nudge: make(chan struct{}, 1)}
+	q := &quarantine{env: env, cfg: c, names: append([]string(nil), names...), nudge: make(chan struct{}, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), startScanMax)
 	q.scanAll(ctx, false)
 	cancel()
-	d.spawn(q.loop)
 	return q
 }
 
@@ -128,7 +139,7 @@ func (d *Dispatcher) startQuarantine() *quarantine {
 func (q *quarantine) loop() {
 	stop, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	go func() { <-q.d.stopping; cancelAll() }()
+	go func() { <-q.env.stopping; cancelAll() }()
 	tick := q.cfg.Interval
 	if tick < 0 {
 		tick = q.cfg.FullInterval
@@ -169,7 +180,7 @@ func (q *quarantine) scanAll(ctx context.Context, full bool) error {
 	var first error
 	for _, ds := range q.names {
 		if _, err := q.scan(ctx, ds, full); err != nil {
-			q.d.log.Warn("shaping: scanning the queue for corrupt tasks", "downstream", ds, "err", err)
+			q.env.log.Warn("shaping: scanning the queue for corrupt tasks", "downstream", ds, "err", err)
 			first = cmpOrErr(first, err)
 		}
 	}
@@ -192,7 +203,7 @@ func cmpOrErr(a, b error) error {
 // miss an entry that moved; the next one sees it, and an entry judged twice
 // is harmless: the script re-checks it.
 func (q *quarantine) scan(ctx context.Context, ds string, full bool) (int, error) {
-	a := q.d.space.Asynq(ds)
+	a := q.env.space.Asynq(ds)
 	type structure struct {
 		key, name string
 		list      bool
@@ -210,9 +221,9 @@ func (q *quarantine) scan(ctx context.Context, ds string, full bool) (int, error
 			var ids []string
 			var err error
 			if s.list {
-				ids, err = q.d.rdb.LRange(ctx, s.key, off, off+scanPage-1).Result()
+				ids, err = q.env.rdb.LRange(ctx, s.key, off, off+scanPage-1).Result()
 			} else {
-				ids, err = q.d.rdb.ZRange(ctx, s.key, off, off+scanPage-1).Result()
+				ids, err = q.env.rdb.ZRange(ctx, s.key, off, off+scanPage-1).Result()
 			}
 			if err != nil {
 				return moved, err
@@ -227,11 +238,11 @@ func (q *quarantine) scan(ctx context.Context, ds string, full bool) (int, error
 			}
 		}
 	}
-	n, err := q.d.rdb.LLen(ctx, q.d.space.Quarantine(ds)).Result()
+	n, err := q.env.rdb.LLen(ctx, q.env.space.Quarantine(ds)).Result()
 	if err != nil {
 		return moved, err
 	}
-	if m := q.d.m; m != nil {
+	if m := q.env.m; m != nil {
 		m.QuarantineLen.WithLabelValues(ds).Set(float64(n))
 	}
 	return moved, nil
@@ -251,7 +262,7 @@ func (q *quarantine) judgePage(ctx context.Context, a keys.AsynqQueue, ds string
 	if len(todo) == 0 {
 		return 0, nil
 	}
-	pipe := q.d.rdb.Pipeline()
+	pipe := q.env.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(todo))
 	for i, id := range todo {
 		cmds[i] = pipe.HGet(ctx, a.Task(id), "msg")
@@ -267,7 +278,7 @@ func (q *quarantine) judgePage(ctx context.Context, a keys.AsynqQueue, ds string
 		}
 		reason := judge(id, msg)
 		if reason == ReasonNoMsg {
-			n, err := q.d.rdb.Exists(ctx, a.Task(id)).Result()
+			n, err := q.env.rdb.Exists(ctx, a.Task(id)).Result()
 			if err != nil {
 				return moved, err
 			}
@@ -299,7 +310,7 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 	if msg != nil {
 		judged = *msg
 	}
-	n, err := q.d.store.Quarantine(ctx, a, q.d.space.Quarantine(ds), lua.QuarantineArgs{ID: id, Reason: reason,
+	n, err := q.env.store.Quarantine(ctx, a, q.env.space.Quarantine(ds), lua.QuarantineArgs{ID: id, Reason: reason,
 		Judged: judged, Keep: q.cfg.MaxEntries, TTL: q.cfg.TTL.Milliseconds(), Bytes: quarantineMsg})
 	if err != nil {
 		return false, fmt.Errorf("shaping: quarantine task %q of %q: %w", id, ds, err)
@@ -307,9 +318,9 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 	if n == 0 {
 		return false, nil
 	}
-	q.d.log.Warn("shaping: moved a corrupt task to the quarantine", "downstream", ds, "id", id, "reason", reason,
-		"quarantine", q.d.space.Quarantine(ds))
-	if m := q.d.m; m != nil {
+	q.env.log.Warn("shaping: moved a corrupt task to the quarantine", "downstream", ds, "id", id, "reason", reason,
+		"quarantine", q.env.space.Quarantine(ds))
+	if m := q.env.m; m != nil {
 		m.Quarantined.WithLabelValues(ds, reason).Inc()
 	}
 	return true, nil
@@ -319,16 +330,16 @@ func (q *quarantine) move(ctx context.Context, a keys.AsynqQueue, ds, id, reason
 // quarantine, with the reason judge gives its msg (take.lua reads a
 // missing msg as empty); false when judge finds nothing wrong or the move
 // failed (the engine then archives it).
-func (q *quarantine) taken(r *runner, id string, msg []byte) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), q.d.cfg.RedisTimeout)
+func (q *quarantine) taken(ds, id string, msg []byte) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), q.env.timeout)
 	defer cancel()
-	a := q.d.space.Asynq(r.ds.Name)
+	a := q.env.space.Asynq(ds)
 	m := string(msg)
 	mp := &m
 	if m == "" {
 		// take.lua reads a hash without msg, and no hash, as "": tell
 		// them apart as the scan does
-		v, err := q.d.rdb.HGet(ctx, a.Task(id), "msg").Result()
+		v, err := q.env.rdb.HGet(ctx, a.Task(id), "msg").Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			mp = nil
@@ -340,17 +351,17 @@ func (q *quarantine) taken(r *runner, id string, msg []byte) bool {
 	}
 	reason := judge(id, mp)
 	if reason == ReasonNoMsg {
-		if n, err := q.d.rdb.Exists(ctx, a.Task(id)).Result(); err == nil && n == 0 {
+		if n, err := q.env.rdb.Exists(ctx, a.Task(id)).Result(); err == nil && n == 0 {
 			reason = ReasonNoTaskHash
 		}
 	}
 	if reason == "" {
 		return false
 	}
-	r.outcome("malformed")
-	ok, err := q.move(ctx, a, r.ds.Name, id, reason, mp)
+	q.malformed(ds)
+	ok, err := q.move(ctx, a, ds, id, reason, mp)
 	if err != nil {
-		q.d.log.Warn("shaping: quarantine of a task taken failed; it is archived", "downstream", r.ds.Name, "id", id, "err", err)
+		q.env.log.Warn("shaping: quarantine of a task taken failed; it is archived", "downstream", ds, "id", id, "err", err)
 	}
 	return err == nil && ok
 }
@@ -359,17 +370,25 @@ func (q *quarantine) taken(r *runner, id string, msg []byte) bool {
 // no type: asynq's client refuses an empty type) from reaching a handler:
 // asynq could not complete it anyway. It asks for a scan, which
 // quarantines the entry behind it.
-func (q *quarantine) guard(r *runner, next asynq.HandlerFunc) asynq.HandlerFunc {
+func (q *quarantine) guard(ds string, next asynq.HandlerFunc) asynq.HandlerFunc {
 	return func(ctx context.Context, t *asynq.Task) error {
 		if id, _ := asynq.GetTaskID(ctx); id == "" || t.Type() == "" {
-			r.outcome("malformed")
+			q.malformed(ds)
 			select {
 			case q.nudge <- struct{}{}:
 			default:
 			}
 			return fmt.Errorf("shaping: downstream %q: task %q has no id or no type (corrupt msg); it goes to the quarantine: %w",
-				r.ds.Name, id, asynq.SkipRetry)
+				ds, id, asynq.SkipRetry)
 		}
 		return next(ctx, t)
+	}
+}
+
+// malformed counts a task of ds that cannot be delivered as the release
+// path's outcome "malformed".
+func (q *quarantine) malformed(ds string) {
+	if m := q.env.m; m != nil {
+		m.Outcomes.WithLabelValues(ds, "malformed").Inc()
 	}
 }

@@ -58,7 +58,8 @@ func TestQuarantineScanCost(t *testing.T) {
 	if err := d.Add(Downstream{Name: "api", Rate: limiters.PerSecond(1), Handler: func(context.Context, *Task) error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
-	q := &quarantine{d: d, cfg: QuarantineConfig{MaxEntries: 10, TTL: 1e9}, names: []string{"api"}}
+	q := &quarantine{env: quarantineEnv{rdb: d.rdb, store: d.store, space: d.space, log: d.log, timeout: d.cfg.RedisTimeout, stopping: d.stopping},
+		cfg: QuarantineConfig{MaxEntries: 10, TTL: 1e9}, names: []string{"api"}}
 	for _, st := range []struct {
 		full bool
 		max  int64
