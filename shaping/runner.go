@@ -3,7 +3,6 @@ package shaping
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,18 +146,6 @@ func (r *runner) leaseTime() time.Duration {
 func (r *runner) bucket() Bucket {
 	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost(),
 		LateTolerance: r.paceTolerance(), Quotas: r.ds.Quotas}
-}
-
-// maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
-// per row of a batch.
-func (ds *Downstream) maxReleaseCost() int64 {
-	if ds.Batch != nil && ds.Batch.MaxRows > 1 {
-		if ds.MaxCost > math.MaxInt64/int64(ds.Batch.MaxRows) {
-			return math.MaxInt64
-		}
-		return ds.MaxCost * int64(ds.Batch.MaxRows)
-	}
-	return ds.MaxCost
 }
 
 var errStopping = errors.New("shaping: stopping")
