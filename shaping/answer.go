@@ -2,41 +2,12 @@ package shaping
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/rlheader"
 )
-
-// answer is what a handler reported about one call (Task.ReportCost,
-// Task.ReportHeader).
-type answer struct {
-	header  http.Header
-	cost    int64
-	costSet bool
-}
-
-// ReportCost tells the dispatcher what the call really cost, in units,
-// when only the answer knows it (a GraphQL query's points). After the
-// handler returns, the bucket, the quotas and the announced limit are
-// charged the difference from t.Cost, or refunded it, for every process:
-// the spacing of the next releases follows the real cost. A cost below 1
-// is refused, as at enqueue (t.Cost stands); one above the downstream's
-// cap (its MaxCost, its smallest quota, what the rate spends in MaxHold)
-// is cut to it. Call it before the handler returns.
-func (t *Task) ReportCost(units int64) {
-	t.answer.cost, t.answer.costSet = units, true
-}
-
-// ReportHeader hands the dispatcher the header of the downstream's answer
-// (any status). Its RateLimit / RateLimit-Policy, X-RateLimit-* and
-// Retry-After fields pace every process sharing the Redis: nothing left
-// holds the downstream until the window resets, and less left than the rate
-// would spend slows it to what lasts until then. It never speeds up past
-// the rate. Call it before the handler returns; HTTPHandler does.
-func (t *Task) ReportHeader(h http.Header) { t.answer.header = h }
 
 // answered acts on what the handler reported for t's call: one script call
 // when the answer's cost differs from the reservation or it announces a

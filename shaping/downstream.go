@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/rlheader"
@@ -427,3 +429,44 @@ func (ds *Downstream) maxReleaseCost() int64 {
 	}
 	return ds.MaxCost
 }
+
+// answer is what a handler reported about one call (Task.ReportCost,
+// Task.ReportHeader).
+type answer struct {
+	header  http.Header
+	cost    int64
+	costSet bool
+}
+
+// ReportCost tells the dispatcher what the call really cost, in units,
+// when only the answer knows it (a GraphQL query's points). After the
+// handler returns, the bucket, the quotas and the announced limit are
+// charged the difference from t.Cost, or refunded it, for every process:
+// the spacing of the next releases follows the real cost. A cost below 1
+// is refused, as at enqueue (t.Cost stands); one above the downstream's
+// cap (its MaxCost, its smallest quota, what the rate spends in MaxHold)
+// is cut to it. Call it before the handler returns.
+func (t *Task) ReportCost(units int64) {
+	t.answer.cost, t.answer.costSet = units, true
+}
+
+// ReportHeader hands the dispatcher the header of the downstream's answer
+// (any status). Its RateLimit / RateLimit-Policy, X-RateLimit-* and
+// Retry-After fields pace every process sharing the Redis: nothing left
+// holds the downstream until the window resets, and less left than the rate
+// would spend slows it to what lasts until then. It never speeds up past
+// the rate. Call it before the handler returns; HTTPHandler does.
+func (t *Task) ReportHeader(h http.Header) { t.answer.header = h }
+
+// Fairness shares a downstream's rate among the admission keys (the
+// task's Key: tenant, user, API key) that have tasks waiting: each gets
+// rate × its weight / the sum of the waiting keys' weights, and a key
+// alone gets the whole rate (no slot idles while any key has work). A key
+// that arrives late starts at once, not behind another key's backlog. See
+// docs/algorithms.md, fair share, for how it works and its bounds. Its
+// fields (Weights, DefaultWeight, KeyRate: a per-key ceiling) are
+// documented on fairindex.Fairness, the type it names, which producers
+// (queue.FairShare) share.
+//
+// The zero value shares equally among keys, with no per-key ceiling.
+type Fairness = fairindex.Fairness

@@ -75,3 +75,7 @@ var ErrUnknownDownstream = control.ErrUnknownDownstream
 // DELETE on an active task): the handler should stop; the task is removed,
 // not retried, unless the handler still returns nil.
 var ErrCancelled = take.ErrCancelled
+
+// errGiveBack: serve ends without a call, and the task goes back to the
+// head of its queue with no attempt consumed.
+var errGiveBack = errors.New("shaping: task given back")

@@ -11,19 +11,6 @@ import (
 	"github.com/shaper-io/shaper/limiters"
 )
 
-// Fairness shares a downstream's rate among the admission keys (the
-// task's Key: tenant, user, API key) that have tasks waiting: each gets
-// rate × its weight / the sum of the waiting keys' weights, and a key
-// alone gets the whole rate (no slot idles while any key has work). A key
-// that arrives late starts at once, not behind another key's backlog. See
-// docs/algorithms.md, fair share, for how it works and its bounds. Its
-// fields (Weights, DefaultWeight, KeyRate: a per-key ceiling) are
-// documented on fairindex.Fairness, the type it names, which producers
-// (queue.FairShare) share.
-//
-// The zero value shares equally among keys, with no per-key ceiling.
-type Fairness = fairindex.Fairness
-
 // KeyControl is the operator's setting for one admission key of a fair
 // downstream (Control.SetKey): its own rate, weight or pause, in every
 // process. See control.KeyControl, the type it names.
@@ -109,24 +96,3 @@ func (r *runner) fairSeen(st FairState) {
 	r.fairSt = st
 	r.smu.Unlock()
 }
-
-// lookahead is how far ahead the lane reserves slots: MaxWait, or less on
-// a fair downstream (fairindex.Lookahead), where a late key must not wait
-// behind slots already reserved for others, and on a downstream with
-// priorities (priorityLookahead), where a task of a higher priority must
-// not wait behind slots already reserved for lower ones.
-func (r *runner) lookahead() time.Duration {
-	la := r.ds.MaxWait
-	if r.ds.Fairness != nil {
-		la = min(la, fairindex.Lookahead)
-	}
-	if r.ds.Priority != nil {
-		la = min(la, max(2*r.rate.Load().Interval(1), priorityLookahead))
-	}
-	return la
-}
-
-// priorityLookahead is the least a downstream with priorities reserves
-// ahead (more at a rate slower than two slots in it): a task of priority
-// 1 then waits for at most about this, plus one slot to be taken.
-const priorityLookahead = 20 * time.Millisecond

@@ -26,12 +26,6 @@ func (r *runner) giveBack(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (r *runner) outcome(o string) {
-	if r.d.m != nil {
-		r.d.m.Outcomes.WithLabelValues(r.ds.Name, o).Inc()
-	}
-}
-
 // process is the asynq.Server's handler (a batching downstream).
 func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)

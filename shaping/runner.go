@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -257,4 +258,31 @@ func (r *runner) lateTolerance(cost int64) time.Duration {
 		return r.ds.LateTolerance
 	}
 	return sizing.LateTolerance(*r.rate.Load(), cost)
+}
+
+// lookahead is how far ahead the lane reserves slots: MaxWait, or less on
+// a fair downstream (fairindex.Lookahead), where a late key must not wait
+// behind slots already reserved for others, and on a downstream with
+// priorities (priorityLookahead), where a task of a higher priority must
+// not wait behind slots already reserved for lower ones.
+func (r *runner) lookahead() time.Duration {
+	la := r.ds.MaxWait
+	if r.ds.Fairness != nil {
+		la = min(la, fairindex.Lookahead)
+	}
+	if r.ds.Priority != nil {
+		la = min(la, max(2*r.rate.Load().Interval(1), priorityLookahead))
+	}
+	return la
+}
+
+// priorityLookahead is the least a downstream with priorities reserves
+// ahead (more at a rate slower than two slots in it): a task of priority
+// 1 then waits for at most about this, plus one slot to be taken.
+const priorityLookahead = 20 * time.Millisecond
+
+func (r *runner) outcome(o string) {
+	if r.d.m != nil {
+		r.d.m.Outcomes.WithLabelValues(r.ds.Name, o).Inc()
+	}
 }

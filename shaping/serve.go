@@ -194,10 +194,6 @@ func (r *runner) takeGate(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// errGiveBack: serve ends without a call, and the task goes back to the
-// head of its queue with no attempt consumed.
-var errGiveBack = errors.New("shaping: task given back")
-
 // serveTake is the engine's handler for r.
 func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if t.Type == "" {
