@@ -2,7 +2,6 @@ package shaping
 
 import (
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -16,29 +15,6 @@ import (
 
 // clampLogEvery bounds the log lines of one kind of cut per downstream.
 const clampLogEvery = 10 * time.Second
-
-// Clamp is the last answer of a downstream whose hold or cost was cut or
-// refused.
-type Clamp struct {
-	// What is hold, cost_high or cost_low.
-	What string
-	// Header is the answer's field that said it (e.g. "Retry-After:
-	// 99999999"); for costs, the reported cost.
-	Header string
-	// Said is what the answer asked for: the hold, or the cost in units.
-	Said string
-	// Applied is what was applied instead ("" for a refused cost).
-	Applied string
-	// At is when this process saw it.
-	At time.Time
-}
-
-// clampState is a runner's last Clamp and its log throttle.
-type clampState struct {
-	mu     sync.Mutex
-	last   Clamp
-	logged map[string]time.Time
-}
 
 // capHold cuts a hold of d, said by header, to the downstream's MaxHold.
 func (r *runner) capHold(d time.Duration, header string) time.Duration {

@@ -94,22 +94,6 @@ func (c *Control) SetRate(ctx context.Context, ds string, l limiters.Limit) erro
 // State reads ds's runtime state.
 func (c *Control) State(ctx context.Context, ds string) (State, error) { return c.st.State(ctx, ds) }
 
-// Adaptive makes a downstream's rate follow its answers: additive increase
-// while it succeeds, multiplicative decrease on 429/503/timeouts, between
-// Floor and Ceiling, shared by every process through Redis.
-type Adaptive struct {
-	// Floor and Ceiling bound the rate; the ceiling is never exceeded.
-	Floor, Ceiling limiters.Limit
-	// Decrease multiplies the rate on a throttling answer; zero means 0.75.
-	Decrease float64
-	// Step is added per Interval of successes; zero means Ceiling/20.
-	Step limiters.Limit
-	// Interval spaces changes: one decrease per interval however many
-	// workers saw the 429, and increases only after a calm interval. Zero
-	// means 1s.
-	Interval time.Duration
-}
-
 func milli(l limiters.Limit) int64 { return int64(l.PerSec()*1000 + 0.5) }
 
 // fromMilli builds a Limit of m milli-units per second.
@@ -144,12 +128,22 @@ func (c *Control) adaptiveEvent(ctx context.Context, ds string, a *Adaptive, sta
 	return fromMilli(m), nil
 }
 
-// served is the downstream called name as the dispatcher runs it
-// (defaults filled); false when it does not serve one of that name.
-func (d *Dispatcher) served(name string) (Downstream, bool) {
-	r, err := d.runner(name)
-	if err != nil {
-		return Downstream{}, false
-	}
-	return r.ds, true
+// Versions reads every downstream's change counter, the one command a
+// process's control tick costs: a downstream whose counter moved has new
+// runtime state (State). For producers that follow the runtime modes.
+func (c *Control) Versions(ctx context.Context) (map[string]string, error) {
+	return c.st.Versions(ctx)
+}
+
+// SetMode sets, in every process, the mode of ds's shaping (limiter "")
+// or of its admission limiter called limiter: producers and dispatchers
+// read it on their next control tick (within a second). It overrides the
+// mode the configuration gives until ClearMode.
+func (c *Control) SetMode(ctx context.Context, ds, limiter string, m limiters.Mode) error {
+	return c.st.SetMode(ctx, ds, limiter, m)
+}
+
+// ClearMode removes a mode SetMode set: back to the configured one.
+func (c *Control) ClearMode(ctx context.Context, ds, limiter string) error {
+	return c.st.ClearMode(ctx, ds, limiter)
 }

@@ -36,7 +36,7 @@ const fullRefresh = 10 * time.Second
 // of the downstreams whose version moved; the schedule is applied from
 // the cached state without Redis. Idle, that is one command per tick per
 // process, however many downstreams it serves.
-func (d *Dispatcher) controlLoop(runners []*runner) {
+func (d *services) controlLoop(runners []*runner) {
 	clk := d.cfg.Clock
 	seen := map[string]string{}
 	last := clk.Now()
@@ -283,4 +283,31 @@ func isTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// applyMode sets the shaping mode from the runtime state. Back from
+// shadow to enforce, the bucket is cleared: in shadow next_free runs ahead
+// by the backlog enforcing would have built (that is the wait it
+// reports), a backlog that does not exist, and enforcing against it would
+// stall the downstream for that long.
+func (r *runner) applyMode(st State) {
+	m := modeEnforce
+	if st.ModeOf("", r.ds.ShapingMode) == limiters.Shadow {
+		m = modeShadow
+	}
+	was := r.mode.Swap(m)
+	if was == modeShadow && m == modeEnforce {
+		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+		defer cancel()
+		if err := r.d.buckets.Reset(ctx, r.ds.Name); err != nil {
+			r.d.log.Warn("shaping: clearing the bucket after shadow mode failed", "downstream", r.ds.Name, "err", err)
+		}
+	}
+	if mm := r.d.m; mm != nil {
+		v := 0.0
+		if m == modeShadow {
+			v = 1
+		}
+		mm.ShadowMode.WithLabelValues(r.ds.Name).Set(v)
+	}
 }

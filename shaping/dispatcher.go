@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,38 +17,22 @@ import (
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/metrics"
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // Dispatcher releases the tasks of its downstreams at their rates.
 // The zero Dispatcher is not usable: New builds one.
 type Dispatcher struct {
-	rdb     redis.UniversalClient
-	store   *lua.Store // recovery, quarantine and breaker scripts
-	cfg     Config
-	space   keys.Space
-	buckets *Buckets
-	fair    *FairQueue
-	log     *slog.Logger
-	alog    *logThrottle // asynq's repeated warnings, shared by every server
-	m       *metrics.Metrics
+	*services
 
 	mu       sync.Mutex
 	runners  map[string]*runner
 	order    []string
 	started  bool
-	stopping chan struct{}
 	stopOnce sync.Once
 	loops    sync.WaitGroup // the background loops (spawn), which end on stopping
-	control  *Control
-	eng      *take.Engine  // serves every downstream but batching ones
-	engStop  func()        // ends the engine's Run
-	engDone  chan struct{} // closed when the engine's Run returned
-	pid      string        // this process in the liveness ZSET
-	// trouble: an asynq script call failed on the network since the
-	// liveness loop last looked (asynqClient)
-	trouble atomic.Bool
-	procs   atomic.Int64 // live processes at the last announce (0: not yet known)
+	engStop  func()         // ends the engine's Run
+	engDone  chan struct{}  // closed when the engine's Run returned
+	pid      string         // this process in the liveness ZSET
 }
 
 // New returns a Dispatcher over rdb. Add downstreams, then Start or Run.
@@ -78,8 +61,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	}
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
-		rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
-		runners: map[string]*runner{}, stopping: make(chan struct{}), pid: newProcessID(),
+		services: &services{rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
+			stopping: make(chan struct{})},
+		runners: map[string]*runner{}, pid: newProcessID(),
 	}
 	d.m = metrics.New(cfg.Registerer)
 	d.alog = &logThrottle{every: asynqLogEvery, last: map[string]time.Time{}, dropped: map[string]int{}}
@@ -118,7 +102,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		f.Runtime = &fairindex.KeyOverrides{}
 		ds.Fairness = &f
 	}
-	r := &runner{d: d, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
+	r := &runner{d: d.services, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
 	r.longHold.maxWait = ds.MaxWait
 	r.lane = newLane(r)
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
@@ -391,4 +375,41 @@ func (d *Dispatcher) runner(name string) (*runner, error) {
 		return nil, fmt.Errorf("%w %q", ErrUnknownDownstream, name)
 	}
 	return r, nil
+}
+
+// served is the downstream called name as the dispatcher runs it
+// (defaults filled); false when it does not serve one of that name.
+func (d *Dispatcher) served(name string) (Downstream, bool) {
+	r, err := d.runner(name)
+	if err != nil {
+		return Downstream{}, false
+	}
+	return r.ds, true
+}
+
+// Limits is downstream's quota and announced-limit state as this process
+// last saw it, without a Redis call.
+func (d *Dispatcher) Limits(downstream string) (Limits, error) {
+	r, err := d.runner(downstream)
+	if err != nil {
+		return Limits{}, err
+	}
+	r.limits.mu.Lock()
+	defer r.limits.mu.Unlock()
+	l := r.limits.l
+	l.Quotas = append([]QuotaUse(nil), l.Quotas...)
+	l.Clamp = r.lastClamp()
+	return l, nil
+}
+
+// Mode is the mode a downstream's shaping runs in now in this process.
+func (d *Dispatcher) Mode(downstream string) (limiters.Mode, error) {
+	r, err := d.runner(downstream)
+	if err != nil {
+		return limiters.Enforce, err
+	}
+	if r.inShadow() {
+		return limiters.Shadow, nil
+	}
+	return limiters.Enforce, nil
 }

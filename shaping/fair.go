@@ -29,17 +29,9 @@ const FairHorizon = fairindex.Horizon
 // fairindex.Target).
 func FairTarget(rate limiters.Limit) int64 { return fairindex.Target(rate) }
 
-// FairQueue parks fair downstreams' tasks in weighted fair order and
-// promotes them into asynq's pending list (fair.lua). Producers park;
-// dispatchers feed and exchange service. Safe for concurrent use.
-type FairQueue = fairindex.Queue
-
 // NewFairQueue returns a FairQueue over rdb for key prefix ("" means
 // "shaper").
 func NewFairQueue(rdb redis.Scripter, prefix string) *FairQueue { return fairindex.New(rdb, prefix) }
-
-// FairState is what a park or feed saw, after it.
-type FairState = fairindex.State
 
 // feedEvery is how often a dispatcher promotes while tasks wait: half the
 // time the pending target lasts, between 100ms and PollInterval.
@@ -95,4 +87,32 @@ func (r *runner) fairSeen(st FairState) {
 	r.smu.Lock()
 	r.fairSt = st
 	r.smu.Unlock()
+}
+
+// exchange shares a fair lane's service per key with the other processes'
+// (fairOrder): one script call, from the feed loop.
+func (l *lane) exchange() {
+	if l.fair == nil {
+		return
+	}
+	l.r.smu.Lock()
+	keys := l.r.fairSt.Keys
+	l.r.smu.Unlock()
+	l.mu.Lock()
+	l.fair.activeKeys = keys
+	inc, lifted, want := l.fair.exchanging()
+	l.mu.Unlock()
+	if len(inc) == 0 && len(lifted) == 0 && len(want) == 0 {
+		return
+	}
+	r := l.r
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	shared, err := r.d.fair.Exchange(ctx, r.ds.Name, r.d.cfg.Clock, inc, lifted, want)
+	cancel()
+	if err != nil {
+		r.d.log.Debug("shaping: fair share: cannot share service", "downstream", r.ds.Name, "err", err)
+	}
+	l.mu.Lock()
+	l.fair.exchanged(inc, lifted, shared, err, r.d.cfg.Clock.Now())
+	l.mu.Unlock()
 }

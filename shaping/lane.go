@@ -281,16 +281,6 @@ func (l *lane) remove(e *list.Element) *waiter {
 	return w
 }
 
-// backlogged reports whether another waiter of key is queued here.
-func (l *lane) backlogged(key string) bool {
-	if l.fair == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fair.waiting[key] > 0
-}
-
 // priority is w's priority from its take order (serveTake puts it in the
 // order's high bits); 0 for a waiter with no take order.
 func (w *waiter) priority() int64 { return w.order >> takeOrderBits }
@@ -572,30 +562,45 @@ func (l *lane) sleep(d time.Duration) bool {
 	return l.sleepOr(d, l.r.wakeCh())
 }
 
-// exchange shares a fair lane's service per key with the other processes'
-// (fairOrder): one script call, from the feed loop.
-func (l *lane) exchange() {
-	if l.fair == nil {
-		return
+// dropExpired refuses, with ErrDeadlinePassed, every waiter whose deadline
+// has passed (l.mu held), so the lane never reserves a slot for it.
+func (l *lane) dropExpired() {
+	now := l.r.d.cfg.Clock.Now()
+	for e := l.q.Front(); e != nil; {
+		next := e.Next()
+		if w := e.Value.(*waiter); pastDeadline(w.deadline, now) {
+			l.remove(e).done <- grant{err: ErrDeadlinePassed}
+		}
+		e = next
 	}
-	l.r.smu.Lock()
-	keys := l.r.fairSt.Keys
-	l.r.smu.Unlock()
-	l.mu.Lock()
-	l.fair.activeKeys = keys
-	inc, lifted, want := l.fair.exchanging()
-	l.mu.Unlock()
-	if len(inc) == 0 && len(lifted) == 0 && len(want) == 0 {
-		return
+}
+
+// tooLate reports whether w cannot use a slot starting at slot on the
+// Redis clock: it would start after w's deadline.
+func (l *lane) tooLate(w *waiter, slot time.Time) bool {
+	return pastDeadline(w.deadline, slot.Add(l.r.offset.get()))
+}
+
+// frontFor is the first waiter that can use a slot starting at slot (l.mu
+// held): waiters before it that would start after their deadline are
+// refused, and the slot goes to the next one.
+func (l *lane) frontFor(slot time.Time) *list.Element {
+	e := l.q.Front()
+	for e != nil && l.tooLate(e.Value.(*waiter), slot) {
+		l.remove(e).done <- grant{err: ErrDeadlinePassed}
+		e = l.q.Front()
 	}
-	r := l.r
-	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-	shared, err := r.d.fair.Exchange(ctx, r.ds.Name, r.d.cfg.Clock, inc, lifted, want)
-	cancel()
-	if err != nil {
-		r.d.log.Debug("shaping: fair share: cannot share service", "downstream", r.ds.Name, "err", err)
-	}
-	l.mu.Lock()
-	l.fair.exchanged(inc, lifted, shared, err, r.d.cfg.Clock.Now())
-	l.mu.Unlock()
+	return e
+}
+
+// pastDeadlineNow reports whether w's deadline has passed (l.mu held).
+func (l *lane) pastDeadlineNow(w *waiter) bool {
+	return pastDeadline(w.deadline, l.r.d.cfg.Clock.Now())
+}
+
+// unstock puts a stocked slot back in front, for the next waiter: the one
+// that took it cannot start by its deadline, and every other slot the lane
+// could get it starts later still (l.mu held).
+func (l *lane) unstock(g grant) {
+	l.stock = append([]grant{g}, l.stock...)
 }

@@ -37,7 +37,7 @@ func TestSkipLateAtTheRelease(t *testing.T) {
 // now: enough for the runner's and lane's own arithmetic.
 func testRunner(now time.Time, rate limiters.Limit, ds Downstream) (*runner, *clocktest.Fake) {
 	clk := clocktest.New(now)
-	r := &runner{d: &Dispatcher{cfg: Config{Clock: clk}}, ds: ds}
+	r := &runner{d: &services{cfg: Config{Clock: clk}}, ds: ds}
 	r.rate.Store(&rate)
 	return r, clk
 }

@@ -20,10 +20,6 @@ import (
 // downstream and process asks for its waiting workers in one call and
 // sleeps between asks, so waiting workers never call Redis themselves.
 
-// DefaultLeaseTime is a lease's life when Downstream.LeaseTime is zero;
-// a call renews its lease every third of it.
-const DefaultLeaseTime = 10 * time.Second
-
 const (
 	leaseBatch   = 64                     // waiters asked for in one call
 	leasePollMin = 5 * time.Millisecond   // first sleep when the cap is full

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/bucket"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -159,45 +159,4 @@ func minQuota(qs []Quota) int64 {
 	return m
 }
 
-// quotaGuard is how long past its slot a quota counts a release of cost
-// units: its late tolerance plus the margin, at most a quarter of the
-// shortest window.
-func (b Bucket) quotaGuard(cost int64) int64 {
-	if len(b.Quotas) == 0 {
-		return 0
-	}
-	tol := b.LateTolerance
-	if tol <= 0 {
-		tol = sizing.LateTolerance(b.Rate, cost)
-	}
-	g := time.Duration(1<<63 - 1)
-	for _, q := range b.Quotas {
-		m := q.Margin
-		if m == 0 {
-			m = DefaultQuotaMargin
-		}
-		g = min(g, tol+m, q.Per/4)
-	}
-	return g.Microseconds()
-}
-
-// quotaArgs are the quotas' script arguments.
-func (s *Buckets) quotaArgs(b Bucket) []lua.QuotaArgs {
-	out := make([]lua.QuotaArgs, 0, len(b.Quotas))
-	for _, q := range b.Quotas {
-		a := lua.QuotaArgs{Key: s.space.Quota(b.Name, q.shape()), Limit: q.Limit, Period: q.Per.Microseconds(),
-			Sub: q.sub(), Align: -1}
-		if q.Aligned {
-			a.Align = q.Offset.Microseconds()
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-func (s *Buckets) answerKeys(name string) lua.AnswerKeys {
-	return lua.AnswerKeys{Announced: s.space.Announced(name), Issued: s.space.Issued(name)}
-}
-
-// claimsKey is the HASH of downstream name's priority claims.
-func (s *Buckets) claimsKey(name string) string { return s.space.PriorityClaims(name) }
+const maxIntervalUS = bucket.MaxIntervalUS

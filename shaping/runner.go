@@ -10,13 +10,14 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/shaper-io/shaper/internal/fairindex"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
 // runner serves one downstream.
 type runner struct {
-	d        *Dispatcher
+	d        *services
 	ds       Downstream
 	handlers map[string]HandlerFunc
 	srv      *asynq.Server
@@ -285,4 +286,117 @@ func (r *runner) outcome(o string) {
 	if r.d.m != nil {
 		r.d.m.Outcomes.WithLabelValues(r.ds.Name, o).Inc()
 	}
+}
+
+// wasted gives back to the quotas and the announced limit the units of
+// slots that were reserved but never released (a late worker, a stocked
+// slot past its time): the downstream never saw them. The bucket keeps
+// them (a wasted slot is never replayed). Without quotas it does nothing;
+// with them, one script call per slot, off the caller's path.
+func (r *runner) wasted(cost int64, gs ...grant) {
+	if len(gs) == 0 || len(r.ds.Quotas) == 0 {
+		return
+	}
+	go func() {
+		for _, g := range gs {
+			if !r.unquota(cost, g) {
+				return
+			}
+		}
+	}()
+}
+
+// unquota gives the units of g's slot back to the quotas and the announced
+// limit (not to the rate: the slot's time is gone either way); false when
+// Redis failed.
+func (r *runner) unquota(cost int64, g grant) bool {
+	b := r.bucket()
+	bs := r.d.buckets
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := bs.store.Settle(ctx, bs.space.Bucket(b.Name), lua.SettleArgs{Answers: bs.answerKeys(b.Name),
+		Diff: -cost, Slot: g.slot.UnixMicro(), Seq: g.issued, Guard: b.quotaGuard(cost), Quotas: bs.quotaArgs(b)})
+	r.d.m.ObserveScript("answer", time.Since(start), err)
+	if err != nil {
+		r.d.log.Warn("shaping: cannot give a slot's units back to the quotas", "downstream", r.ds.Name, "err", err)
+		return false
+	}
+	return true
+}
+
+// observeReservation records a lane reservation's quota state and what
+// held it.
+func (r *runner) observeReservation(res Reservation) {
+	r.limits.reserved(res)
+	m := r.d.m
+	if m == nil {
+		return
+	}
+	for _, q := range res.Quotas {
+		l := q.Quota.String()
+		m.Limits.QuotaUsed.WithLabelValues(r.ds.Name, l).Set(float64(q.Used))
+		m.Limits.QuotaLimit.WithLabelValues(r.ds.Name, l).Set(float64(q.Quota.Limit))
+		reset := 0.0
+		if !q.Reset.IsZero() {
+			reset = float64(q.Reset.UnixMicro()) / 1e6
+		}
+		m.Limits.QuotaReset.WithLabelValues(r.ds.Name, l).Set(reset)
+	}
+	if res.HeldBy != "" && res.HeldBy != "announced pace" {
+		m.Limits.Holds.WithLabelValues(r.ds.Name, res.HeldBy).Inc()
+	}
+	m.Limits.AnnouncedPace.WithLabelValues(r.ds.Name).Set(res.pace())
+}
+
+// limitState holds a runner's Limits.
+type limitState struct {
+	mu sync.Mutex
+	l  Limits
+}
+
+func (s *limitState) reserved(res Reservation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.l.Quotas, s.l.HeldBy, s.l.Pace = res.Quotas, res.HeldBy, res.pace()
+}
+
+func (s *limitState) announced(a lua.Announcement, left int64, effect, header string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.l.Announced = Announced{Source: a.Source, Remaining: a.Remaining, Limit: a.Limit, Left: left,
+		Reset: time.UnixMicro(a.Until), Effect: effect, Header: header}
+}
+
+// clampState is a runner's last Clamp and its log throttle.
+type clampState struct {
+	mu     sync.Mutex
+	last   Clamp
+	logged map[string]time.Time
+}
+
+// Shaping modes a runner has seen: unknown until its first control
+// refresh, so the mode it starts in never counts as a change.
+const (
+	modeUnknown int32 = iota
+	modeEnforce
+	modeShadow
+)
+
+// expire archives t when its deadline has passed (nil when it has not):
+// checked when the task is taken, and again just before its handler runs.
+func (r *runner) expire(t *Task) error {
+	if !pastDeadline(t.Deadline, r.d.cfg.Clock.Now()) {
+		return nil
+	}
+	return r.lateArchive(t)
+}
+
+// lateArchive counts t as late and returns the error that archives it.
+func (r *runner) lateArchive(t *Task) error {
+	r.outcome("deadline_passed")
+	if m := r.d.m; m != nil {
+		m.DeadlinePassed.WithLabelValues(r.ds.Name).Inc()
+	}
+	return late(t.Deadline, r.d.cfg.Clock.Now())
 }
