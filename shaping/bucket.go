@@ -21,7 +21,7 @@ var ErrBucket = bucket.ErrBucket
 // MaxInterval is the furthest one call may move a bucket's next_free: the
 // interval of one reservation's cost, a pushback, or the burst allowance.
 // Past it Reserve refuses the cost (ErrCostExceedsCapacity) and PushBack
-// clamps, so no task or answer can park a downstream for longer than this
+// clamps, so no task or reply can park a downstream for longer than this
 // (and `shaper ctl reset` clears a bucket at once). lua/shaping.lua checks
 // the same bound.
 const MaxInterval = sizing.MaxInterval
@@ -60,7 +60,7 @@ func DefaultMaxCost(rate limiters.Limit, maxWait time.Duration, burst int64) int
 	return sizing.DefaultMaxCost(rate, maxWait, burst)
 }
 
-// Reservation is the answer of Reserve.
+// Reservation is what Reserve decided.
 type Reservation struct {
 	// OK reports whether a slot was reserved. When false nothing was
 	// written: the wait would have passed maxWait (the bucket is full).
@@ -114,7 +114,7 @@ func (r Reservation) SlotN(j int) time.Time {
 // The zero Buckets is not usable: NewBuckets builds one.
 type Buckets struct {
 	c       *bucket.Client // reservations, peeks, pushbacks and resets
-	store   *lua.Store     // settlements (answer.go)
+	store   *lua.Store     // settlements (after a call)
 	space   keys.Space
 	timeout time.Duration                    // WithTimeout's, handed to c
 	observe func(d time.Duration, err error) // WithObserver's, handed to c
@@ -347,3 +347,58 @@ func (s *Buckets) answerKeys(name string) lua.AnswerKeys {
 
 // claimsKey is the HASH of downstream name's priority claims.
 func (s *Buckets) claimsKey(name string) string { return s.space.PriorityClaims(name) }
+
+// Limits is what a downstream's quotas and announced limit looked like to
+// this process at its last reservation and its last answer that carried a
+// limit (for status pages).
+type Limits struct {
+	// Quotas is each quota's state at the last reservation.
+	Quotas []QuotaUse
+	// HeldBy is what held the last reservation ("" none; see
+	// Reservation.HeldBy).
+	HeldBy string
+	// Pace is the pace the announced limit imposed on the last
+	// reservation, in units per second; 0 when none did.
+	Pace float64
+	// Announced is the last binding limit this process's answers
+	// announced; the zero value when none did.
+	Announced Announced
+	// Clamp is the last answer whose hold or cost this process cut or
+	// refused; the zero value when none was.
+	Clamp Clamp
+}
+
+// Announced is a limit a downstream's answer announced.
+type Announced struct {
+	// Source is the header that said it: ratelimit, x-ratelimit or
+	// retry-after.
+	Source string
+	// Remaining and Limit are what the answer said (Limit 0: not said).
+	Remaining, Limit int64
+	// Left is what the announcement in force left after it (the
+	// downstream's count less what was reserved after the task).
+	Left int64
+	// Reset is when its window resets.
+	Reset time.Time
+	// Effect is hold (nothing left until Reset), pace (less left than the
+	// rate would spend) or stale (a later answer's is in force).
+	Effect string
+	// Header is the answer's field lines it was read from.
+	Header string
+}
+
+// Clamp is the last answer of a downstream whose hold or cost was cut or
+// refused.
+type Clamp struct {
+	// What is hold, cost_high or cost_low.
+	What string
+	// Header is the answer's field that said it (e.g. "Retry-After:
+	// 99999999"); for costs, the reported cost.
+	Header string
+	// Said is what the answer asked for: the hold, or the cost in units.
+	Said string
+	// Applied is what was applied instead ("" for a refused cost).
+	Applied string
+	// At is when this process saw it.
+	At time.Time
+}

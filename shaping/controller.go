@@ -170,7 +170,7 @@ func (r *runner) apply() {
 				ar = a.Floor
 			}
 		}
-		eff = slower(eff, ar)
+		eff = slowerLimit(eff, ar)
 	}
 	r.setRate(eff)
 	r.setPaused(st.Paused)
@@ -226,7 +226,7 @@ func (r *runner) clampAdaptive(base limiters.Limit) limiters.Limit {
 	return base
 }
 
-func slower(a, b limiters.Limit) limiters.Limit {
+func slowerLimit(a, b limiters.Limit) limiters.Limit {
 	if b.PerSec() < a.PerSec() {
 		return b
 	}
@@ -269,7 +269,7 @@ func (r *runner) adapt(event string) {
 			r.d.log.Warn("shaping: adaptive rate announce failed", "downstream", r.ds.Name, "err", err)
 		}
 	}
-	r.setRate(slower(base, ar))
+	r.setRate(slowerLimit(base, ar))
 	if m := r.d.m; m != nil && event == "dec" {
 		m.AdaptiveDecreases.WithLabelValues(r.ds.Name).Inc()
 	}

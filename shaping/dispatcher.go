@@ -106,7 +106,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	r.longHold.maxWait = ds.MaxWait
 	r.lane = newLane(r)
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
-		r.leases = newLeaseLane(r)
+		r.leases = newLeaseLane(d.services, ds)
 	}
 	if ds.Breaker != nil {
 		key := d.space.Breaker(ds.Name)

@@ -483,61 +483,6 @@ type FairState = fairindex.State
 // a call renews its lease every third of it.
 const DefaultLeaseTime = 10 * time.Second
 
-// Limits is what a downstream's quotas and announced limit looked like to
-// this process at its last reservation and its last answer that carried a
-// limit (for status pages).
-type Limits struct {
-	// Quotas is each quota's state at the last reservation.
-	Quotas []QuotaUse
-	// HeldBy is what held the last reservation ("" none; see
-	// Reservation.HeldBy).
-	HeldBy string
-	// Pace is the pace the announced limit imposed on the last
-	// reservation, in units per second; 0 when none did.
-	Pace float64
-	// Announced is the last binding limit this process's answers
-	// announced; the zero value when none did.
-	Announced Announced
-	// Clamp is the last answer whose hold or cost this process cut or
-	// refused; the zero value when none was.
-	Clamp Clamp
-}
-
-// Announced is a limit a downstream's answer announced.
-type Announced struct {
-	// Source is the header that said it: ratelimit, x-ratelimit or
-	// retry-after.
-	Source string
-	// Remaining and Limit are what the answer said (Limit 0: not said).
-	Remaining, Limit int64
-	// Left is what the announcement in force left after it (the
-	// downstream's count less what was reserved after the task).
-	Left int64
-	// Reset is when its window resets.
-	Reset time.Time
-	// Effect is hold (nothing left until Reset), pace (less left than the
-	// rate would spend) or stale (a later answer's is in force).
-	Effect string
-	// Header is the answer's field lines it was read from.
-	Header string
-}
-
-// Clamp is the last answer of a downstream whose hold or cost was cut or
-// refused.
-type Clamp struct {
-	// What is hold, cost_high or cost_low.
-	What string
-	// Header is the answer's field that said it (e.g. "Retry-After:
-	// 99999999"); for costs, the reported cost.
-	Header string
-	// Said is what the answer asked for: the hold, or the cost in units.
-	Said string
-	// Applied is what was applied instead ("" for a refused cost).
-	Applied string
-	// At is when this process saw it.
-	At time.Time
-}
-
 // Adaptive makes a downstream's rate follow its answers: additive increase
 // while it succeeds, multiplicative decrease on 429/503/timeouts, between
 // Floor and Ceiling, shared by every process through Redis.
@@ -552,4 +497,12 @@ type Adaptive struct {
 	// workers saw the 429, and increases only after a calm interval. Zero
 	// means 1s.
 	Interval time.Duration
+}
+
+// leaseTime is a concurrency lease's life: LeaseTime, or DefaultLeaseTime.
+func (ds *Downstream) leaseTime() time.Duration {
+	if ds.LeaseTime > 0 {
+		return ds.LeaseTime
+	}
+	return DefaultLeaseTime
 }

@@ -79,3 +79,5 @@ var ErrCancelled = take.ErrCancelled
 // errGiveBack: serve ends without a call, and the task goes back to the
 // head of its queue with no attempt consumed.
 var errGiveBack = errors.New("shaping: task given back")
+
+var errStopping = errors.New("shaping: stopping")

@@ -49,28 +49,6 @@ type lane struct {
 // maxStock bounds the slots a lane reserves ahead of its waiters.
 const maxStock = 32
 
-// waiter is one worker waiting for its slot.
-type waiter struct {
-	cost     int64
-	key      string
-	tag      float64    // fair order's tag
-	queued   bool       // in l.q (l.mu)
-	deadline time.Time  // the task's deadline on the local clock; zero: none
-	order    int64      // the take's order (taken.order); 0: none
-	behind   int        // tasks of its take still to come (taken.behind)
-	done     chan grant // buffered: the lane never blocks on a waiter
-}
-
-// grant is a lane's answer: the slot's start on the Redis clock, or an
-// error (a cost that can never fit, or stopping).
-type grant struct {
-	slot   time.Time
-	now    time.Time // Redis time of the decision
-	seq    uint64    // the breaker's seq before the reservation (0: no breaker)
-	issued int64     // the bucket's issued count just after the slot's units
-	err    error
-}
-
 // maxBatch bounds how many waiters one call serves.
 const maxBatch = 256
 
@@ -280,13 +258,6 @@ func (l *lane) remove(e *list.Element) *waiter {
 	}
 	return w
 }
-
-// priority is w's priority from its take order (serveTake puts it in the
-// order's high bits); 0 for a waiter with no take order.
-func (w *waiter) priority() int64 { return w.order >> takeOrderBits }
-
-// takeOrderBits is where a take order's priority starts (serveTake).
-const takeOrderBits = 40
 
 // pushInOrder queues w behind the waiters taken before it: the jobs of
 // one take start in any order, and FIFO means the order they left the

@@ -30,7 +30,8 @@ const (
 // order, skipping a waiter whose key is at its cap (no head-of-line
 // blocking across keys).
 type leaseLane struct {
-	r    *runner
+	svc  *services
+	ds   Downstream
 	mu   sync.Mutex
 	q    *list.List // of *leaseWaiter
 	held map[string]struct{}
@@ -42,8 +43,8 @@ type leaseWaiter struct {
 	done   chan struct{} // closed when granted
 }
 
-func newLeaseLane(r *runner) *leaseLane {
-	return &leaseLane{r: r, q: list.New(), held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+func newLeaseLane(svc *services, ds Downstream) *leaseLane {
+	return &leaseLane{svc: svc, ds: ds, q: list.New(), held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
 func (l *leaseLane) nudge() {
@@ -71,7 +72,7 @@ func (l *leaseLane) acquire(ctx context.Context, key string) (string, error) {
 	case <-w.done:
 		return w.member, nil
 	case <-ctx.Done():
-	case <-l.r.d.stopping:
+	case <-l.svc.stopping:
 	}
 	l.mu.Lock()
 	l.q.Remove(e)
@@ -94,10 +95,10 @@ func (l *leaseLane) release(member string) {
 	delete(l.held, member)
 	l.gauge()
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), l.r.d.cfg.RedisTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.svc.cfg.RedisTimeout)
 	defer cancel()
 	if _, err := l.call(ctx, "release", []string{member}); err != nil {
-		l.r.d.log.Warn("shaping: lease release failed; it expires on its own", "downstream", l.r.ds.Name, "err", err)
+		l.svc.log.Warn("shaping: lease release failed; it expires on its own", "downstream", l.ds.Name, "err", err)
 	}
 	l.nudge()
 }
@@ -106,29 +107,28 @@ func (l *leaseLane) release(member string) {
 // replies a granted flag per member and then the wait in µs, the others
 // the number of leases they touched.
 func (l *leaseLane) call(ctx context.Context, op string, members []string) ([]int64, error) {
-	r := l.r
-	sp := r.d.space
-	ls, counts := sp.Leases(r.ds.Name), sp.LeaseCounts(r.ds.Name)
-	a := lua.LeaseArgs{Lease: int64(r.leaseTime() / time.Microsecond), Cap: int64(r.ds.Concurrency), KeyCap: int64(r.ds.KeyConcurrency)}
+	sp := l.svc.space
+	ls, counts := sp.Leases(l.ds.Name), sp.LeaseCounts(l.ds.Name)
+	a := lua.LeaseArgs{Lease: int64(l.ds.leaseTime() / time.Microsecond), Cap: int64(l.ds.Concurrency), KeyCap: int64(l.ds.KeyConcurrency)}
 	var v []int64
 	var err error
 	switch op {
 	case "acquire":
 		var wait int64
-		if v, wait, err = r.d.store.AcquireLeases(ctx, ls, counts, a, members); err == nil {
+		if v, wait, err = l.svc.store.AcquireLeases(ctx, ls, counts, a, members); err == nil {
 			v = append(v, wait)
 		}
 	case "renew", "release":
-		f := r.d.store.RenewLeases
+		f := l.svc.store.RenewLeases
 		if op == "release" {
-			f = r.d.store.ReleaseLeases
+			f = l.svc.store.ReleaseLeases
 		}
 		var n int64
 		n, err = f(ctx, ls, counts, a, members)
 		v = []int64{n}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("shaping: leases of %q: %w", r.ds.Name, err)
+		return nil, fmt.Errorf("shaping: leases of %q: %w", l.ds.Name, err)
 	}
 	return v, nil
 }
@@ -149,7 +149,6 @@ func (l *leaseLane) waiting() []*leaseWaiter {
 // a poll that backs off from 5ms to 200ms (another process's release is
 // not announced).
 func (l *leaseLane) run() {
-	r := l.r
 	poll := leasePollMin
 	for {
 		ws := l.waiting()
@@ -157,7 +156,7 @@ func (l *leaseLane) run() {
 			select {
 			case <-l.kick:
 				continue
-			case <-r.d.stopping:
+			case <-l.svc.stopping:
 				return
 			}
 		}
@@ -165,14 +164,14 @@ func (l *leaseLane) run() {
 		for i, w := range ws {
 			members[i] = w.member
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), l.svc.cfg.RedisTimeout)
 		v, err := l.call(ctx, "acquire", members)
 		cancel()
 		granted := 0
 		if err == nil && len(v) == len(ws)+1 {
 			granted = l.grant(ws, v[:len(ws)])
 		} else if err != nil {
-			r.d.log.Warn("shaping: cannot take a lease; holding tasks until Redis answers", "downstream", r.ds.Name, "err", err)
+			l.svc.log.Warn("shaping: cannot take a lease; holding tasks until Redis answers", "downstream", l.ds.Name, "err", err)
 		}
 		if granted > 0 {
 			poll = leasePollMin
@@ -187,7 +186,7 @@ func (l *leaseLane) run() {
 		select {
 		case <-t.C:
 		case <-l.kick:
-		case <-r.d.stopping:
+		case <-l.svc.stopping:
 			t.Stop()
 			return
 		}
@@ -232,11 +231,11 @@ func (l *leaseLane) grant(ws []*leaseWaiter, flags []int64) int {
 // renewLoop extends the leases this process holds every third of the
 // lease time, in one call, so a long call keeps its place.
 func (l *leaseLane) renewLoop() {
-	t := time.NewTicker(l.r.leaseTime() / 3)
+	t := time.NewTicker(l.ds.leaseTime() / 3)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.r.d.stopping:
+		case <-l.svc.stopping:
 			return
 		case <-t.C:
 		}
@@ -249,9 +248,9 @@ func (l *leaseLane) renewLoop() {
 		if len(members) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.r.d.cfg.RedisTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), l.svc.cfg.RedisTimeout)
 		if _, err := l.call(ctx, "renew", members); err != nil {
-			l.r.d.log.Warn("shaping: lease renewal failed", "downstream", l.r.ds.Name, "err", err)
+			l.svc.log.Warn("shaping: lease renewal failed", "downstream", l.ds.Name, "err", err)
 		}
 		cancel()
 	}
@@ -259,7 +258,7 @@ func (l *leaseLane) renewLoop() {
 
 // gauge publishes the leases held (l.mu held).
 func (l *leaseLane) gauge() {
-	if m := l.r.d.m; m != nil {
-		m.LeasesInUse.WithLabelValues(l.r.ds.Name).Set(float64(len(l.held)))
+	if m := l.svc.m; m != nil {
+		m.LeasesInUse.WithLabelValues(l.ds.Name).Set(float64(len(l.held)))
 	}
 }

@@ -2,7 +2,6 @@ package shaping
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,19 +137,10 @@ func (r *runner) pauseGate() chan struct{} {
 	return r.resumed
 }
 
-func (r *runner) leaseTime() time.Duration {
-	if r.ds.LeaseTime > 0 {
-		return r.ds.LeaseTime
-	}
-	return DefaultLeaseTime
-}
-
 func (r *runner) bucket() Bucket {
 	return Bucket{Name: r.ds.Name, Rate: *r.rate.Load(), Burst: r.ds.Burst, MaxCost: r.ds.maxReleaseCost(),
 		LateTolerance: r.paceTolerance(), Quotas: r.ds.Quotas}
 }
-
-var errStopping = errors.New("shaping: stopping")
 
 // sleep waits d, or less if ctx ends or the dispatcher stops (false).
 func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
