@@ -52,8 +52,11 @@ func (s *slowSink) delivered() int {
 // Three shaper processes, `concurrency: 5`, a downstream that takes 200ms
 // per call: never more than 5 calls open at once across the processes.
 // A kill -9 of one process that holds leases: its places are free again
-// within the lease time (2s here) and nothing is lost.
+// within the lease time (2s here) and nothing is lost. Parallel: it
+// counts calls open at once, not releases per second or latencies, and
+// parallel tests only start once the package's timing tests are done.
 func TestConcurrencyCapThreeProcessesAndKill(t *testing.T) {
+	t.Parallel()
 	sink := newSlowSink(200 * time.Millisecond)
 	defer sink.srv.Close()
 	prefix := redistest.Prefix(t)

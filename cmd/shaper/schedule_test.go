@@ -23,7 +23,10 @@ import (
 )
 
 // Three processes run the same cron job: every tick is enqueued exactly once.
+// Parallel: it counts ticks, not releases per second or latencies, and
+// parallel tests only start once the package's timing tests are done.
 func TestCronOneTaskPerTickAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := redistest.Prefix(t)
