@@ -30,15 +30,27 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-# Library packages first, in parallel, with the race detector. Then the
+# Library packages first, two at a time, with the race detector. go test
+# starts them in the order given, so the longest go first (shaping, about
+# 160 s, then 20-60 s each): last in go list's order, shaping used to
+# start some 250 s in, when the rest was done. Their t.Parallel
+# tests mostly wait on the wall clock (a rate, a window, an outage), not
+# the CPU (shaping: about 40 s of CPU in 245 s), so they run 4 at a time
+# rather than GOMAXPROCS (2); the tests that need the CPU or the server to
+# themselves do not call t.Parallel and still run alone. Then the
 # packages that run real shaper processes against a recording sink, one
 # package at a time, so their timing checks (releases per sliding second)
-# get the CPU to themselves on a 2-core machine. Those run without -race:
-# the code under test runs in child processes built without it anyway, and
-# an instrumented sink stalls for tens of milliseconds, which would be
-# measured as shaper's jitter.
-go test -race -count=1 -timeout 20m "$@" $(go list ./... | grep -v '/cmd/')
-go test -count=1 -timeout 20m -p 1 "$@" ./cmd/...
+# get the CPU to themselves on a 2-core machine: those tests do not call
+# t.Parallel, and go test starts a package's parallel tests only once its
+# serial ones are done, so -parallel 4 overlaps only the few that count
+# rather than time (ticks, calls open at once, log lines in a window).
+# Those run without -race: the code under test runs in child processes
+# built without it anyway, and an instrumented sink stalls for tens of
+# milliseconds, which would be measured as shaper's jitter.
+go test -race -count=1 -timeout 20m -parallel 4 "$@" ./shaping/ ./shaping/take/ ./internal/bench/ ./shaping/pgsink/ ./internal/replay/ ./internal/lua/ ./internal/refmodel/ $(go list ./... | grep -v '/cmd/')
+echo "test.sh: library packages done at ${SECONDS}s" >&2
+go test -count=1 -timeout 20m -p 1 -parallel 4 "$@" ./cmd/...
+echo "test.sh: cmd packages done at ${SECONDS}s" >&2
 
 # Fuzz targets, each for a bounded number of inputs on top of the committed
 # corpus (testdata/fuzz): the scripts against their Go models, the config
@@ -47,16 +59,20 @@ go test -run '^$' -fuzz '^FuzzAdmission$' -fuzztime 300x ./internal/lua/
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/config/
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/taskspec/
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 3000x ./internal/rlheader/
+echo "test.sh: fuzz targets done at ${SECONDS}s" >&2
 
 # Cluster pass. A real 3-master Redis Cluster (scripts/cluster.sh: fresh
 # directories, free loopback ports, returns once every node reports
 # cluster_state:ok), always torn down on exit. The limiter, shaping,
 # producer and key tests run again on it, unchanged: with
-# REDIS_CLUSTER_ADDRS set, redistest.Client hands them a cluster client.
-# Then cmd/shaper's cluster tests (-run Cluster), one at a time and without
-# -race as above: fidelity of 3 processes and 4 downstreams on different
-# slots, the NOSCRIPT fallback after SCRIPT FLUSH, memory per key, and a
-# failover on a private cluster with replicas.
+# REDIS_CLUSTER_ADDRS set, redistest.Client hands them a cluster client
+# (tests on a Redis of their own skip: they would run unchanged a second
+# time). Without -race: the first pass ran the same code under the race
+# detector; this pass is about key slots, CROSSSLOT and the cluster
+# client. Then cmd/shaper's cluster tests (-run Cluster), one at a time and
+# without -race as above: fidelity of 3 processes and 4 downstreams on
+# different slots, the NOSCRIPT fallback after SCRIPT FLUSH, memory per
+# key, and a failover on a private cluster with replicas.
 cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/shaper-cluster-XXXXXX")
 trap 'bash scripts/cluster.sh stop "$cluster_dir"' EXIT
 trap 'exit 130' INT
@@ -65,5 +81,6 @@ cluster_env=$(bash scripts/cluster.sh start -d "$cluster_dir") # fails the scrip
 eval "$cluster_env"
 export REDIS_CLUSTER_ADDRS
 echo "test.sh: Redis Cluster at $REDIS_CLUSTER_ADDRS"
-go test -race -count=1 -timeout 10m "$@" ./limiters/ ./shaping/ ./queue/ ./internal/keys/
+go test -count=1 -timeout 10m -parallel 4 "$@" ./shaping/ ./limiters/ ./queue/ ./internal/keys/
 go test -count=1 -timeout 10m -p 1 -run Cluster "$@" ./cmd/shaper/
+echo "test.sh: cluster pass done at ${SECONDS}s" >&2
