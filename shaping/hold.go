@@ -17,13 +17,39 @@ import (
 // for its wait to count as a hold.
 const longHoldPast = time.Second
 
+// broadcast wakes every goroutine waiting on it at once: fire closes the
+// channel that wait handed out and starts a new one.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next fire.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// fire closes the channel wait handed out, and starts a new one.
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+	}
+	b.ch = make(chan struct{})
+}
+
 // holds is one downstream's long hold in this process.
 type holds struct {
 	maxWait time.Duration
 	// until is when the hold ends (µs, Redis clock); 0: none
-	until atomic.Int64
-	mu    sync.Mutex
-	ch    chan struct{} // closed at the next give-back
+	until     atomic.Int64
+	giveBacks broadcast
 }
 
 // observe looks at a reservation that found no room: when its wait is a
@@ -34,24 +60,12 @@ func (h *holds) observe(res Reservation) bool {
 		return false
 	}
 	h.until.Store(res.Now.Add(res.Wait).UnixMicro())
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ch != nil {
-		close(h.ch)
-	}
-	h.ch = make(chan struct{})
+	h.giveBacks.fire()
 	return true
 }
 
 // signal returns a channel closed at the next give-back.
-func (h *holds) signal() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ch == nil {
-		h.ch = make(chan struct{})
-	}
-	return h.ch
-}
+func (h *holds) signal() <-chan struct{} { return h.giveBacks.wait() }
 
 // clear forgets the hold (a control change: a reset, a rate).
 func (h *holds) clear() { h.until.Store(0) }

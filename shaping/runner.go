@@ -60,32 +60,19 @@ type runner struct {
 	// nothing until shortly before it ends
 	longHold holds
 
-	wmu   sync.Mutex
-	woken chan struct{} // closed (and replaced) by wake
+	woken broadcast // fired by wake
 }
 
 // wakeCh returns a channel closed at the next wake: a lane sleeping until
 // a reply's wait (a bucket pushed a day ahead) selects on it, so that a
 // control change (reset, rate, resume) takes effect at once.
-func (r *runner) wakeCh() <-chan struct{} {
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	if r.woken == nil {
-		r.woken = make(chan struct{})
-	}
-	return r.woken
-}
+func (r *runner) wakeCh() <-chan struct{} { return r.woken.wait() }
 
 // wake ends every sleep on wakeCh, and has the engine ask r's take gate
 // again.
 func (r *runner) wake() {
 	r.wakeTake()
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	if r.woken != nil {
-		close(r.woken)
-	}
-	r.woken = make(chan struct{})
+	r.woken.fire()
 }
 
 // wakeTake has the engine look at r's queue now (new work, or a gate
