@@ -159,11 +159,12 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 
 // owe notes, as w arrives, how many tasks of its take will follow it and
 // are not covered by stock (l.mu held). A FIFO lane without a concurrency
-// cap only: a fair lane's room decides how many slots it reserves, and
-// under a cap the tasks behind may wait for a place among the calls
-// longer than a stocked slot lasts.
+// cap or quotas only: a fair lane's room decides how many slots it
+// reserves; under a cap the tasks behind may wait for a place among the
+// calls longer than a stocked slot lasts; and a stocked slot a task
+// reaches too late is wasted, its quota units given back only afterwards.
 func (l *lane) owe(w *waiter) {
-	if l.fair == nil && l.r.leases == nil {
+	if l.fair == nil && l.r.leases == nil && len(l.r.ds.Quotas) == 0 {
 		l.owed = max(w.behind-len(l.stock), 0)
 	}
 }

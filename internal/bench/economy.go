@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -104,17 +103,10 @@ func (e *env) economyRun(ctx context.Context, c string, rate, n int) EconomyRow 
 		if err != nil {
 			return err
 		}
-		if !pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return distinct(sink.OK()) >= n }) {
-			return fmt.Errorf("%d of %d delivered in %s", distinct(sink.OK()), n, limit)
-		}
-		return nil
+		return awaitDelivered(ctx, sink, n, start, limit)
 	})
 	row.WallS = round(time.Since(start).Seconds(), 1)
-	if stop != nil {
-		if serr := stop(ctx); serr != nil && err == nil {
-			err = serr
-		}
-	}
+	stopInto(ctx, stop, &err)
 	if err != nil {
 		row.Error = err.Error()
 	}

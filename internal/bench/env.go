@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testsink"
 )
 
 // env is what every scenario shares: one throwaway redis-server owned by
@@ -181,6 +182,26 @@ func (s *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// awaitDelivered waits until sink has every one of n tasks (distinct ids),
+// ctx ends or limit has passed since start; an error says how many came.
+func awaitDelivered(ctx context.Context, sink *testsink.Sink, n int, start time.Time, limit time.Duration) error {
+	if pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return distinct(sink.OK()) >= n }) {
+		return nil
+	}
+	return fmt.Errorf("%d of %d delivered in %s", distinct(sink.OK()), n, limit)
+}
+
+// stopInto stops the processes (a nil stop: none started) and keeps the
+// first error in *err.
+func stopInto(ctx context.Context, stop func(context.Context) error, err *error) {
+	if stop == nil {
+		return
+	}
+	if serr := stop(ctx); serr != nil && *err == nil {
+		*err = serr
+	}
+}
 
 // pollUntil calls cond every interval until it is true, ctx ends or the
 // deadline passes; it reports whether cond became true.

@@ -156,18 +156,12 @@ func (e *env) fairRun(ctx context.Context, m fairMode) FairRow {
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
-		row.Complete = pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return distinct(sink.OK()) >= n })
-		if !row.Complete {
-			return fmt.Errorf("%d of %d delivered in %s", distinct(sink.OK()), n, limit)
-		}
-		return nil
+		err = awaitDelivered(ctx, sink, n, start, limit)
+		row.Complete = err == nil
+		return err
 	})
 	row.RunS = round(time.Since(start).Seconds(), 1)
-	if stop != nil {
-		if serr := stop(ctx); serr != nil && err == nil {
-			err = serr
-		}
-	}
+	stopInto(ctx, stop, &err)
 	if err != nil {
 		row.Error = err.Error()
 	}

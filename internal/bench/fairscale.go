@@ -223,18 +223,12 @@ func (e *env) fairScaleRun(ctx context.Context, r fairScaleRun) FairScaleRow {
 		if enq, err = enqueueSideBySide(ctx, p, r); err != nil {
 			return err
 		}
-		row.Complete = pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return distinct(sink.OK()) >= n })
-		if !row.Complete {
-			return fmt.Errorf("%d of %d delivered in %s", distinct(sink.OK()), n, limit)
-		}
-		return nil
+		err = awaitDelivered(ctx, sink, n, start, limit)
+		row.Complete = err == nil
+		return err
 	})
 	row.RunS = round(time.Since(start).Seconds(), 1)
-	if stop != nil {
-		if serr := stop(ctx); serr != nil && err == nil {
-			err = serr
-		}
-	}
+	stopInto(ctx, stop, &err)
 	keepFirst(&row.Error, err)
 	row.Commands, row.Top = d.Total(), topCommands(d, 8)
 	fillFairScale(&row, r, enq, sink.OK())
