@@ -273,15 +273,19 @@ func TestQuotaEconomy(t *testing.T) {
 	// the quotas are held to the larger of two runs without.
 	again := run("no quota, again", nil, nil)
 	base.reserve = max(base.reserve, again.reserve)
-	// (with quotas a wasted slot, rare, gives its units back: an answer call)
-	if two.reserve+two.answer > base.reserve*1.15+0.05 {
-		t.Errorf("two quotas: %.3f reservation and %.3f answer calls per release, without %.3f: want the same calls",
+	// (with quotas a wasted slot, rare, gives its units back: an answer
+	// call). A lane with quotas reserves as its tasks arrive, not ahead
+	// for a take's later tasks as a lane without does (lane.owe): up to
+	// twice the calls, still one script for the rate and every quota.
+	if two.reserve+two.answer > base.reserve*2+0.05 {
+		t.Errorf("two quotas: %.3f reservation and %.3f answer calls per release, without %.3f: want at most twice",
 			two.reserve, two.answer, base.reserve)
 	}
-	// the hold (about 3 s) costs a few calls, not one per worker per poll
-	// (11 workers polling every 500ms would be 66); the engine's small
-	// takes make the count vary with timing (3 alone, 14 under -race)
-	if extra := (held.reserve - base.reserve) * 200; extra > 20 || held.took < 3 {
+	// the hold (about 3 s) costs a few calls over the same quotas' run
+	// without one, not one per worker per poll (11 workers polling every
+	// 500ms would be 66); the engine's small takes make the count vary
+	// with timing
+	if extra := (held.reserve - two.reserve) * 200; extra > 20 || held.took < 3 {
 		t.Errorf("a 3 s quota hold cost %.0f more reservation calls (in %.1fs), want a few", extra, held.took)
 	}
 	if loose.answer != 0 {
