@@ -9,6 +9,7 @@
 //	                                     # the release path only (scenario 7), about 6-7 minutes
 //	go run ./cmd/shaperbench -rounds fair # a late small tenant with and without fair share, about 80 s
 //	go run ./cmd/shaperbench -rounds priority # urgent tasks behind a backlog, priority next to FIFO, about 40 s
+//	go run ./cmd/shaperbench -rounds keyrate # key_rate 2/s over 10,000 tenants × 6 tasks at 1000/s × 3 processes, about 80 s
 package main
 
 import (

@@ -121,6 +121,8 @@ type Options struct {
 	Priority PriorityOptions
 	// Round "fairscale"; zero fields take its defaults.
 	FairScale FairScaleOptions
+	// Round "keyrate"; zero fields take its defaults.
+	KeyRate KeyRateOptions
 
 	// Progress receives one line per step; nil is silent.
 	Progress interface{ Write([]byte) (int, error) }

@@ -22,7 +22,7 @@ const (
 
 // AllRounds lists the release-path rounds in run order.
 func AllRounds() []string {
-	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair, RoundPriority, RoundFairScale}
+	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair, RoundPriority, RoundFairScale, RoundKeyRate}
 }
 
 // ReleaseReport holds the rounds of ScenarioRelease that ran.
@@ -35,6 +35,7 @@ type ReleaseReport struct {
 
 	Priority  []PriorityRow  `json:"priority,omitempty"`  // priority.go
 	FairScale []FairScaleRow `json:"fairscale,omitempty"` // fairscale.go
+	KeyRate   *KeyRateRow    `json:"keyrate,omitempty"`   // keyrate.go
 }
 
 // releaseDefaults fills the release-path fields of o.
@@ -77,6 +78,7 @@ func (o Options) releaseDefaults() Options {
 	dur(&o.FairDelay, 3*time.Second, 3*time.Second)
 	o.Priority = o.Priority.withDefaults()
 	o.FairScale = o.FairScale.withDefaults(o.Quick)
+	o.KeyRate = o.KeyRate.withDefaults(o.Quick)
 	return o
 }
 
@@ -102,7 +104,7 @@ func (o Options) validateRelease() error {
 	if o.KillProcs < 2 || o.KillBacklog < 2 {
 		return fmt.Errorf("bench: kill round needs >= 2 processes and a backlog >= 2, got %d and %d", o.KillProcs, o.KillBacklog)
 	}
-	return errors.Join(o.Priority.validate(), o.FairScale.validate())
+	return errors.Join(o.Priority.validate(), o.FairScale.validate(), o.KeyRate.validate())
 }
 
 // release runs the selected rounds.
@@ -134,6 +136,10 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 	}
 	if has(RoundFairScale) {
 		r.FairScale = e.fairScale(ctx)
+	}
+	if has(RoundKeyRate) {
+		x := e.keyRate(ctx)
+		r.KeyRate = &x
 	}
 	return r
 }
@@ -219,6 +225,7 @@ func (r *ReleaseReport) markdown(o Options) string {
 	}
 	b.WriteString(r.priorityMarkdown())
 	b.WriteString(r.fairScaleMarkdown(o.FairScale))
+	b.WriteString(r.keyRateMarkdown())
 	return b.String()
 }
 

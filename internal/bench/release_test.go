@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		Priority: PriorityOptions{Rate: 50, Procs: 2, Backlog: 60, Urgent: 5, After: 10, Hold: time.Second},
 		FairScale: FairScaleOptions{Procs: 2, Rate: 100, Tenants: 3, Tasks: 50, WRate: 60, WTenants: 3, WTasks: 15,
 			NewcomerAfter: 300 * time.Millisecond},
+		KeyRate:  KeyRateOptions{Procs: 2, Rate: 100, KeyRate: 2, Tenants: 60, Tasks: 3, Enqueuers: 8},
 		Progress: logWriter{t, start},
 	}
 	rep, err := Run(ctx, opts)
@@ -100,12 +102,45 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 	if got, want := r.FairScale[1].Fairness, "{key: tenant, weights: {t00: 3, t01: 2}}"; got != want {
 		t.Errorf("weighted fairness = %q, want %q", got, want)
 	}
+	if x := r.KeyRate; x == nil || x.Error != "" || !x.Complete || x.Delivered != 180 || x.KeyMaxIn1s == 0 || x.KeepUp <= 0 ||
+		x.MaxIn1s == 0 || x.TenantP50S <= 0 || x.CmdsPerTask <= 0 || x.Workers == 0 {
+		t.Errorf("keyrate row: %+v; want 180 delivered (60 tenants × 3), the most of one tenant in 1 s, keep-up, tenant drains, commands per task and the worker count", x)
+	}
 	md := rep.Markdown()
-	for _, want := range []string{"### 7. Release path", "#### 7g.", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
+	for _, want := range []string{"### 7. Release path", "#### 7g.", "#### 7h.", "| `{key: tenant, key_rate: 2/s}` |", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
 		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// fillKeyRate on made-up releases: one tenant with three releases inside
+// a second, one spaced at its ceiling, one task never released.
+func TestFillKeyRate(t *testing.T) {
+	t0 := time.Unix(3000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	hit := func(s float64, tenant string, n int) testsink.Hit {
+		return testsink.Hit{At: at(s + 0.01), Wake: at(s), Payload: fmt.Sprintf(`{"t":%q,"n":%d}`, tenant, n)}
+	}
+	enq := map[string][]time.Time{"a": {at(0), at(0), at(0)}, "b": {at(0.5), at(0.5), at(0.5)}, "c": {at(1), at(1), at(1)}}
+	hits := []testsink.Hit{hit(1, "a", 0), hit(1.2, "a", 1), hit(1.9, "a", 2), hit(2.0, "b", 0), hit(2.5, "b", 1), hit(3.0, "b", 2),
+		hit(3.0, "b", 2), hit(4, "c", 0), hit(5, "c", 1)}
+	row := KeyRateRow{Rate: 10, KeyRate: 2, Tenants: 3, TasksEach: 3, Tasks: 9}
+	fillKeyRate(&row, []string{"a", "b", "c"}, enq, hits)
+	if row.Delivered != 8 || row.Duplicates != 1 || row.KeyMaxIn1s != 3 || row.KeysOver != 0 || row.KeyMinGapS != 0.2 {
+		t.Errorf("delivered %d, duplicates %d, most of one tenant in 1 s %d, over %d, closest %v; want 8, 1, 3, 0, 0.2",
+			row.Delivered, row.Duplicates, row.KeyMaxIn1s, row.KeysOver, row.KeyMinGapS)
+	}
+	// a done 1.9 s after its enqueue, b 2.5 s; c is not done.
+	if row.TenantP50S != 1.9 || row.TenantP99S != 2.5 || row.LeastAloneS != 1 || row.LeastMedianS != 0.6 || row.EnqueueS != 1 || row.MaxIn1s != 3 {
+		t.Errorf("tenant drains %v / %v, least %v / %v, enqueue %v s, max in 1 s %d; want 1.9 / 2.5, 1 / 0.6, 1, 3",
+			row.TenantP50S, row.TenantP99S, row.LeastAloneS, row.LeastMedianS, row.EnqueueS, row.MaxIn1s)
+	}
+	row.KeyRate = 1 // bound 2: a (3 in 1 s) is over it
+	fillKeyRate(&row, []string{"a", "b", "c"}, enq, hits)
+	if row.KeysOver != 1 {
+		t.Errorf("over the bound at key_rate 1: %d, want 1", row.KeysOver)
 	}
 }
 
