@@ -46,7 +46,12 @@ go vet ./...
 # Those run without -race: the code under test runs in child processes
 # built without it anyway, and an instrumented sink stalls for tens of
 # milliseconds, which would be measured as shaper's jitter.
-go test -race -count=1 -timeout 20m "$@" ./shaping/ ./shaping/take/ ./internal/bench/ ./shaping/pgsink/ ./internal/replay/ ./internal/lua/ ./internal/refmodel/ $(go list ./... | grep -v '/cmd/')
+# GORACE atexit_sleep_ms=0: a race-built binary otherwise sleeps 1 s as
+# it exits (the default lets other goroutines still report a race), and
+# the 50-odd test binaries here run one after another beside shaping, so
+# that second per package was some 50 s of this pass. A race found while
+# a test runs still fails that test; only the wait at exit goes.
+GORACE="atexit_sleep_ms=0 ${GORACE:-}" go test -race -count=1 -timeout 20m "$@" ./shaping/ ./shaping/take/ ./internal/bench/ ./shaping/pgsink/ ./internal/replay/ ./internal/lua/ ./internal/refmodel/ $(go list ./... | grep -v '/cmd/')
 echo "test.sh: library packages done at ${SECONDS}s" >&2
 go test -count=1 -timeout 20m -p 1 -parallel 4 "$@" ./cmd/...
 echo "test.sh: cmd packages done at ${SECONDS}s" >&2
