@@ -71,7 +71,9 @@ echo "test.sh: fuzz targets done at ${SECONDS}s" >&2
 # producer and key tests run again on it, unchanged: with
 # REDIS_CLUSTER_ADDRS set, redistest.Client hands them a cluster client
 # (tests on a Redis of their own skip: they would run unchanged a second
-# time). Without -race: the first pass ran the same code under the race
+# time), and so do the few whose claim is pure timing when other tests
+# here run their scripts and keys (redistest.TimingOnly names them).
+# Without -race: the first pass ran the same code under the race
 # detector; this pass is about key slots, CROSSSLOT and the cluster
 # client. Then cmd/shaper's cluster tests (-run Cluster), one at a time and
 # without -race as above: fidelity of 3 processes and 4 downstreams on

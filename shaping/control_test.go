@@ -267,6 +267,7 @@ func controlArmed(t *testing.T, clk *clocktest.Fake, due time.Time, n int) {
 // boundary (20:00, from 10/s to 40/s) comes 3s into the test.
 func TestScheduleReleasesSwitchAtBoundary(t *testing.T) {
 	t.Parallel()
+	redistest.TimingOnly(t, "TestScheduleSwitchesAtBoundary (the same switch on the fake clock)")
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -313,6 +314,7 @@ func TestScheduleReleasesSwitchAtBoundary(t *testing.T) {
 // TestAdaptiveStepsOnTheFakeClock, without the wait.
 func TestAdaptiveConverges(t *testing.T) {
 	t.Parallel()
+	redistest.TimingOnly(t, "TestAdaptiveStepsOnTheFakeClock (the same loop and shared rate, stepped)")
 	e := newEnv(t)
 	sink := testsink.New()
 	defer sink.Close()

@@ -247,6 +247,7 @@ func TestDeadlineArchiveArchivesLateTasksUnsent(t *testing.T) {
 // stays about 30 deep while it drains. Each task starts within max(2
 // intervals, 5% of its wait) of Receipt.ExpectedStart.
 func TestExpectedStartMatchesASteadyBacklog(t *testing.T) {
+	redistest.TimingOnly(t, "TestDeadlineRejectRefusesTheTailAtEnqueue (Receipt.ExpectedStart at enqueue)")
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
 	var mu sync.Mutex

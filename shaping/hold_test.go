@@ -62,6 +62,7 @@ func hostileAPI(h hostile) *standIn {
 // archived, and no second has more than rate + 1 releases.
 func TestHostileAnswersHoldAtMostMaxHold(t *testing.T) {
 	t.Parallel()
+	redistest.TimingOnly(t, "TestResetClearsAnAnnouncedLimit (a day-long reset held for MaxHold), TestVendorRateHeadersHold and TestReportedCostWithDailyQuota (huge reported costs)")
 	for _, h := range hostileAnswers {
 		t.Run(h.name, func(t *testing.T) {
 			t.Parallel()

@@ -21,6 +21,7 @@ import (
 // (1 s, 2 s, 4 s, ...). Counted over a fixed span at 10/s with a backlog.
 func TestRefusalsInARowGetFewCalls(t *testing.T) {
 	t.Parallel()
+	redistest.TimingOnly(t, "TestPushBackPausesEveryWorker (a pushback shared through Redis)")
 	for _, c := range []struct {
 		name       string
 		retryAfter string

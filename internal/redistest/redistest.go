@@ -106,6 +106,20 @@ func URL(tb testing.TB) string {
 	return "redis://" + Addr(tb)
 }
 
+// TimingOnly skips a test in the cluster pass (REDIS_CLUSTER_ADDRS set)
+// whose claim is pure timing (a rate settling, a backoff's spacing, a
+// prediction against the wall clock) and whose scripts and keys other
+// tests of that pass already run on the cluster: that pass is about key
+// slots, CROSSSLOT and the cluster client, and the first pass (-race, one
+// server) holds the timing. covered names those other tests, for the skip
+// message. Single-server runs are unaffected.
+func TimingOnly(tb testing.TB, covered string) {
+	tb.Helper()
+	if Cluster() {
+		tb.Skip("redistest: a timing claim, checked in the single-server pass; its scripts and keys run on the cluster in " + covered)
+	}
+}
+
 // Addrs are the seed addresses of the test cluster (nil in single-node
 // mode).
 func Addrs() []string {
