@@ -88,12 +88,16 @@ func delivered(sink *testsink.Sink) map[string]int { return sink.Delivered() }
 
 // kill -9 one of three workers mid-run: every task is delivered, the
 // survivors take over, no second carries more than rate+1, and duplicates
-// are bounded by what the dead worker held.
+// are bounded by what the dead worker held. 1,500 tasks at 100/s: the
+// kill comes 5 s in and the survivors release for 10 s more, longer than
+// the dead process's tasks take to come back (RecoverAfter, 7 s by
+// default), so they come back into a running backlog (3,000 tasks took
+// 30 s for the same checks).
 func TestWorkerKilledMidRun(t *testing.T) {
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := redistest.Prefix(t)
-	const n, workers = 3000, 10
+	const n, workers = 1500, 10
 	enqueue(t, prefix, n)
 	cfg := faultConfig(redistest.URL(t), prefix, sink.URL(), "100/s", workers, "500ms")
 	procs := []*proc{startShaper(t, cfg), startShaper(t, cfg), startShaper(t, cfg)}
@@ -104,9 +108,10 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	<-victim.done
 	victim.done <- nil
 	victimID := fmt.Sprintf("/%d", victim.cmd.Process.Pid)
-	// asynq recovers the dead worker's tasks once their lease (30s) has
-	// been expired for 30s more and its recoverer runs (every minute): up
-	// to two minutes after the kill.
+	// the survivors return the dead process's tasks some 7 s after the
+	// kill (RecoverAfter); asynq's own recoverer, once their lease (30s)
+	// has been expired for 30s more and it runs (every minute), up to two
+	// minutes after it
 	waitFor(t, 200*time.Second, "every task delivered", func() bool { return len(delivered(sink)) >= n })
 	for _, p := range procs[1:] {
 		p.stop(t)
