@@ -10,6 +10,7 @@
 //	go run ./cmd/shaperbench -rounds fair # a late small tenant with and without fair share, about 80 s
 //	go run ./cmd/shaperbench -rounds priority # urgent tasks behind a backlog, priority next to FIFO, about 40 s
 //	go run ./cmd/shaperbench -rounds keyrate # key_rate 2/s over 10,000 tenants × 6 tasks at 1000/s × 3 processes, about 80 s
+//	                                     # (-keyrate-control: and the same load without key_rate, as much again)
 package main
 
 import (
@@ -40,6 +41,7 @@ func main() {
 	procs := fs.String("procs", "1,3", "process counts of the fidelity scenario")
 	rounds := fs.String("rounds", strings.Join(bench.AllRounds(), ","), "comma-separated rounds of the release scenario; given without -scenarios, only the release scenario runs")
 	idle := fs.String("idle-downstreams", "1,100,500", "downstream counts of the idle round")
+	keyControl := fs.Bool("keyrate-control", false, "round keyrate also runs the same load without key_rate (fair share alone), for comparison")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -55,6 +57,7 @@ func main() {
 	opts.Procs = counts("procs", *procs, "a process count")
 	opts.ReleaseRounds = split(*rounds)
 	opts.IdleLevels = counts("idle-downstreams", *idle, "a downstream count")
+	opts.KeyRate.Control = *keyControl
 	if !*quiet {
 		opts.Progress = os.Stderr
 	}

@@ -28,6 +28,9 @@ type KeyRateOptions struct {
 	// Enqueuers are the goroutines that enqueue, each a share of the
 	// tenants, every tenant's tasks in order; default 32.
 	Enqueuers int
+	// Control also runs the same load with `fairness: {key: tenant}`
+	// alone (no key_rate), after the key_rate run, for comparison.
+	Control bool
 }
 
 func (k KeyRateOptions) withDefaults(quick bool) KeyRateOptions {
@@ -60,7 +63,7 @@ func (k KeyRateOptions) validate() error {
 type KeyRateRow struct {
 	Fairness  string `json:"fairness"` // the YAML value
 	Rate      int    `json:"rate_per_s"`
-	KeyRate   int    `json:"key_rate_per_s"`
+	KeyRate   int    `json:"key_rate_per_s"` // 0: the control run, no key_rate
 	Processes int    `json:"processes"`
 	Workers   int    `json:"workers_per_process"`
 	Tenants   int    `json:"tenants"`
@@ -91,6 +94,14 @@ type KeyRateRow struct {
 	DrainS      float64 `json:"drain_s"`
 	IdealDrainS float64 `json:"ideal_drain_s"`
 	MaxIn1s     int     `json:"max_in_any_1s_at_release"`
+	// EnqueuingPerS is releases per second from the first second after
+	// the first release to the last enqueue, AfterPerS from the last
+	// enqueue to the last release (the enqueue competes for the CPU and
+	// Redis); PerSecond counts the releases in each whole second from the
+	// first release.
+	EnqueuingPerS float64 `json:"releases_per_s_while_enqueuing"`
+	AfterPerS     float64 `json:"releases_per_s_after_enqueue"`
+	PerSecond     []int   `json:"releases_per_second"`
 	// A tenant's drain time is from its first enqueue to its last
 	// release; TenantP50S and TenantP99S are over the tenants.
 	// LeastAloneS is the least for a tenant alone, (TasksEach − 1) /
@@ -120,22 +131,37 @@ func (k KeyRateOptions) tenants() []string {
 	return ts
 }
 
-func (e *env) keyRate(ctx context.Context) KeyRateRow {
+func (e *env) keyRate(ctx context.Context) []KeyRateRow {
 	k := e.opts.KeyRate
-	e.logf("keyrate: %d processes at %d/s, key_rate %d/s, %d tenants × %d tasks ...", k.Procs, k.Rate, k.KeyRate, k.Tenants, k.Tasks)
-	row := e.keyRateRun(ctx)
-	e.logf("keyrate: most of one tenant in 1 s %d (bound %d, %d tenants over it, closest two %.3f s); keep-up %.4f (%.1f/s), max %d in 1 s; tenant drain p50 %.1f s (least %.1f s alone, %.1f s as the median); %.1f commands per task; enqueue %.2f s; %d/%d delivered, %d duplicates%s",
-		row.KeyMaxIn1s, k.KeyRate+1, row.KeysOver, row.KeyMinGapS, row.KeepUp, row.Achieved, row.MaxIn1s, row.TenantP50S,
-		row.LeastAloneS, row.LeastMedianS, row.CmdsPerTask, row.EnqueueS, row.Delivered, row.Tasks, row.Duplicates, errSuffix(row.Error))
-	return row
+	runs := []int{k.KeyRate}
+	if k.Control {
+		runs = append(runs, 0)
+	}
+	var rows []KeyRateRow
+	for _, kr := range runs {
+		e.logf("keyrate: %d processes at %d/s, key_rate %d/s (0: none), %d tenants × %d tasks ...", k.Procs, k.Rate, kr, k.Tenants, k.Tasks)
+		row := e.keyRateRun(ctx, kr)
+		e.logf("keyrate: key_rate %d/s: most of one tenant in 1 s %d (%d tenants over key_rate+1, closest two %.3f s); keep-up %.4f (%.1f/s; %.1f/s while enqueuing, %.1f/s after), max %d in 1 s; tenant drain p50 %.1f s (least %.1f s alone, %.1f s as the median); %.1f commands per task; enqueue %.2f s; %d/%d delivered, %d duplicates%s",
+			kr, row.KeyMaxIn1s, row.KeysOver, row.KeyMinGapS, row.KeepUp, row.Achieved, row.EnqueuingPerS, row.AfterPerS, row.MaxIn1s, row.TenantP50S,
+			row.LeastAloneS, row.LeastMedianS, row.CmdsPerTask, row.EnqueueS, row.Delivered, row.Tasks, row.Duplicates, errSuffix(row.Error))
+		rows = append(rows, row)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return rows
 }
 
 // keyRateRun starts the processes, enqueues every tenant's tasks side by
-// side and waits for every task's release.
-func (e *env) keyRateRun(ctx context.Context) KeyRateRow {
+// side and waits for every task's release; keyRate 0 is the control run
+// (fair share, no key_rate).
+func (e *env) keyRateRun(ctx context.Context, keyRate int) KeyRateRow {
 	k := e.opts.KeyRate
-	row := KeyRateRow{Fairness: fmt.Sprintf("{key: tenant, key_rate: %d/s}", k.KeyRate), Rate: k.Rate, KeyRate: k.KeyRate,
+	row := KeyRateRow{Fairness: "{key: tenant}", Rate: k.Rate, KeyRate: keyRate,
 		Processes: k.Procs, Tenants: k.Tenants, TasksEach: k.Tasks, Tasks: k.Tenants * k.Tasks}
+	if keyRate > 0 {
+		row.Fairness = fmt.Sprintf("{key: tenant, key_rate: %d/s}", keyRate)
+	}
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := e.prefix("keyrate")
@@ -229,7 +255,35 @@ func fillKeyRate(row *KeyRateRow, tenants []string, enq map[string][]time.Time, 
 		row.DrainS = round(all[len(all)-1].Sub(all[0]).Seconds(), 2)
 	}
 	row.IdealDrainS = round(float64(row.Tasks-1)/float64(row.Rate), 2)
-	row.LeastAloneS = round(float64(row.TasksEach-1)/float64(row.KeyRate), 2)
+	if len(all) > 1 && !last.IsZero() {
+		t1 := all[0].Add(time.Second)
+		var during, after []time.Time
+		for _, t := range all {
+			switch {
+			case t.After(last):
+				after = append(after, t)
+			case !t.Before(t1):
+				during = append(during, t)
+			}
+		}
+		if len(during) > 1 {
+			row.EnqueuingPerS = round(float64(len(during))/last.Sub(t1).Seconds(), 1)
+		}
+		if len(after) > 1 {
+			row.AfterPerS = round(float64(len(after))/all[len(all)-1].Sub(last).Seconds(), 1)
+		}
+	}
+	row.PerSecond = nil
+	for _, t := range all {
+		i := int(t.Sub(all[0]) / time.Second)
+		for len(row.PerSecond) <= i {
+			row.PerSecond = append(row.PerSecond, 0)
+		}
+		row.PerSecond[i]++
+	}
+	if row.KeyRate > 0 {
+		row.LeastAloneS = round(float64(row.TasksEach-1)/float64(row.KeyRate), 2)
+	}
 	row.LeastMedianS = round(float64((row.Tenants+1)/2*row.TasksEach)/float64(row.Rate), 2)
 	var drains []float64
 	minGap := time.Duration(-1)
@@ -246,7 +300,7 @@ func fillKeyRate(row *KeyRateRow, tenants []string, enq map[string][]time.Time, 
 		slices.SortFunc(ts, time.Time.Compare)
 		n := testsink.MaxInWindow(ts, time.Second)
 		row.KeyMaxIn1s = max(row.KeyMaxIn1s, n)
-		if n > row.KeyRate+1 {
+		if row.KeyRate > 0 && n > row.KeyRate+1 {
 			row.KeysOver++
 		}
 		for i := 1; i < len(ts); i++ {
@@ -268,26 +322,33 @@ func fillKeyRate(row *KeyRateRow, tenants []string, enq map[string][]time.Time, 
 
 // keyRateMarkdown renders round "keyrate", "" if it did not run.
 func (r *ReleaseReport) keyRateMarkdown() string {
-	x := r.KeyRate
-	if x == nil {
+	if len(r.KeyRate) == 0 {
 		return ""
 	}
 	t := table{head: []string{"fairness", "P", "workers per process", "tenants × tasks", "delivered", "enqueue took",
 		"most of one tenant in any 1 s (bound)", "tenants over the bound", "closest two of one tenant", "keep-up (achieved/rate)",
-		"max in any 1 s (bound)", "drain (ideal)", "tenant drain p50 / p99", "least possible: alone / median",
-		"commands per task", "scripts per task", "top commands"}, align: "lrrrrrrrrrrrrrrrl"}
-	del := fmt.Sprintf("%s/%s, %d duplicates", inum(int64(x.Delivered)), inum(int64(x.Tasks)), x.Duplicates)
-	if x.Error != "" {
-		del += " (" + x.Error + ")"
+		"releases/s while enqueuing / after", "max in any 1 s (bound)", "drain (ideal)", "tenant drain p50 / p99",
+		"least possible: alone / median", "commands per task", "scripts per task", "top commands"}, align: "lrrrrrrrrrrrrrrrrl"}
+	for _, x := range r.KeyRate {
+		del := fmt.Sprintf("%s/%s, %d duplicates", inum(int64(x.Delivered)), inum(int64(x.Tasks)), x.Duplicates)
+		if x.Error != "" {
+			del += " (" + x.Error + ")"
+		}
+		bound, over, alone := "–", "–", "–"
+		if x.KeyRate > 0 {
+			bound, over, alone = fmt.Sprint(x.KeyRate+1), fmt.Sprint(x.KeysOver), num(x.LeastAloneS, 1)
+		}
+		t.add("`"+x.Fairness+"`", fmt.Sprint(x.Processes), fmt.Sprint(x.Workers), fmt.Sprintf("%s × %d", inum(int64(x.Tenants)), x.TasksEach), del,
+			fmt.Sprintf("%s s (%s/s)", num(x.EnqueueS, 2), num(x.EnqueuePerS, 0)),
+			fmt.Sprintf("%d (%s)", x.KeyMaxIn1s, bound), over, num(x.KeyMinGapS*1000, 1)+" ms",
+			fmt.Sprintf("%s%% (%s/s)", num(x.KeepUp*100, 2), num(x.Achieved, 1)),
+			fmt.Sprintf("%s / %s", num(x.EnqueuingPerS, 1), num(x.AfterPerS, 1)), fmt.Sprintf("%d (%d)", x.MaxIn1s, x.Rate+1),
+			fmt.Sprintf("%s s (%s s)", num(x.DrainS, 1), num(x.IdealDrainS, 1)),
+			fmt.Sprintf("%s / %s s", num(x.TenantP50S, 1), num(x.TenantP99S, 1)),
+			fmt.Sprintf("%s / %s s", alone, num(x.LeastMedianS, 1)),
+			num(x.CmdsPerTask, 1), num(x.ScriptsPerTask, 2), "`"+x.Top+"`")
 	}
-	t.add("`"+x.Fairness+"`", fmt.Sprint(x.Processes), fmt.Sprint(x.Workers), fmt.Sprintf("%s × %d", inum(int64(x.Tenants)), x.TasksEach), del,
-		fmt.Sprintf("%s s (%s/s)", num(x.EnqueueS, 2), num(x.EnqueuePerS, 0)),
-		fmt.Sprintf("%d (%d)", x.KeyMaxIn1s, x.KeyRate+1), fmt.Sprint(x.KeysOver), num(x.KeyMinGapS*1000, 1)+" ms",
-		fmt.Sprintf("%s%% (%s/s)", num(x.KeepUp*100, 2), num(x.Achieved, 1)), fmt.Sprintf("%d (%d)", x.MaxIn1s, x.Rate+1),
-		fmt.Sprintf("%s s (%s s)", num(x.DrainS, 1), num(x.IdealDrainS, 1)),
-		fmt.Sprintf("%s / %s s", num(x.TenantP50S, 1), num(x.TenantP99S, 1)),
-		fmt.Sprintf("%s / %s s", num(x.LeastAloneS, 1), num(x.LeastMedianS, 1)),
-		num(x.CmdsPerTask, 1), num(x.ScriptsPerTask, 2), "`"+x.Top+"`")
+	x := r.KeyRate[0]
 	return fmt.Sprintf("#### 7h. key_rate at scale (%d processes at %d/s, key_rate %d/s, default workers; every tenant's tasks enqueued side by side once the processes serve; times by release)\n\n%s\n",
 		x.Processes, x.Rate, x.KeyRate, t.String())
 }

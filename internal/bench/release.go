@@ -35,7 +35,7 @@ type ReleaseReport struct {
 
 	Priority  []PriorityRow  `json:"priority,omitempty"`  // priority.go
 	FairScale []FairScaleRow `json:"fairscale,omitempty"` // fairscale.go
-	KeyRate   *KeyRateRow    `json:"keyrate,omitempty"`   // keyrate.go
+	KeyRate   []KeyRateRow   `json:"keyrate,omitempty"`   // keyrate.go
 }
 
 // releaseDefaults fills the release-path fields of o.
@@ -138,8 +138,7 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 		r.FairScale = e.fairScale(ctx)
 	}
 	if has(RoundKeyRate) {
-		x := e.keyRate(ctx)
-		r.KeyRate = &x
+		r.KeyRate = e.keyRate(ctx)
 	}
 	return r
 }

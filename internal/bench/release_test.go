@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,10 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 	if got, want := r.FairScale[1].Fairness, "{key: tenant, weights: {t00: 3, t01: 2}}"; got != want {
 		t.Errorf("weighted fairness = %q, want %q", got, want)
 	}
-	if x := r.KeyRate; x == nil || x.Error != "" || !x.Complete || x.Delivered != 180 || x.KeyMaxIn1s == 0 || x.KeepUp <= 0 ||
+	if len(r.KeyRate) != 1 {
+		t.Fatalf("keyrate rows = %d, want 1 (no control run)", len(r.KeyRate))
+	}
+	if x := r.KeyRate[0]; x.Error != "" || !x.Complete || x.Delivered != 180 || x.KeyMaxIn1s == 0 || x.KeepUp <= 0 ||
 		x.MaxIn1s == 0 || x.TenantP50S <= 0 || x.CmdsPerTask <= 0 || x.Workers == 0 {
 		t.Errorf("keyrate row: %+v; want 180 delivered (60 tenants × 3), the most of one tenant in 1 s, keep-up, tenant drains, commands per task and the worker count", x)
 	}
@@ -127,6 +131,8 @@ func TestFillKeyRate(t *testing.T) {
 	hits := []testsink.Hit{hit(1, "a", 0), hit(1.2, "a", 1), hit(1.9, "a", 2), hit(2.0, "b", 0), hit(2.5, "b", 1), hit(3.0, "b", 2),
 		hit(3.0, "b", 2), hit(4, "c", 0), hit(5, "c", 1)}
 	row := KeyRateRow{Rate: 10, KeyRate: 2, Tenants: 3, TasksEach: 3, Tasks: 9}
+	// releases (duplicates too) by second from the first, at 1 s: a a a | b b | b b | c | c
+
 	fillKeyRate(&row, []string{"a", "b", "c"}, enq, hits)
 	if row.Delivered != 8 || row.Duplicates != 1 || row.KeyMaxIn1s != 3 || row.KeysOver != 0 || row.KeyMinGapS != 0.2 {
 		t.Errorf("delivered %d, duplicates %d, most of one tenant in 1 s %d, over %d, closest %v; want 8, 1, 3, 0, 0.2",
@@ -136,6 +142,9 @@ func TestFillKeyRate(t *testing.T) {
 	if row.TenantP50S != 1.9 || row.TenantP99S != 2.5 || row.LeastAloneS != 1 || row.LeastMedianS != 0.6 || row.EnqueueS != 1 || row.MaxIn1s != 3 {
 		t.Errorf("tenant drains %v / %v, least %v / %v, enqueue %v s, max in 1 s %d; want 1.9 / 2.5, 1 / 0.6, 1, 3",
 			row.TenantP50S, row.TenantP99S, row.LeastAloneS, row.LeastMedianS, row.EnqueueS, row.MaxIn1s)
+	}
+	if want := []int{3, 2, 2, 1, 1}; !slices.Equal(row.PerSecond, want) {
+		t.Errorf("releases per second %v, want %v", row.PerSecond, want)
 	}
 	row.KeyRate = 1 // bound 2: a (3 in 1 s) is over it
 	fillKeyRate(&row, []string{"a", "b", "c"}, enq, hits)
