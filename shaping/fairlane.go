@@ -139,9 +139,9 @@ func (o *fairOrder) lift(key string, now time.Time, rate float64) {
 }
 
 // liftCredit is how long a new key's first tasks take to reach the lanes
-// under a backlog: the pending target (FairTarget, about 500ms of
+// under a backlog: the pending target (FairTarget, fairindex.Pending of
 // releases) and the lanes' reservation horizon (fairindex.Lookahead).
-const liftCredit = 500*time.Millisecond + fairindex.Lookahead
+const liftCredit = fairindex.Pending + fairindex.Lookahead
 
 // exchanging takes the service to report and the keys to ask about: the
 // keys with waiters here, at most maxExchangeKeys. lifted says where the
@@ -367,4 +367,131 @@ func (s *fairStats) publish(m *metrics.Metrics, ds string, f *Fairness, now time
 		m.Fair.KeyReleases.WithLabelValues(ds, metrics.SafeKey(t.k)).Set(float64(t.n))
 	}
 	return j
+}
+
+// fairHandLead is how long before its start a fair lane gives a reserved
+// slot to a waiter. Until then the slot stays in the lane's stock,
+// unassigned, so a key whose task arrives meanwhile (a newcomer, a light
+// key) takes the next slot in fair order instead of queuing behind the
+// slots the look-ahead already reserved for a backlog's tasks.
+const fairHandLead = 10 * time.Millisecond
+
+// stockFair keeps a fair lane's reserved slots (res, of cost, in the
+// breaker's spell seq) in its stock, after any it holds (l.mu not held).
+func (l *lane) stockFair(cost int64, res Reservation, seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stockCost != cost || l.stockSeq != seq {
+		l.r.wasted(l.stockCost, l.stock...) // of another cost or breaker spell
+		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
+	}
+	for j := range res.Count {
+		l.stock = append(l.stock, grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)})
+	}
+}
+
+// fairTurn is a fair lane's step before it reserves. It hands a stocked
+// slot that is due, or sleeps while the stock covers the waiters or the
+// lane holds its room's worth of slots (again: the run loop goes round),
+// or says how many more slots to reserve (ask). false when the dispatcher
+// stops.
+func (l *lane) fairTurn(cost int64, n int, seq uint64) (ask int, again, ok bool) {
+	due, handed, covered := l.handDue(cost, n, seq)
+	switch {
+	case handed:
+		return 0, true, true
+	case covered:
+		return 0, true, l.sleepKick(due)
+	}
+	room, wait := l.fairRoom(cost)
+	if room == 0 {
+		if due > 0 {
+			wait = min(wait, due)
+		}
+		return 0, true, l.sleep(wait)
+	}
+	return min(max(n-l.stocked(cost), 1), room, l.fairBatch(cost)), false, true
+}
+
+// fairBatch is the most slots a fair lane reserves in one call: its
+// process's part of fairTakeEvery's slots, at least 1. The processes'
+// reservations then interleave finely, so each holds slots spread over
+// the look-ahead rather than one run of them: a task that passes the
+// others here (a newcomer) finds one of its process's slots soon.
+func (l *lane) fairBatch(cost int64) int {
+	r := l.r
+	units := r.rate.Load().UnitsIn(fairTakeEvery) / max(cost, 1)
+	procs := max(r.d.procs.Load(), 1)
+	return max(int(units/procs), 1)
+}
+
+// stockDue is how long until a fair lane's first stocked slot is to be
+// handed (false: it holds none).
+func (l *lane) stockDue() (time.Duration, bool) {
+	if l.fair == nil {
+		return 0, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.stock) == 0 {
+		return 0, false
+	}
+	at := l.stock[0].slot.Add(l.r.offset.get()).Add(-fairHandLead)
+	return max(at.Sub(l.r.d.cfg.Clock.Now()), 0), true
+}
+
+// stocked is how many slots of cost a fair lane holds unassigned.
+func (l *lane) stocked(cost int64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stockCost != cost {
+		return 0
+	}
+	return len(l.stock)
+}
+
+// handDue gives a fair lane's first stocked slot, once it starts within
+// fairHandLead, to the first waiter of its cost in fair order (handed).
+// Otherwise it says how long until that slot is due (wait) and whether
+// the stock covers the n waiters of cost at the front (covered), so the
+// lane reserves no more. Slots of another breaker spell, and slots past
+// their tolerance, are wasted (l.mu not held).
+func (l *lane) handDue(cost int64, n int, seq uint64) (wait time.Duration, handed, covered bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now, off := l.r.d.cfg.Clock.Now(), l.r.offset.get()
+	var gone []grant
+	if l.stockSeq != seq {
+		gone, l.stock = l.stock, nil
+	}
+	tol := l.r.lateTolerance(l.stockCost) / 2
+	for len(l.stock) > 0 && now.Sub(l.stock[0].slot.Add(off)) > tol {
+		gone = append(gone, l.stock[0])
+		l.stock = l.stock[1:]
+	}
+	l.r.wasted(l.stockCost, gone...)
+	if len(l.stock) == 0 {
+		return 0, false, false
+	}
+	g := l.stock[0]
+	if d := g.slot.Add(off).Sub(now); d > fairHandLead {
+		return d - fairHandLead, false, l.stockCost == cost && len(l.stock) >= n
+	}
+	for e := l.q.Front(); e != nil; {
+		next := e.Next()
+		w := e.Value.(*waiter)
+		switch {
+		case w.cost != l.stockCost:
+		case l.tooLate(w, g.slot):
+			l.remove(e).done <- grant{err: ErrDeadlinePassed}
+		default:
+			l.stock = l.stock[1:]
+			l.remove(e)
+			l.fair.served(w.key, w.cost, now)
+			w.done <- g
+			return 0, true, false
+		}
+		e = next
+	}
+	return 0, false, false // no waiter of the stock's cost: reserve for the head's
 }

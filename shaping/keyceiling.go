@@ -129,6 +129,15 @@ func (c *keyCeiling) pick() picked {
 		p.cost = w.cost
 		p.cands = append(p.cands, candidate{e: e, w: w})
 	}
+	held := 0
+	for e := l.q.Front(); e != nil; e = e.Next() {
+		if c.tat[e.Value.(*waiter).key].After(nowR) {
+			held++
+		}
+	}
+	if int32(held) > l.ceilinged.Swap(int32(held)) {
+		defer r.roomMade() // fewer of the waiters may go: take more
+	}
 	if len(p.cands) == 0 && !earliest.IsZero() {
 		p.wait = max(earliest.Sub(nowR), time.Millisecond)
 	}

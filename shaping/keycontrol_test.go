@@ -128,7 +128,7 @@ func TestKeyControlPauseHoldsOnlyThatKey(t *testing.T) {
 // ceiling configured: set while its backlog is released at its fair
 // share, it caps the key at 5 + 1 in any second (counted at the release,
 // from 500ms after the change: slots reserved before it may go); another
-// key is not capped. The Control of a dispatcher refuses a key rate above
+// key is not capped, nor held up by the capped key's tasks. The Control of a dispatcher refuses a key rate above
 // the downstream's; ClearKey lifts the cap.
 func TestKeyControlRateCapsOneKey(t *testing.T) {
 	t.Parallel()
@@ -142,6 +142,11 @@ func TestKeyControlRateCapsOneKey(t *testing.T) {
 	must(t, ds[0].Control().SetKeyRate(context.Background(), "api", "slow", limiters.PerSecond(5)))
 	set := time.Now()
 	waitFor(t, 20*time.Second, "every task of free", func() bool { return rec.count("free") == tasks })
+	if d := time.Since(set); d > 6*time.Second {
+		// free's share is 195/s: its tasks must not wait in pending behind
+		// slow's, held back in the lanes by the cap (they took 17s)
+		t.Errorf("free's %d tasks done %v after slow was capped, want within 6s", tasks, d.Round(time.Millisecond))
+	}
 	waitFor(t, 20*time.Second, "3s of slow's releases after the change", func() bool {
 		ts := rec.times("slow")
 		return len(ts) > 0 && ts[len(ts)-1].Sub(set) >= 3*time.Second

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shaper-io/shaper/limiters"
@@ -41,6 +42,9 @@ type lane struct {
 	// kc: nil, or the per-key ceiling of a fair lane (Fairness.KeyRate),
 	// which then serves its waiters (keyCeiling.serve) and keeps no stock
 	kc *keyCeiling
+	// ceilinged: the waiters kc held back at its last pick, their keys
+	// past their ceiling (runner.waiting leaves them out)
+	ceilinged atomic.Int32
 	// backoff and lastLog pace the run loop through Redis errors (its alone)
 	backoff time.Duration
 	lastLog time.Time
@@ -80,7 +84,12 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		l.mu.Unlock()
 		return grant{}, errGiveBack // taken as a long hold began: back it goes
 	}
-	g, ok := l.fromStock(cost)
+	g, ok := grant{}, false
+	if l.fair == nil {
+		// a fair lane's stocked slots go to its waiters in fair order,
+		// as they come due (handDue), not to whoever arrives first
+		g, ok = l.fromStock(cost)
+	}
 	l.owe(w)
 	if ok {
 		if l.tooLate(w, g.slot) {
@@ -348,11 +357,11 @@ func (l *lane) run() {
 			}
 		}
 		if l.fair != nil && !probe {
-			room, wait := l.fairRoom(cost)
-			if room == 0 {
-				if !l.sleep(wait) {
-					return
-				}
+			room, again, ok := l.fairTurn(cost, n, seq)
+			if !ok {
+				return
+			}
+			if again {
 				continue
 			}
 			ask = min(ask, room)
@@ -372,7 +381,11 @@ func (l *lane) run() {
 			continue
 		}
 		if res.Count > 0 {
-			l.hand(cost, res, seq)
+			if l.fair != nil && !probe {
+				l.stockFair(cost, res, seq)
+			} else {
+				l.hand(cost, res, seq)
+			}
 			continue
 		}
 		if !l.full(res, cost, n) {
@@ -443,7 +456,11 @@ func (l *lane) full(res Reservation, cost int64, n int) bool {
 			m.HoldGiveBacks.WithLabelValues(l.r.ds.Name).Inc()
 		}
 	}
-	return l.sleep(l.roomIn(res, cost, n))
+	d := l.roomIn(res, cost, n)
+	if due, ok := l.stockDue(); ok {
+		d = min(d, due) // a fair lane's stocked slot must not pass unhanded
+	}
+	return l.sleep(d)
 }
 
 // waiting is how many waiters are queued.

@@ -132,13 +132,32 @@ func (r *runner) ahead() int64 {
 
 // waiting is how many of r's tasks this process holds that are not in a
 // call: waiting for a place among the calls or for a slot.
-func (r *runner) waiting() int64 { return r.held.Load() - r.releasing.Load() }
+// Waiters a key ceiling holds back (a key past its rate) do not count:
+// the look-ahead is for tasks that may go, and other keys' tasks must not
+// wait in pending behind them.
+func (r *runner) waiting() int64 {
+	return r.held.Load() - r.releasing.Load() - int64(r.lane.ceilinged.Load())
+}
 
 // refill is how few of r's waiting tasks make the engine take again: a
 // third of ahead, at least 1. The one still waiting covers the take's
 // round trip, and each take brings about two thirds of ahead, so a take
 // and its reservation serve several releases even at low rates.
-func (r *runner) refill() int64 { return max(r.ahead()/3, 1) }
+//
+// A fair downstream takes again once fairTakeEvery's worth of its slots
+// here went: a key that arrives has its first task put at the front of
+// pending, and is thus taken within about that, and then passes the
+// waiters of keys with more service (fairOrder).
+func (r *runner) refill() int64 {
+	if r.ds.Fairness != nil {
+		per := r.rate.Load().PerSec() * fairTakeEvery.Seconds() / float64(max(r.d.procs.Load(), 1))
+		return max(r.ahead()-max(int64(math.Ceil(per)), 1), 1)
+	}
+	return max(r.ahead()/3, 1)
+}
+
+// fairTakeEvery is how often a fair downstream under a backlog takes.
+const fairTakeEvery = 20 * time.Millisecond
 
 // takeWant is how many tasks the engine should take for r now: what
 // tops the waiting ones up to ahead, once they are down to refill. A

@@ -190,15 +190,20 @@ func (f *Fairness) Validate() error {
 	return nil
 }
 
+// Pending is how many releases' worth of promoted tasks a fair
+// downstream keeps in asynq's pending list (Target).
+const Pending = 200 * time.Millisecond
+
 // Target is how many promoted tasks a fair downstream at rate keeps in
-// asynq's pending list: about 500ms of releases, at least 2. Workers
-// take from there as they free up; the rest waits in fair order. It must
-// not run dry under a backlog: a worker pool that finds the list empty
-// sleeps for the poll interval (asynq's TaskCheckInterval), and its
-// process then releases only what it holds. A key's first task does not
-// wait behind it (fair.lua puts it at the front).
+// asynq's pending list: Pending's worth of releases, at least 2. The
+// takes draw from there; the rest waits in fair order. It is short
+// because a key that arrives under a backlog has its tasks after the
+// first (fair.lua puts that one at the front) promoted behind it: what
+// pending holds then goes to the keys already there. It must not run dry
+// between feeds (every Pending/2 while tasks wait, and at every park that
+// finds room).
 func Target(rate limiters.Limit) int64 {
-	return min(max(int64(math.Ceil(rate.PerSec()/2)), 2), maxPerCall)
+	return min(max(int64(math.Ceil(rate.PerSec()*Pending.Seconds())), 2), maxPerCall)
 }
 
 // Queue parks fair downstreams' tasks in weighted fair order and promotes
