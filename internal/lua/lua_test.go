@@ -451,39 +451,75 @@ func TestAdmissionMatchesModel(t *testing.T) {
 	}
 }
 
+// admissionSeeds are FuzzAdmission's seeds.
+func admissionSeeds() [][]byte {
+	seeds := [][]byte{
+		{0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+		{2, 1, 5, 255, 0, 200, 3, 0, 5, 0, 9, 0, 3, 0, 255, 1, 0, 9, 0, 0},
+		{3, 4, 1, 10, 3, 255, 7, 0, 0, 0, 11, 255, 7, 0, 5, 0, 3, 200, 9, 0, 244, 9, 4, 255, 1, 0},
+		{1, 3, 5, 3, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 5, 250, 0, 0, 0, 0, 0, 0, 5, 4, 0, 1, 0, 0},
+		{4, 2, 2, 50, 1, 200, 0, 0, 12, 255, 9, 200, 0, 0, 7, 100, 10, 0, 9, 0, 4, 128, 2, 130},
+	}
+	for v := byte(5); v < 8; v++ { // sub-windows: fill, reject, an edge, a clock step back, refund, peek
+		seeds = append(seeds, []byte{v, 1, 0, 0, 0, 137, 0, 0, 1, 50, 0, 137, 0, 0, 1, 50, 0, 0, 0, 0, 5, 3, 0, 137, 0, 0,
+			244, 9, 0, 0, 0, 0, 4, 128, 9, 0, 0, 0, 0, 0, 6, 0, 0, 0})
+	}
+	return seeds
+}
+
 // FuzzAdmission decodes the input as a variant (an algorithm, or the
 // sliding counter with sub-windows), a limit shape and a step sequence, and checks script against model as TestAdmissionMatchesModel.
 func FuzzAdmission(f *testing.F) {
-	f.Add([]byte{0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0})
-	f.Add([]byte{2, 1, 5, 255, 0, 200, 3, 0, 5, 0, 9, 0, 3, 0, 255, 1, 0, 9, 0, 0})
-	f.Add([]byte{3, 4, 1, 10, 3, 255, 7, 0, 0, 0, 11, 255, 7, 0, 5, 0, 3, 200, 9, 0, 244, 9, 4, 255, 1, 0})
-	f.Add([]byte{1, 3, 5, 3, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 5, 250, 0, 0, 0, 0, 0, 0, 5, 4, 0, 1, 0, 0})
-	f.Add([]byte{4, 2, 2, 50, 1, 200, 0, 0, 12, 255, 9, 200, 0, 0, 7, 100, 10, 0, 9, 0, 4, 128, 2, 130})
-	for v := byte(5); v < 8; v++ { // sub-windows: fill, reject, an edge, a clock step back, refund, peek
-		f.Add([]byte{v, 1, 0, 0, 0, 137, 0, 0, 1, 50, 0, 137, 0, 0, 1, 50, 0, 0, 0, 0, 5, 3, 0, 137, 0, 0,
-			244, 9, 0, 0, 0, 0, 4, 128, 9, 0, 0, 0, 0, 0, 6, 0, 0, 0})
+	for _, s := range admissionSeeds() {
+		f.Add(s)
 	}
 	rdb := redistest.Client(f)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if len(data) < 2 {
-			return
-		}
-		vs := variants()
-		v := vs[int(data[0])%len(vs)]
-		sh := shapes[int(data[1])%len(shapes)]
-		data = data[2:]
-		if len(data) > 64*opBytes {
-			data = data[:64*opBytes]
-		}
-		if !v.fits(sh.limit) {
-			return
-		}
-		a := newAdmission(t, v, sh.limit)
-		r := newAdmissionRun(t, rdb, redistest.Prefix(t), a)
-		for i, o := range decodeOps(data, a.capacity, a.period) {
-			r.step(i, o)
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { admissionInput(t, rdb, data) })
+}
+
+// TestAdmissionMutations runs FuzzAdmission's body on 300 mutations of
+// its corpus, as `go test -fuzz FuzzAdmission -fuzztime 300x` would, in the
+// normal test run (see redistest.Mutations).
+func TestAdmissionMutations(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	var seeds [][]any
+	for _, s := range admissionSeeds() {
+		seeds = append(seeds, []any{s})
+	}
+	for i, in := range redistest.Mutations(t, "FuzzAdmission", 1, 300, seeds...) {
+		data := in[0].([]byte)
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			defer func() {
+				if t.Failed() {
+					t.Logf("input %q", data)
+				}
+			}()
+			admissionInput(t, rdb, data)
+		})
+	}
+}
+
+// admissionInput is FuzzAdmission's body.
+func admissionInput(t *testing.T, rdb redis.UniversalClient, data []byte) {
+	if len(data) < 2 {
+		return
+	}
+	vs := variants()
+	v := vs[int(data[0])%len(vs)]
+	sh := shapes[int(data[1])%len(shapes)]
+	data = data[2:]
+	if len(data) > 64*opBytes {
+		data = data[:64*opBytes]
+	}
+	if !v.fits(sh.limit) {
+		return
+	}
+	a := newAdmission(t, v, sh.limit)
+	r := newAdmissionRun(t, rdb, redistest.Prefix(t), a)
+	for i, o := range decodeOps(data, a.capacity, a.period) {
+		r.step(i, o)
+	}
 }
 
 // shapingRun drives shaping.lua and refmodel.Shaping through a step sequence.

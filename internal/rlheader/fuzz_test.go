@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/internal/sizing"
 )
@@ -30,30 +31,59 @@ func fuzzMappings() []rlheader.Mapping {
 // profile and by fuzzMappings: nothing panics, every limit is in range
 // and keeps the package's rules, and Binding picks one of them.
 func FuzzParse(f *testing.F) {
-	f.Add("limit=100, remaining=50, reset=5", `"d";q=100;w=60`, "7", "30", "100", "")
-	f.Add(`"burst";r=0;t=1, "day";r=9;t=86400`, `"burst";q=5;w=1`, "-1", "1800000042", "", "Wed, 21 Oct 2015 07:28:00 GMT")
-	f.Add("remaining=1e99, reset=-5", "", "18446744073709551616", "1800000001500", "abc", "3.5")
-	f.Add(`"a;t=86400;b";r=5;t=1`, `"a;t=86400;b";q=3;w=1`, "5, 0", "2026-12-03T10:00:00Z", "10, 10;w=1", "30, 1e300")
-	f.Fuzz(func(t *testing.T, rl, policy, rem, reset, limit, retry string) {
-		h := header("RateLimit", rl, "RateLimit-Policy", policy, "X-RateLimit-Remaining", rem,
-			"X-RateLimit-Reset", reset, "X-RateLimit-Limit", limit, "Retry-After", retry,
-			"RateLimit-Remaining", rem, "RateLimit-Reset", reset,
-			"X-Rate-Limit-Remaining", limit, "X-Rate-Limit-Reset-After", retry, "Date", retry,
-			"X-Shopify-Shop-Api-Call-Limit", rem+"/"+limit, "Sforce-Limit-Info", "api-usage="+rem+"/"+limit,
-			"X-Used", "k="+rem+"/"+limit+", "+reset, "X-Window", reset, "X-Refused", "",
-			"X-HubSpot-RateLimit-Remaining", rem, "X-HubSpot-RateLimit-Max", limit,
-			"X-HubSpot-RateLimit-Interval-Milliseconds", reset, "X-HubSpot-RateLimit-Daily-Remaining", limit,
-			"X-RateLimit-Remaining-Minute", rem, "X-RateLimit-Limit-Minute", limit, "X-RateLimit-Remaining-Month", reset,
-			"Beta-RateLimit", rl, "Beta-RateLimit-Policy", policy, "X-Field", policy, "X-Envoy-Ratelimited", retry)
-		ms := fuzzMappings()
-		for _, n := range rlheader.Profiles() {
-			p, _ := rlheader.Profile(n)
-			ms = append(ms, p)
-		}
-		ls := rlheader.ParseWith(h, now, ms...)
-		check(t, h, ls)
-		check(t, h, rlheader.Parse(h, now.Add(123456789)))
-	})
+	for _, s := range parseSeeds {
+		f.Add(s[0], s[1], s[2], s[3], s[4], s[5])
+	}
+	f.Fuzz(parseInput)
+}
+
+var parseSeeds = [][6]string{
+	{"limit=100, remaining=50, reset=5", `"d";q=100;w=60`, "7", "30", "100", ""},
+	{`"burst";r=0;t=1, "day";r=9;t=86400`, `"burst";q=5;w=1`, "-1", "1800000042", "", "Wed, 21 Oct 2015 07:28:00 GMT"},
+	{"remaining=1e99, reset=-5", "", "18446744073709551616", "1800000001500", "abc", "3.5"},
+	{`"a;t=86400;b";r=5;t=1`, `"a;t=86400;b";q=3;w=1`, "5, 0", "2026-12-03T10:00:00Z", "10, 10;w=1", "30, 1e300"},
+}
+
+// TestParseMutations runs FuzzParse's body on 3000 mutations of its
+// corpus, as `go test -fuzz FuzzParse -fuzztime 3000x` would, in the normal
+// test run (see redistest.Mutations).
+func TestParseMutations(t *testing.T) {
+	var seeds [][]any
+	for _, s := range parseSeeds {
+		seeds = append(seeds, []any{s[0], s[1], s[2], s[3], s[4], s[5]})
+	}
+	for i, in := range redistest.Mutations(t, "FuzzParse", 1, 3000, seeds...) {
+		func() {
+			defer func() {
+				if t.Failed() {
+					t.Logf("input %d: %q", i, in)
+				}
+			}()
+			parseInput(t, in[0].(string), in[1].(string), in[2].(string), in[3].(string), in[4].(string), in[5].(string))
+		}()
+	}
+}
+
+// parseInput is FuzzParse's body.
+func parseInput(t *testing.T, rl, policy, rem, reset, limit, retry string) {
+	h := header("RateLimit", rl, "RateLimit-Policy", policy, "X-RateLimit-Remaining", rem,
+		"X-RateLimit-Reset", reset, "X-RateLimit-Limit", limit, "Retry-After", retry,
+		"RateLimit-Remaining", rem, "RateLimit-Reset", reset,
+		"X-Rate-Limit-Remaining", limit, "X-Rate-Limit-Reset-After", retry, "Date", retry,
+		"X-Shopify-Shop-Api-Call-Limit", rem+"/"+limit, "Sforce-Limit-Info", "api-usage="+rem+"/"+limit,
+		"X-Used", "k="+rem+"/"+limit+", "+reset, "X-Window", reset, "X-Refused", "",
+		"X-HubSpot-RateLimit-Remaining", rem, "X-HubSpot-RateLimit-Max", limit,
+		"X-HubSpot-RateLimit-Interval-Milliseconds", reset, "X-HubSpot-RateLimit-Daily-Remaining", limit,
+		"X-RateLimit-Remaining-Minute", rem, "X-RateLimit-Limit-Minute", limit, "X-RateLimit-Remaining-Month", reset,
+		"Beta-RateLimit", rl, "Beta-RateLimit-Policy", policy, "X-Field", policy, "X-Envoy-Ratelimited", retry)
+	ms := fuzzMappings()
+	for _, n := range rlheader.Profiles() {
+		p, _ := rlheader.Profile(n)
+		ms = append(ms, p)
+	}
+	ls := rlheader.ParseWith(h, now, ms...)
+	check(t, h, ls)
+	check(t, h, rlheader.Parse(h, now.Add(123456789)))
 }
 
 // check fails t unless every limit of ls keeps the package's rules and
