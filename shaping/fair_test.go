@@ -282,3 +282,50 @@ func TestFairServiceSharedAcrossProcesses(t *testing.T) {
 		t.Errorf("A's service 2s later %.3f, want 15/e = %.3f", got["A"], want)
 	}
 }
+
+// A key that arrives behind a backlog on a fair downstream is released
+// within a few slots: one dispatcher at 50/s holds 200ms of slots ahead
+// (10), but they stay unassigned until just before each starts, so the
+// newcomer's task (first in pending, taken within a slot) passes the
+// backlog's tasks already taken. Counted in the backlog's releases
+// between the newcomer's enqueue and its release: at most 3 (with the
+// slots handed out when reserved, about 10).
+func TestFairNewcomerPassesTheLookAhead(t *testing.T) {
+	t.Parallel()
+	const rate = 50
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	rec := newKeyRecorder()
+	f := &shaping.Fairness{}
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Fair: map[string]queue.FairShare{"api": {Fairness: f, Rate: limiters.PerSecond(rate)}}})
+	t.Cleanup(func() { p.Close() })
+	enqueue := func(key string, i int) {
+		t.Helper()
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: key, Payload: []byte(fmt.Sprintf("%s-%d", key, i))})
+		must(t, err)
+	}
+	for i := range 300 {
+		enqueue("backlog", i)
+	}
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(rate), Fairness: f, Handler: rec.handle}))
+	must(t, d.Start())
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	for i := range 5 {
+		waitFor(t, 20*time.Second, "the backlog under way", func() bool { return rec.count("backlog") >= 20+20*i })
+		key := fmt.Sprintf("new%d", i)
+		before := rec.count("backlog")
+		enqueue(key, 0)
+		waitFor(t, 5*time.Second, key+"'s release", func() bool { return rec.count(key) == 1 })
+		at := rec.times(key)[0]
+		passed := 0
+		for _, ts := range rec.times("backlog") {
+			if ts.Before(at) {
+				passed++
+			}
+		}
+		if n := passed - before; n > 3 {
+			t.Errorf("%s: %d of the backlog's releases between its enqueue and its release, want at most 3", key, n)
+		}
+	}
+}
