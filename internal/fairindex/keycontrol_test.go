@@ -29,7 +29,7 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	sp := keys.New(prefix)
 	q := fairindex.New(rdb, prefix)
 	ctl := control.New(rdb, prefix)
-	rate := limiters.PerSecond(40) // target: 20 in pending
+	rate := limiters.PerSecond(100) // target: 20 in pending (fairindex.Pending of releases)
 	f := &fairindex.Fairness{}
 	scheduled := sp.Asynq("api").Scheduled()
 	park := func(key string, n int) {
