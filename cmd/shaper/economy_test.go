@@ -96,10 +96,11 @@ func rawAsynq(t *testing.T, rdb *redis.Client, q, url string, n int, sink *tests
 // the default config next to raw asynq (3 servers × 20 workers, no limit)
 // draining the same tasks. At 200/s and 1000/s at most 1.1× raw asynq's;
 // at 50/s, where a take and its reservation serve about 4 releases (the
-// look-ahead of 200ms split over 3 processes), at most 1.2×.
+// look-ahead of 200ms split over 3 processes), at most 1.2×. A count, not
+// a timing: each rate runs on a Redis of its own, beside the others and
+// the package's other parallel tests.
 func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
-	_, rdb := ownRedis(t)
-	url := "redis://" + rdb.Options().Addr + "/0"
+	t.Parallel()
 	for _, tc := range []struct {
 		rate  string
 		per   int
@@ -107,6 +108,9 @@ func TestCommandsPerReleaseThreeProcesses(t *testing.T) {
 		bound float64 // × raw asynq's commands per task
 	}{{"50/s", 50, 400, 1.2}, {"200/s", 200, 1200, 1.1}, {"1000/s", 1000, 3000, 1.1}} {
 		t.Run(strings.ReplaceAll(tc.rate, "/", "per"), func(t *testing.T) {
+			t.Parallel()
+			_, rdb := ownRedis(t)
+			url := "redis://" + rdb.Options().Addr + "/0"
 			rawSink := testsink.New()
 			defer rawSink.Close()
 			rawPrefix := "raw" + fmt.Sprint(tc.per)
@@ -156,8 +160,10 @@ func manyConfig(redisURL, prefix string, n int) string {
 // commands per second per downstream per process and at most 10 open
 // connections per process (one take loop per process: an asynq.Server
 // per downstream cost 11 commands/s and more than one connection per
-// downstream per process).
+// downstream per process). Counts on a Redis of its own, beside the
+// package's other parallel tests.
 func TestIdleCommandsManyDownstreams(t *testing.T) {
+	t.Parallel()
 	_, rdb := ownRedis(t)
 	url := "redis://" + rdb.Options().Addr + "/0"
 	const n, procs = 100, 3
