@@ -46,7 +46,10 @@
 -- ARGV[7] -> task key prefix, asynq:{<q>}:t:
 -- ARGV[8] -> group key prefix, asynq:{<q>}:g:
 -- ARGV[9] -> 1: forward due tasks and recover expired leases first; 0: not
--- ARGV[10] -> now in µs, or 0 to read Redis TIME (explicit now: tests only)
+-- ARGV[10] -> now in µs, or 0 to read Redis TIME (a take with a rate
+--            reads TIME, so every process's slots come from one clock;
+--            one without may pass its process's clock: leases and the
+--            maintenance's due times are on it, as in asynq)
 -- ARGV[11] -> with KEYS[9]: the maintenance's spacing in ms, >= 1
 -- ARGV[12] -> 1: KEYS[10..13] are the priority lists; else none
 -- ARGV[13] -> with ARGV[12] = 1: "w1 w2 w3 w4 w5", the weights of levels

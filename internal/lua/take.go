@@ -47,7 +47,9 @@ type TakeArgs struct {
 	// back tasks whose lease expired and delete completed tasks past
 	// their retention (asynq's janitor), before taking.
 	Maintain bool
-	// Now is ARGV[10]: µs since the epoch; 0 reads Redis TIME (tests only).
+	// Now is ARGV[10]: µs since the epoch; 0 reads Redis TIME. A take
+	// with a rate reads TIME (every process's slots come from one clock);
+	// one without passes its process's clock, as asynq's dequeue does.
 	Now int64
 	// Maintained, when set, is KEYS[9] (keys.Space.TakeMaintained): the
 	// maintenance then runs at most once per MaintainEvery across every

@@ -155,6 +155,12 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 	}
 	a.Slots = int64(min(l.slots, l.free(), want))
 	a.Maintain = maintain
+	if a.Interval == 0 && a.Burst == 0 {
+		// no bucket in this take: its times are leases and maintenance,
+		// which asynq's dequeue and forwarder take from the process's
+		// clock too (one TIME fewer per take)
+		a.Now = now.UnixMicro()
+	}
 	ok := e.submit(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		r, err := e.store.Take(ctx, a)
