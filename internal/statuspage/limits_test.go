@@ -37,9 +37,13 @@ func TestStatusShowsQuotasAndAnnouncedLimits(t *testing.T) {
 			t.Logf("cells: state %q, quotas %q, announced %q, settled %q", k("state"), k("quotas"), k("announced"), k("settled"))
 		}
 	}()
-	waitFor(t, 10*time.Second, "the quota spent and the page showing it", func() bool {
+	// The quota is spent as the sixth task is released; its handler's
+	// header and cost are recorded after that, so wait for those too
+	// (the checks below say what each must read).
+	waitFor(t, 10*time.Second, "the quota spent, the answers' limit and cost recorded, and the page showing them", func() bool {
 		s = b.snapshot(t)
-		return strings.HasPrefix(k("quotas"), "6 per minute (sliding) · 6 used · use falls in ") && k("state") == "held by quota"
+		return strings.HasPrefix(k("quotas"), "6 per minute (sliding) · 6 used · use falls in ") && k("state") == "held by quota" &&
+			k("announced") != "none" && k("settled") != "none"
 	})
 	if got := k("why_kind") + ": " + k("why"); !strings.HasPrefix(got, "quota: 6 per minute (sliding) · 6 used · use falls in ") {
 		t.Errorf("why-waiting line %q, want the quota in words", got)
