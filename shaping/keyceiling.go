@@ -135,9 +135,8 @@ func (c *keyCeiling) pick() picked {
 			held++
 		}
 	}
-	if int32(held) > l.ceilinged.Swap(int32(held)) {
-		defer r.roomMade() // fewer of the waiters may go: take more
-	}
+	// fewer may go: the engine asks Want again within wantRecheck
+	l.ceilinged.Store(int32(held))
 	if len(p.cands) == 0 && !earliest.IsZero() {
 		p.wait = max(earliest.Sub(nowR), time.Millisecond)
 	}

@@ -3,13 +3,10 @@ package shaping
 import (
 	"container/list"
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/shaper-io/shaper/limiters"
 )
 
 // lane reserves slots for one downstream's waiting workers in this
@@ -289,111 +286,6 @@ func (l *lane) pushInOrder(w *waiter) *list.Element {
 	return l.q.PushFront(w)
 }
 
-// run serves the waiters until the dispatcher stops.
-func (l *lane) run() {
-	r := l.r
-	l.backoff = minBackoff
-	for {
-		var cost int64
-		var n int
-		var claim Claim
-		if l.kc == nil && l.fair != nil && r.ds.Fairness.Ceilinged() {
-			// an operator gave a key its own rate (shaper ctl key)
-			l.kc = newKeyCeiling(l, r.ds.Fairness)
-		}
-		if l.kc != nil {
-			n = l.waiting()
-		} else {
-			cost, n, claim = l.head()
-		}
-		if n == 0 {
-			select {
-			case <-l.kick:
-				continue
-			case <-r.d.stopping:
-				return
-			}
-		}
-		if gate := r.pauseGate(); gate != nil {
-			select {
-			case <-gate:
-			case <-r.d.stopping:
-				return
-			}
-			continue
-		}
-		seq, probe := uint64(0), false
-		if b := r.brk; b != nil {
-			g := b.gate()
-			if !g.ok {
-				if !l.sleepOr(g.wait, g.changed) {
-					return
-				}
-				continue
-			}
-			seq, probe = g.seq, g.probe
-		}
-		if l.kc != nil {
-			if !l.kc.serve(seq, probe) {
-				return
-			}
-			continue
-		}
-		ask := n
-		if probe {
-			ask = 1 // a half-open probe
-		} else if !r.paced && l.behindNow() {
-			// stock for workers still to come; a paced downstream's
-			// takes bring tasks just ahead of their slots, and stock
-			// would only push their slots later
-			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
-		} else if r.paced {
-			// the tasks of the take still to come: their slots go to
-			// the stock they take from as they arrive
-			owed := l.takeOwed()
-			ask = min(n+owed, maxSlotsPerCall)
-			if claim.Level > 0 {
-				claim.Waiting += owed
-			}
-		}
-		if l.fair != nil && !probe {
-			room, again, ok := l.fairTurn(cost, n, seq)
-			if !ok {
-				return
-			}
-			if again {
-				continue
-			}
-			ask = min(ask, room)
-		}
-		if probe {
-			claim = Claim{}
-		}
-		res, err := l.reserve(cost, ask, r.lookahead(), claim)
-		switch {
-		case errors.Is(err, limiters.ErrCostExceedsCapacity):
-			l.refuse(cost, err) // no wait will make room: the task is refused
-			continue
-		case err != nil:
-			if !l.trouble("cannot reserve a slot", err) {
-				return
-			}
-			continue
-		}
-		if res.Count > 0 {
-			if l.fair != nil && !probe {
-				l.stockFair(cost, res, seq)
-			} else {
-				l.hand(cost, res, seq)
-			}
-			continue
-		}
-		if !l.full(res, cost, n) {
-			return
-		}
-	}
-}
-
 // minBackoff is the run loop's first wait after a Redis error; it
 // doubles up to maxBackoff while the errors last.
 const (
@@ -593,3 +485,25 @@ func (l *lane) pastDeadlineNow(w *waiter) bool {
 func (l *lane) unstock(g grant) {
 	l.stock = append([]grant{g}, l.stock...)
 }
+
+// stockDue is how long until a fair lane's first stocked slot is to be
+// handed (false: it holds none).
+func (l *lane) stockDue() (time.Duration, bool) {
+	if l.fair == nil {
+		return 0, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.stock) == 0 {
+		return 0, false
+	}
+	at := l.stock[0].slot.Add(l.r.offset.get()).Add(-fairHandLead)
+	return max(at.Sub(l.r.d.cfg.Clock.Now()), 0), true
+}
+
+// fairHandLead is how long before its start a fair lane gives a reserved
+// slot to a waiter. Until then the slot stays in the lane's stock,
+// unassigned, so a key whose task arrives meanwhile (a newcomer, a light
+// key) takes the next slot in fair order instead of queuing behind the
+// slots the look-ahead already reserved for a backlog's tasks.
+const fairHandLead = 10 * time.Millisecond

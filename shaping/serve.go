@@ -156,9 +156,6 @@ func (r *runner) refill() int64 {
 	return max(r.ahead()/3, 1)
 }
 
-// fairTakeEvery is how often a fair downstream under a backlog takes.
-const fairTakeEvery = 20 * time.Millisecond
-
 // takeWant is how many tasks the engine should take for r now: what
 // tops the waiting ones up to ahead, once they are down to refill. A
 // downstream with priorities tops up at every slot, so a task of a
