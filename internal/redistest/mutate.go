@@ -138,3 +138,20 @@ func mutate(rng *rand.Rand, b []byte, other func() []byte) []byte {
 	}
 	return b
 }
+
+// EachMutation runs body on each of Mutations' inputs and, once the test
+// has failed, logs each input body ran on from then (the first is the one
+// that failed it), however body stopped.
+func EachMutation(t *testing.T, target string, seed int64, n int, seeds [][]any, body func(in []any)) {
+	t.Helper()
+	for i, in := range Mutations(t, target, seed, n, seeds...) {
+		func() {
+			defer func() {
+				if t.Failed() {
+					t.Logf("input %d: %q", i, in)
+				}
+			}()
+			body(in)
+		}()
+	}
+}

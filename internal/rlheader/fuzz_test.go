@@ -52,16 +52,9 @@ func TestParseMutations(t *testing.T) {
 	for _, s := range parseSeeds {
 		seeds = append(seeds, []any{s[0], s[1], s[2], s[3], s[4], s[5]})
 	}
-	for i, in := range redistest.Mutations(t, "FuzzParse", 1, 3000, seeds...) {
-		func() {
-			defer func() {
-				if t.Failed() {
-					t.Logf("input %d: %q", i, in)
-				}
-			}()
-			parseInput(t, in[0].(string), in[1].(string), in[2].(string), in[3].(string), in[4].(string), in[5].(string))
-		}()
-	}
+	redistest.EachMutation(t, "FuzzParse", 1, 3000, seeds, func(in []any) {
+		parseInput(t, in[0].(string), in[1].(string), in[2].(string), in[3].(string), in[4].(string), in[5].(string))
+	})
 }
 
 // parseInput is FuzzParse's body.

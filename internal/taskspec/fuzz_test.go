@@ -39,17 +39,7 @@ func TestParseMutations(t *testing.T) {
 	for _, s := range parseSeeds {
 		seeds = append(seeds, []any{[]byte(s)})
 	}
-	for i, in := range redistest.Mutations(t, "FuzzParse", 1, 3000, seeds...) {
-		data := in[0].([]byte)
-		func() {
-			defer func() {
-				if t.Failed() {
-					t.Logf("input %d: %q", i, data)
-				}
-			}()
-			parseInput(t, data)
-		}()
-	}
+	redistest.EachMutation(t, "FuzzParse", 1, 3000, seeds, func(in []any) { parseInput(t, in[0].([]byte)) })
 }
 
 // parseInput is FuzzParse's body.
