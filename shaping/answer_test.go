@@ -230,6 +230,10 @@ func scriptCalls(t *testing.T, reg *prometheus.Registry, script string) float64 
 // time, not polling; an answer costs a call only when its limit binds.
 // Not parallel: INFO commandstats counts the whole server.
 func TestQuotaEconomy(t *testing.T) {
+	// its counts depend on how the tasks reach the lane (one at a time or
+	// together), which is timing: on the cluster, beside the cmd pass, a
+	// run counted 0.51 reservations per release for 0.10
+	redistest.TimingOnly(t, "TestQuotasNeverExceededAcrossResets, TestResetClearsASpentQuota (the same quota scripts and keys)")
 	rdb := redistest.Client(t)
 	type result struct{ total, scripts, reserve, answer, took float64 }
 	run := func(name string, quotas []shaping.Quota, header http.Header) result {
