@@ -343,7 +343,7 @@ func (l *lane) full(res Reservation, cost int64, n int) bool {
 	}
 	// a batching downstream's asynq server keeps its tasks (asynq takes
 	// them); under the engine a long hold holds none (hold.go)
-	if l.r.srv == nil && l.r.longHold.observe(res) {
+	if l.r.srv == nil && l.r.unquoting.Load() == 0 && l.r.longHold.observe(res) {
 		if m := l.r.d.m; m != nil {
 			m.HoldGiveBacks.WithLabelValues(l.r.ds.Name).Inc()
 		}

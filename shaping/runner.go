@@ -59,6 +59,9 @@ type runner struct {
 	// longHold is a long hold the lane found (hold.go): the engine takes
 	// nothing until shortly before it ends
 	longHold holds
+	// unquoting: wasted slots whose quota units are on their way back
+	// (wasted); a hold found meanwhile may be theirs
+	unquoting atomic.Int32
 
 	woken broadcast // fired by wake
 }
@@ -274,7 +277,16 @@ func (r *runner) wasted(cost int64, gs ...grant) {
 	if len(gs) == 0 || len(r.ds.Quotas) == 0 {
 		return
 	}
+	r.unquoting.Add(1)
 	go func() {
+		defer func() {
+			// the units are back: a long hold found while they were on
+			// their way may have counted them as spent, so the lane looks
+			// again (a hold that is real is found again at once)
+			r.unquoting.Add(-1)
+			r.longHold.clear()
+			r.wake()
+		}()
 		for _, g := range gs {
 			if !r.unquota(cost, g) {
 				return
