@@ -149,18 +149,35 @@ func (l *lane) fromStock(cost int64) (grant, bool) {
 	if l.stockCost != cost {
 		return grant{}, false
 	}
-	off, tol := l.r.offset.get(), l.r.lateTolerance(cost)/2
-	var gone []grant
-	defer func() { l.r.wasted(cost, gone...) }()
-	for len(l.stock) > 0 {
-		g := l.stock[0]
-		l.stock = l.stock[1:]
-		if l.r.d.cfg.Clock.Now().Sub(g.slot.Add(off)) <= tol {
-			return g, true
-		}
-		gone = append(gone, g)
+	l.dropStale()
+	if len(l.stock) == 0 {
+		return grant{}, false
 	}
-	return grant{}, false
+	g := l.stock[0]
+	l.stock = l.stock[1:]
+	return g, true
+}
+
+// dropStale wastes the stocked slots at the front that are past half
+// their late tolerance, too late to hand out (l.mu held).
+func (l *lane) dropStale() {
+	now, off, tol := l.r.d.cfg.Clock.Now(), l.r.offset.get(), l.r.lateTolerance(l.stockCost)/2
+	i := 0
+	for i < len(l.stock) && now.Sub(l.stock[i].slot.Add(off)) > tol {
+		i++
+	}
+	l.r.wasted(l.stockCost, l.stock[:i]...)
+	l.stock = l.stock[i:]
+}
+
+// restock makes the stock one of cost in the breaker's spell seq: a stock
+// of another cost or spell is wasted, its quota units given back (l.mu
+// held).
+func (l *lane) restock(cost int64, seq uint64) {
+	if l.stockCost != cost || l.stockSeq != seq {
+		l.r.wasted(l.stockCost, l.stock...)
+		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
+	}
 }
 
 // owe notes, as w arrives, how many tasks of its take will follow it and
@@ -235,12 +252,7 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 		return
 	}
 	// slots no waiter took: stock for the next ones
-	if l.stockCost != cost || l.stockSeq != seq {
-		// the old stock is of another cost or breaker spell: wasted, its
-		// quota units given back
-		l.r.wasted(l.stockCost, l.stock...)
-		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
-	}
+	l.restock(cost, seq)
 	for ; j < res.Count; j++ {
 		l.stock = append(l.stock, grant{slot: res.SlotN(j), now: res.SlotN(j), seq: seq, issued: res.seqN(j)})
 	}

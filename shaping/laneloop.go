@@ -157,10 +157,7 @@ func (l *lane) fairBatch(cost int64) int {
 func (l *lane) stockFair(cost int64, res Reservation, seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.stockCost != cost || l.stockSeq != seq {
-		l.r.wasted(l.stockCost, l.stock...) // of another cost or breaker spell
-		l.stock, l.stockCost, l.stockSeq = nil, cost, seq
-	}
+	l.restock(cost, seq)
 	for j := range res.Count {
 		l.stock = append(l.stock, grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)})
 	}
@@ -186,16 +183,11 @@ func (l *lane) handDue(cost int64, n int, seq uint64) (wait time.Duration, hande
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now, off := l.r.d.cfg.Clock.Now(), l.r.offset.get()
-	var gone []grant
 	if l.stockSeq != seq {
-		gone, l.stock = l.stock, nil
+		l.r.wasted(l.stockCost, l.stock...) // of another breaker spell
+		l.stock = nil
 	}
-	tol := l.r.lateTolerance(l.stockCost) / 2
-	for len(l.stock) > 0 && now.Sub(l.stock[0].slot.Add(off)) > tol {
-		gone = append(gone, l.stock[0])
-		l.stock = l.stock[1:]
-	}
-	l.r.wasted(l.stockCost, gone...)
+	l.dropStale()
 	if len(l.stock) == 0 {
 		return 0, false, false
 	}
