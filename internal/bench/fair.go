@@ -63,16 +63,12 @@ type FairRow struct {
 	// the most releases in any 1 s.
 	RateUnderBacklog float64 `json:"rate_under_backlog_per_s"`
 	MaxIn1s          int     `json:"max_in_any_1s_at_release"`
-	// Commands are the INFO commandstats delta from just before the
+	// RedisWork is the INFO commandstats delta from just before the
 	// processes start to the last delivery: start-up, every enqueue (the
 	// producer's park in fair order included) and every release.
-	Commands       int64   `json:"redis_commands"`
-	Scripts        int64   `json:"scripts"`
-	CmdsPerTask    float64 `json:"commands_per_task"`
-	ScriptsPerTask float64 `json:"scripts_per_task"`
-	Top            string  `json:"top_commands"`
-	RunS           float64 `json:"run_s"`
-	Error          string  `json:"error,omitempty"`
+	RedisWork
+	RunS  float64 `json:"run_s"`
+	Error string  `json:"error,omitempty"`
 }
 
 // fairMode is one way the fair round runs the same load.
@@ -165,12 +161,8 @@ func (e *env) fairRun(ctx context.Context, m fairMode) FairRow {
 	if err != nil {
 		row.Error = err.Error()
 	}
-	row.Commands, row.Scripts, row.Top = d.Total(), scripts(d), topCommands(d, 8)
 	fillFair(&row, enq, exp, sink.OK(), m.weights)
-	if row.Delivered > 0 {
-		row.CmdsPerTask = round(float64(row.Commands)/float64(row.Delivered), 1)
-		row.ScriptsPerTask = round(float64(row.Scripts)/float64(row.Delivered), 2)
-	}
+	row.RedisWork = redisWork(d, row.Delivered)
 	return row
 }
 

@@ -112,15 +112,11 @@ type KeyRateRow struct {
 	TenantP99S   float64 `json:"tenant_drain_p99_s"`
 	LeastAloneS  float64 `json:"least_alone_s"`
 	LeastMedianS float64 `json:"least_median_s"`
-	// Commands are the INFO commandstats delta from just before the
+	// RedisWork is the INFO commandstats delta from just before the
 	// processes start to the last delivery (start-up, enqueues, releases).
-	Commands       int64   `json:"redis_commands"`
-	Scripts        int64   `json:"scripts"`
-	CmdsPerTask    float64 `json:"commands_per_task"`
-	ScriptsPerTask float64 `json:"scripts_per_task"`
-	Top            string  `json:"top_commands"`
-	RunS           float64 `json:"run_s"`
-	Error          string  `json:"error,omitempty"`
+	RedisWork
+	RunS  float64 `json:"run_s"`
+	Error string  `json:"error,omitempty"`
 }
 
 func (k KeyRateOptions) tenants() []string {
@@ -193,12 +189,8 @@ func (e *env) keyRateRun(ctx context.Context, keyRate int) KeyRateRow {
 	row.RunS = round(time.Since(start).Seconds(), 1)
 	stopInto(ctx, stop, &err)
 	keepFirst(&row.Error, err)
-	row.Commands, row.Scripts, row.Top = d.Total(), scripts(d), topCommands(d, 8)
 	fillKeyRate(&row, tenants, enq, sink.OK())
-	if row.Delivered > 0 {
-		row.CmdsPerTask = round(float64(row.Commands)/float64(row.Delivered), 1)
-		row.ScriptsPerTask = round(float64(row.Scripts)/float64(row.Delivered), 2)
-	}
+	row.RedisWork = redisWork(d, row.Delivered)
 	return row
 }
 

@@ -230,6 +230,28 @@ func (e *env) countCommands(ctx context.Context, f func() error) (redistest.Comm
 }
 
 // scripts is the script calls in s (EVALSHA and the EVAL fallback).
+// RedisWork is a run's Redis work: the INFO commandstats delta over the
+// run (start-up, enqueues, releases), its script calls, its top commands,
+// and each per task delivered.
+type RedisWork struct {
+	Commands       int64   `json:"redis_commands"`
+	Scripts        int64   `json:"scripts"`
+	CmdsPerTask    float64 `json:"commands_per_task"`
+	ScriptsPerTask float64 `json:"scripts_per_task"`
+	Top            string  `json:"top_commands"`
+}
+
+// redisWork is d's RedisWork for delivered tasks (no per-task figures
+// when none was delivered).
+func redisWork(d redistest.CommandStats, delivered int) RedisWork {
+	w := RedisWork{Commands: d.Total(), Scripts: scripts(d), Top: topCommands(d, 8)}
+	if delivered > 0 {
+		w.CmdsPerTask = round(float64(w.Commands)/float64(delivered), 1)
+		w.ScriptsPerTask = round(float64(w.Scripts)/float64(delivered), 2)
+	}
+	return w
+}
+
 func scripts(s redistest.CommandStats) int64 {
 	return s["evalsha"] + s["eval"] + s["evalsha_ro"] + s["eval_ro"]
 }
