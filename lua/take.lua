@@ -64,6 +64,21 @@
 --            level that had no tasks rejoins at the virtual time: it gets
 --            its share from then on, no credit for its idle spell.
 --
+-- ARGV[14] -> 1: the downstream shares by fair order (fair.lua parks its
+--            tasks): KEYS[15..22] are its keys, and a take serves, once
+--            pending is empty, the parked task with the least start tag
+--            (the next in weighted fair order at this moment, so a key that
+--            just arrived passes the backlog at once); else none. The
+--            slots before KEYS[15] must then be filled (with the queue's
+--            maintained, priority and turns keys, used or not).
+-- ARGV[15] -> with ARGV[14] = 1: the TTL of fair.lua's keys, ms.
+-- KEYS[15..22] -> <prefix>:fair:{<q>}: parked, tags, state, later, counts,
+--            nb, keyctl, held (fair.lua's KEYS[1..6], 10 and 11). A task
+--            taken from parked leaves asynq's scheduled set (where it
+--            waited beyond the horizon) for active; a paused key's task
+--            goes to held instead, as fair.lua's promotion did; the
+--            virtual time V and the tag advance r move as they did there.
+--
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us, priority}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
@@ -109,9 +124,11 @@ local function home(id)
   if not levels then return KEYS[2] end
   return listOf[redis.call('HGET', tprefix .. id, 'shaper_priority') or ''] or KEYS[2]
 end
+local fair = ARGV[14] == '1' and KEYS[22] ~= nil
 local function waiting()
   local n = 0
   for _, k in ipairs(serve) do n = n + redis.call('LLEN', k) end
+  if fair then n = n + redis.call('ZCARD', KEYS[15]) end
   return n
 end
 local function bounded(v)
@@ -210,15 +227,78 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 
+-- fair order (ARGV[14]): V, r and rn are fair.lua's state, read at the
+-- first task taken from parked and written back after the last
+local fv, fr, frn, fv0, fctl
+local fttl = tonumber(ARGV[15]) or 0
+local function fmt(x) return string.format('%.17g', x) end
+-- popFair moves the parked task with the least start tag to active and
+-- returns its id, or nil when none is parked. A member is
+-- "<cost>|<weight>|<len(key)>|<key><id>" (fair.lua).
+local function popFair()
+  if fv == nil then
+    local st = redis.call('HMGET', KEYS[17], 'v', 'r', 'rn')
+    fv, fr, frn = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+    fv0, fctl = fv, redis.call('EXISTS', KEYS[21]) == 1
+  end
+  while true do
+    local p = redis.call('ZPOPMIN', KEYS[15])
+    if #p == 0 then return nil end
+    local m, s = p[1], tonumber(p[2])
+    local nk, rest = string.match(m, '^[^|]+|[^|]+|(%d+)|(.*)$')
+    local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
+    if fctl and redis.call('HEXISTS', KEYS[21], 'p:' .. key) == 1 then
+      -- a paused key's task waits in held, at its tag, until it resumes
+      redis.call('ZADD', KEYS[22], 0, #key .. '|' .. key .. '|' .. fmt(s) .. '|' .. m)
+      redis.call('PEXPIRE', KEYS[22], fttl)
+    else
+      if s >= fv then
+        -- a turn in order: the mean advance per task, over the last 64
+        frn = math.min(frn + 1, 64)
+        fr = fr + (s - fv - fr) / frn
+        fv = s
+      end
+      if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
+      -- gone from scheduled: deleted, or run by hand, or forwarded by asynq
+      if redis.call('ZREM', KEYS[6], id) == 1 then
+        redis.call('LPUSH', KEYS[3], id)
+        return id
+      end
+    end
+  end
+end
+
+-- fairDone writes V back and, when nothing of the downstream waits in
+-- fair order any more, lets fair.lua's keys expire soon, as fair.lua does
+local function fairDone()
+  if fv == nil then return end
+  if fv ~= fv0 then
+    redis.call('HSET', KEYS[17], 'v', fmt(fv), 'r', fmt(fr), 'rn', frn)
+    if redis.call('PTTL', KEYS[17]) < 0 then redis.call('PEXPIRE', KEYS[17], fttl) end
+  end
+  if redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0 then
+    redis.call('HDEL', KEYS[17], 'x')
+    for _, k in ipairs({KEYS[16], KEYS[17], KEYS[20]}) do redis.call('PEXPIRE', k, math.min(fttl, 60000)) end
+  end
+end
+
+-- popList moves the task at the tail of list k to active (pending: then,
+-- on a fair downstream, the next in fair order)
+local function popList(k)
+  local id = redis.call('RPOPLPUSH', k, KEYS[3])
+  if not id and fair and k == KEYS[2] then return popFair(), true end
+  return id, k == KEYS[2]
+end
+
 -- pickStrict moves the next task in priority order to active. A task of a
 -- priority list whose hash is gone was deleted behind shaper's back
 -- (asynq's Inspector cannot find it in pending): it is dropped.
 local function pickStrict()
   for _, k in ipairs(serve) do
     while true do
-      local id = redis.call('RPOPLPUSH', k, KEYS[3])
+      local id, known = popList(k)
       if not id then break end
-      if k == KEYS[2] or redis.call('EXISTS', tprefix .. id) == 1 then return id end
+      if known or redis.call('EXISTS', tprefix .. id) == 1 then return id end
       redis.call('LREM', KEYS[3], 1, id)
     end
   end
@@ -246,10 +326,10 @@ local function pickWeighted()
     end
     if not best then return nil end
     local k = serve[best]
-    local id = redis.call('RPOPLPUSH', k, KEYS[3])
+    local id, known = popList(k)
     if not id then
       empty[best] = true
-    elseif k == KEYS[2] or redis.call('EXISTS', tprefix .. id) == 1 then
+    elseif known or redis.call('EXISTS', tprefix .. id) == 1 then
       -- the virtual time moves to the tag of the task taken (0 after the
       -- shift); an idle level's tag below it rejoins at it, no earlier
       local v = tags[best]
@@ -287,6 +367,7 @@ for j = 0, n - 1 do
   out[#out + 1] = prio
   count = count + 1
 end
+fairDone()
 if tags then
   if drained == 1 then
     redis.call('DEL', KEYS[14])

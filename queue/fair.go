@@ -19,8 +19,8 @@ type FairShare struct {
 	// Fairness holds the weights and per-key ceiling (a
 	// *shaping.Fairness); required.
 	Fairness *fairindex.Fairness
-	// Rate is the downstream's configured rate: it sizes the promoted
-	// part of the queue and the expected start of a task.
+	// Rate is the downstream's configured rate: it sizes the expected
+	// start of a task.
 	Rate limiters.Limit
 }
 
@@ -42,7 +42,7 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 	if due.After(now) {
 		at = due
 	}
-	st, err := p.fair.Park(ctx, t.Downstream, fs.Rate, fs.Fairness, id, t.Key, t.Cost, at)
+	st, err := p.fair.Park(ctx, t.Downstream, fs.Fairness, id, t.Key, t.Cost, at)
 	if err != nil {
 		derr := p.insp.DeleteTask(p.space.Queue(t.Downstream), id)
 		if derr == nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/fairindex"
-	"github.com/shaper-io/shaper/limiters"
 )
 
 // KeyControl is the operator's setting for one admission key of a fair
@@ -20,49 +19,41 @@ type KeyControl = control.KeyControl
 const MaxFairWeight = fairindex.MaxWeight
 
 // FairHorizon is how far ahead a fair downstream's task is scheduled in
-// asynq while it waits in fair order. Were no process to promote tasks
+// asynq while it waits in fair order. Were no process to take tasks
 // for that long, asynq would release them in FIFO order: nothing is lost.
 const FairHorizon = fairindex.Horizon
-
-// FairTarget is how many promoted tasks a fair downstream at rate keeps
-// in asynq's pending list: about 500ms of releases, at least 2 (see
-// fairindex.Target).
-func FairTarget(rate limiters.Limit) int64 { return fairindex.Target(rate) }
 
 // NewFairQueue returns a FairQueue over rdb for key prefix ("" means
 // "shaper").
 func NewFairQueue(rdb redis.Scripter, prefix string) *FairQueue { return fairindex.New(rdb, prefix) }
 
-// feedEvery is how often a dispatcher promotes while tasks wait: half the
-// time the pending target lasts, between 100ms and PollInterval.
-func feedEvery(rate limiters.Limit, poll time.Duration) time.Duration {
-	d := time.Duration(float64(FairTarget(rate)) / rate.PerSec() * float64(time.Second) / 2)
-	return max(min(d, poll), 100*time.Millisecond)
-}
+// fairFeed is how often a dispatcher feeds while tasks wait: due tasks
+// (a key's ceiling, a ProcessAt) join fair order within it, and the
+// lane's service per key is shared with the other processes as often.
+const fairFeed = 100 * time.Millisecond
 
 // fairIdleFeed is how often a dispatcher looks for parked tasks when none
-// waited at its last look. Enqueues promote what fits themselves, so this
-// only matters when a backlog starts: pending then holds its target (half
-// a second of releases) and the workers hold their share of the bucket.
+// waited at its last look (a park needs no feed: the take picks it).
 const fairIdleFeed = time.Second
 
-// feed promotes the downstream's parked tasks while the dispatcher runs:
-// every fair interval while tasks wait, every fairIdleFeed when none do.
+// feed moves the downstream's due tasks into fair order while the
+// dispatcher runs: every fairFeed while tasks wait, every fairIdleFeed
+// when none do.
 func (r *runner) feed() {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-		st, err := r.d.fair.Feed(ctx, r.ds.Name, *r.rate.Load())
+		st, err := r.d.fair.Feed(ctx, r.ds.Name)
 		cancel()
 		wait := fairIdleFeed
 		switch {
 		case err != nil:
-			r.d.log.Warn("shaping: fair share: cannot promote tasks", "downstream", r.ds.Name, "err", err)
+			r.d.log.Warn("shaping: fair share: cannot feed", "downstream", r.ds.Name, "err", err)
 		case st.Parked+st.Later > 0:
-			wait = feedEvery(*r.rate.Load(), r.d.cfg.PollInterval)
+			wait = fairFeed
 		}
 		if err == nil {
 			r.fairSeen(st)
-			if st.Promoted > 0 {
+			if st.Moved > 0 {
 				r.wakeTake()
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
@@ -56,30 +57,43 @@ func (r *fairRig) park(key string, n int) {
 		r.n++
 		r.rdb.HSet(ctx, r.aq.Task(id), "msg", "x", "state", "scheduled")
 		r.rdb.ZAdd(ctx, r.aq.Scheduled(), redis.Z{Score: float64(time.Now().Add(shaping.FairHorizon).Unix()), Member: id})
-		if _, err := r.q.Park(ctx, "api", r.rate, r.f, id, key, 1, time.Time{}); err != nil {
+		if _, err := r.q.Park(ctx, "api", r.f, id, key, 1, time.Time{}); err != nil {
 			r.t.Fatal(err)
 		}
 	}
 }
 
-// take plays a worker: it takes up to n tasks from pending (oldest first),
-// feeding after each, and returns their keys in order.
+// take plays a dispatcher: it takes up to n tasks one by one with
+// take.lua (pending first, then fair order), feeding after each, and
+// returns their keys in order.
 func (r *fairRig) take(n int) []string {
 	ctx := context.Background()
+	sp := keys.New(r.prefix)
+	fk := sp.Fair("api")
+	store := lua.New(r.rdb)
 	var out []string
 	for range n {
-		id, err := r.rdb.RPop(ctx, r.aq.Pending()).Result()
-		if err == redis.Nil {
-			break
+		a := lua.TakeArgs{Bucket: sp.TakeBucket("api"), Queue: r.aq, Slots: 1, Budget: 1 << 20, Lease: time.Minute,
+			Maintained: sp.TakeMaintained("api"), MaintainEvery: time.Hour, Fair: &fk, FairTTL: shaping.FairHorizon + time.Hour}
+		if !r.now.IsZero() {
+			a.Now = r.now.UnixMicro()
 		}
+		rep, err := store.Take(ctx, a)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if st := r.rdb.HGet(ctx, r.aq.Task(id), "state").Val(); st != "pending" {
-			r.t.Errorf("task %s in pending has state %q", id, st)
+		if rep.Status != lua.TakeTaken {
+			break
+		}
+		id := rep.Tasks[0].ID
+		if st := r.rdb.HGet(ctx, r.aq.Task(id), "state").Val(); st != "active" {
+			r.t.Errorf("task %s taken has state %q", id, st)
+		}
+		if r.rdb.ZScore(ctx, r.aq.Scheduled(), id).Err() != redis.Nil {
+			r.t.Errorf("task %s taken is still scheduled", id)
 		}
 		out = append(out, id[:strings.IndexByte(id, '-')])
-		if _, err := r.q.Feed(ctx, "api", r.rate); err != nil {
+		if _, err := r.q.Feed(ctx, "api"); err != nil {
 			r.t.Fatal(err)
 		}
 	}
@@ -94,11 +108,8 @@ func counts(ks []string) map[string]int {
 	return m
 }
 
-// A key that arrives behind another's backlog is promoted within a round,
-// and then the keys alternate by weight, counting from the tasks already
-// in flight when they came (the pending target: A's turns, which a new
-// key starts beside, not behind); each key's own tasks keep their order;
-// a key alone takes everything.
+// A key that arrives behind another's backlog is taken next, and then
+// the keys alternate by weight; a key alone takes everything.
 func TestFairOrderSharesByWeight(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -116,12 +127,13 @@ func TestFairOrderSharesByWeight(t *testing.T) {
 			}
 			r.park("B", 50)
 			r.park("C", 50)
-			// the promoted target (2 at 10/s) was A's before B and C came
-			head := r.take(2 + 3)
-			if c := counts(head); c["B"] == 0 || c["C"] == 0 {
-				t.Errorf("first 5 taken after B and C arrived: %v, want B and C among them", head)
+			// the order is decided at the take: nothing of A's was taken
+			// ahead, so B and C come first
+			head := r.take(3)
+			if c := counts(head[:2]); c["B"] != 1 || c["C"] != 1 {
+				t.Errorf("first 3 taken after B and C arrived: %v, want B and C first", head)
 			}
-			got := counts(append(head, r.take(40)...))
+			got := counts(append(head, r.take(42)...))
 			for k, w := range tc.want {
 				if d := got[k] - w; d < -2 || d > 2 {
 					t.Errorf("%s: %d of 45, want %d ± 2 (%v)", k, got[k], w, got)
@@ -132,7 +144,7 @@ func TestFairOrderSharesByWeight(t *testing.T) {
 }
 
 // Parked tasks whose asynq entry is gone (deleted, run by hand, forwarded
-// by asynq after the horizon) are dropped, not promoted twice; when all
+// by asynq after the horizon) are dropped, not taken twice; when all
 // drain, the fair-share keys are gone or expire within a minute.
 func TestFairFeedSkipsGoneTasksAndCleansUp(t *testing.T) {
 	r := newFairRig(t, &shaping.Fairness{})
@@ -151,7 +163,7 @@ func TestFairFeedSkipsGoneTasksAndCleansUp(t *testing.T) {
 	}
 }
 
-// A per-key ceiling spaces one key's promotions even when it is alone.
+// A per-key ceiling spaces one key's takes even when it is alone.
 func TestFairKeyRateSpacesPromotions(t *testing.T) {
 	r := newFairRig(t, &shaping.Fairness{KeyRate: limiters.PerSecond(5)})
 	t0 := time.UnixMilli(time.Now().UnixMilli())
@@ -163,12 +175,12 @@ func TestFairKeyRateSpacesPromotions(t *testing.T) {
 	}
 	for i, step := range []time.Duration{199 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 600 * time.Millisecond, 800 * time.Millisecond} {
 		r.at(t0.Add(step))
-		if _, err := r.q.Feed(context.Background(), "api", r.rate); err != nil {
+		if _, err := r.q.Feed(context.Background(), "api"); err != nil {
 			t.Fatal(err)
 		}
 		want := []int{0, 1, 1, 1, 1}[i]
 		if got := len(r.take(10)); got != want {
-			t.Errorf("at +%v: %d promoted, want %d (A at 5/s)", step, got, want)
+			t.Errorf("at +%v: %d taken, want %d (A at 5/s)", step, got, want)
 		}
 	}
 }

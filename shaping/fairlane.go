@@ -139,9 +139,9 @@ func (o *fairOrder) lift(key string, now time.Time, rate float64) {
 }
 
 // liftCredit is how long a new key's first tasks take to reach the lanes
-// under a backlog: the pending target (FairTarget, fairindex.Pending of
-// releases) and the lanes' reservation horizon (fairindex.Lookahead).
-const liftCredit = fairindex.Pending + fairindex.Lookahead
+// under a backlog: the lanes' reservation horizon (fairindex.Lookahead;
+// the take picks the key's task at once).
+const liftCredit = fairindex.Lookahead
 
 // exchanging takes the service to report and the keys to ask about: the
 // keys with waiters here, at most maxExchangeKeys. lifted says where the

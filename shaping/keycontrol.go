@@ -15,8 +15,8 @@ import (
 // change). A key's rate and weight replace the configuration's
 // (fairness.key_rates, key_rate, weights) for the lanes at once and for
 // its tasks parked from then on; a pause keeps its waiting tasks out of
-// fair order (those already promoted, at most about the downstream's half
-// second of releases, still go) while the other keys keep the full rate.
+// fair order (those already taken, at most the lanes' look-ahead, still
+// go) while the other keys keep the full rate.
 
 // SetKeyRate caps key of fair downstream ds at l in every process; the
 // zero Limit removes the cap (back to the configuration's). The Control of
@@ -60,7 +60,7 @@ func CheckKeyWeight(w float64) error {
 }
 
 // PauseKey holds key's tasks on fair downstream ds in every process: none
-// is promoted to the queue until ResumeKey or ClearKey; other keys keep
+// is taken until ResumeKey or ClearKey; other keys keep
 // the rate. Nothing is dropped.
 func (c *Control) PauseKey(ctx context.Context, ds, key string) error {
 	return c.st.SetKeyPaused(ctx, ds, key, true)
@@ -94,14 +94,8 @@ const unholdBatch = 1000
 // unhold moves key's held tasks back to fair order, a batch per call.
 // Feeds also move a few per call, so one that fails leaves nothing stuck.
 func (c *Control) unhold(ctx context.Context, ds, key string) error {
-	rate := limiters.PerSecond(1) // promote little: the feeds do the rest
-	if c.served != nil {
-		if d, ok := c.served(ds); ok {
-			rate = d.Rate
-		}
-	}
 	for {
-		n, err := c.fair.Resume(ctx, ds, rate, key, unholdBatch)
+		n, err := c.fair.Resume(ctx, ds, key, unholdBatch)
 		if err != nil {
 			return fmt.Errorf("shaping: resume key of %q: %w", ds, err)
 		}

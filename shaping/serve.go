@@ -108,7 +108,7 @@ func (d *services) newEngine() (*take.Engine, error) {
 // keys at their cap, which would otherwise fill the look-ahead.
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
-		Handler: r.serveTake, Gate: r.takeGate, Priority: r.ds.Priority != nil, Malformed: func(id string, msg []byte) bool { return q.taken(r.ds.Name, id, msg) },
+		Handler: r.serveTake, Gate: r.takeGate, Priority: r.ds.Priority != nil, Fair: r.ds.Fairness != nil, Malformed: func(id string, msg []byte) bool { return q.taken(r.ds.Name, id, msg) },
 		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
 	if r.ds.Priority != nil {
 		d.Weights = r.ds.Priority.Weights

@@ -37,7 +37,7 @@ type services struct {
 	procs   atomic.Int64 // live processes at the last announce (0: not yet known)
 }
 
-// FairQueue parks fair downstreams' tasks in weighted fair order and
-// promotes them into asynq's pending list (fair.lua). Producers park;
-// dispatchers feed and exchange service. Safe for concurrent use.
+// FairQueue parks fair downstreams' tasks in weighted fair order
+// (fair.lua), which the dispatchers' takes pick from. Producers park;
+// dispatchers feed due tasks and exchange service. Safe for concurrent use.
 type FairQueue = fairindex.Queue

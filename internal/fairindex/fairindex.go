@@ -1,9 +1,9 @@
 // Package fairindex is a fair downstream's shared state in Redis: the
-// tasks parked in weighted fair order of their admission key, their
-// promotion into the asynq pending list (fair.lua), and the service each
+// tasks parked in weighted fair order of their admission key (fair.lua),
+// which the dispatchers' takes pick from (take.lua), and the service each
 // key was given, counted across every process (fairsvc.lua). Producers
-// (package queue) park tasks; dispatchers (package shaping) feed the
-// pending list and exchange service. Package shaping re-exports its
+// (package queue) park tasks; dispatchers (package shaping) feed due tasks
+// into fair order and exchange service. Package shaping re-exports its
 // public names (shaping.Fairness, shaping.FairQueue, shaping.FairHorizon).
 package fairindex
 
@@ -43,8 +43,9 @@ type Fairness struct {
 	// released in any one-second window are at most KeyRate's units in a
 	// second plus one task's cost (for tasks of cost 1: at most KeyRate + 1
 	// releases). The dispatcher's lane decides it before it reserves a
-	// key's slot; its tasks are also promoted at most that fast (fair.lua),
-	// so workers seldom hold a task that must wait for it. Only Rate and
+	// key's slot; its tasks also join fair order at most that fast
+	// (fair.lua's later set), so a take seldom picks a task that must wait
+	// for it. Only Rate and
 	// Period are read: a key has no burst.
 	KeyRate limiters.Limit
 	// KeyRates caps the keys listed at their own rate in place of KeyRate
@@ -130,19 +131,18 @@ func (f *Fairness) Paused(key string) bool { return f.Runtime.Of(key).Paused }
 const MaxWeight = 1e6
 
 // Horizon is how far ahead a fair downstream's task is scheduled in
-// asynq while it waits in fair order. Were no process to promote tasks
+// asynq while it waits in fair order. Were no process to take tasks
 // for that long, asynq would release them in FIFO order: nothing is lost.
 const Horizon = 24 * time.Hour
 
-// ttl is the TTL of the fair-share keys: the horizon plus a margin.
-const ttl = Horizon + time.Hour
+// KeyTTL is the TTL of the fair-share keys: the horizon plus a margin.
+const KeyTTL = Horizon + time.Hour
 
 // Lookahead bounds how far ahead a fair downstream's lane reserves
-// slots, so that a key arriving late is released within about this plus
-// one promotion round.
+// slots, so that a key arriving late is released within about this.
 const Lookahead = 200 * time.Millisecond
 
-// maxPerCall bounds the promotions of one script call.
+// maxPerCall bounds the due moves of one script call.
 const maxPerCall = 1000
 
 // ServiceMemory is how long service is remembered, by each lane and in
@@ -190,25 +190,9 @@ func (f *Fairness) Validate() error {
 	return nil
 }
 
-// Pending is how many releases' worth of promoted tasks a fair
-// downstream keeps in asynq's pending list (Target).
-const Pending = 200 * time.Millisecond
-
-// Target is how many promoted tasks a fair downstream at rate keeps in
-// asynq's pending list: Pending's worth of releases, at least 2. The
-// takes draw from there; the rest waits in fair order. It is short
-// because a key that arrives under a backlog has its tasks after the
-// first (fair.lua puts that one at the front) promoted behind it: what
-// pending holds then goes to the keys already there. It must not run dry
-// between feeds (every Pending/2 while tasks wait, and at every park that
-// finds room).
-func Target(rate limiters.Limit) int64 {
-	return min(max(int64(math.Ceil(rate.PerSec()*Pending.Seconds())), 2), maxPerCall)
-}
-
-// Queue parks fair downstreams' tasks in weighted fair order and promotes
-// them into asynq's pending list (fair.lua). Producers park; dispatchers
-// feed. Safe for concurrent use.
+// Queue parks fair downstreams' tasks in weighted fair order (fair.lua),
+// the order the dispatchers' takes pick from (take.lua). Producers park;
+// dispatchers feed (due tasks into fair order). Safe for concurrent use.
 // The zero Queue is not usable: New builds one.
 type Queue struct {
 	store *lua.Store
@@ -228,27 +212,30 @@ func (q *Queue) SetNow(now func() time.Time) { q.now = now }
 
 // State is what a park or feed saw, after it.
 type State struct {
-	// Promoted is how many tasks the call moved to the pending list.
-	Promoted int
+	// Moved is how many tasks the call made ready to take (due tasks into
+	// fair order, held tasks of a key no longer paused; Park: 1 when the
+	// task is in fair order).
+	Moved int
 	// Parked tasks wait in fair order; Later ones are not yet due. After
-	// Park, Parked is 1 when the task waits in fair order (asynq holds it
-	// as scheduled until its turn) and 0 when it went to the queue.
+	// Park, Parked is 1 (asynq holds the task as scheduled until a take
+	// picks it).
 	Parked, Later int
-	// Pending and Active are the asynq queue's pending and active lengths.
+	// Pending and Active are the asynq queue's pending and active lengths
+	// (Feed).
 	Pending, Active int
 	// Keys is how many admission keys have tasks waiting.
 	Keys int
-	// Ahead (Park) is how many tasks go before this one: promoted ahead of
-	// it, and parked with an earlier turn (0 when it went to the front);
-	// -1 when it is not yet due.
+	// Ahead (Park) is how many tasks go before this one: pending, and
+	// parked with an earlier turn; -1 when it is not yet due or its key is
+	// paused.
 	Ahead int
 }
 
-func (q *Queue) args(ds string, rate limiters.Limit) ([]string, lua.FairArgs) {
+func (q *Queue) args(ds string) ([]string, lua.FairArgs) {
 	a := q.space.Asynq(ds)
 	f := q.space.Fair(ds)
-	ks := append(f.List(), a.Scheduled(), a.Pending(), a.Active(), f.Controls, f.Held)
-	fa := lua.FairArgs{TaskPrefix: a.TaskPrefix(), Target: Target(rate), Max: maxPerCall, TTLms: ttl.Milliseconds()}
+	ks := append(f.List(), a.Pending(), a.Active(), f.Controls, f.Held)
+	fa := lua.FairArgs{Max: maxPerCall, TTLms: KeyTTL.Milliseconds()}
 	if q.now != nil {
 		fa.NowMs = q.now().UnixMilli()
 	}
@@ -256,10 +243,9 @@ func (q *Queue) args(ds string, rate limiters.Limit) ([]string, lua.FairArgs) {
 }
 
 // Park puts task id of downstream ds (enqueued in asynq scheduled at
-// least Horizon ahead) in fair order for key, due at due (zero: now),
-// and promotes what fits under the downstream's target at rate.
-func (q *Queue) Park(ctx context.Context, ds string, rate limiters.Limit, f *Fairness, id, key string, cost int64, due time.Time) (State, error) {
-	ks, a := q.args(ds, rate)
+// least Horizon ahead) in fair order for key, due at due (zero: now).
+func (q *Queue) Park(ctx context.Context, ds string, f *Fairness, id, key string, cost int64, due time.Time) (State, error) {
+	ks, a := q.args(ds)
 	t := lua.FairTask{ID: id, Key: key, Cost: max(cost, 1), Weight: f.Weight(key)}
 	if !due.IsZero() {
 		t.DueMs = due.UnixMilli()
@@ -271,10 +257,10 @@ func (q *Queue) Park(ctx context.Context, ds string, rate limiters.Limit, f *Fai
 	return state(rep), err
 }
 
-// Feed moves downstream ds's due tasks into fair order and promotes what
-// fits under its target at rate.
-func (q *Queue) Feed(ctx context.Context, ds string, rate limiters.Limit) (State, error) {
-	ks, a := q.args(ds, rate)
+// Feed moves downstream ds's due tasks, and the held tasks of keys no
+// longer paused, into fair order.
+func (q *Queue) Feed(ctx context.Context, ds string) (State, error) {
+	ks, a := q.args(ds)
 	rep, err := q.store.FairFeed(ctx, ks, a)
 	return state(rep), err
 }
@@ -298,18 +284,18 @@ func (q *Queue) Exchange(ctx context.Context, ds string, clk clock.Clock, inc, l
 }
 
 // Resume moves up to limit of key's held tasks (kept out of fair order
-// while the key was paused) back to their turns on downstream ds, and
-// promotes what fits; it returns how many it moved. Call it until it
+// while the key was paused) back to their turns on downstream ds; it
+// returns how many it moved. Call it until it
 // moves fewer than limit (feeds also move a few per call).
-func (q *Queue) Resume(ctx context.Context, ds string, rate limiters.Limit, key string, limit int) (int, error) {
-	ks, a := q.args(ds, rate)
+func (q *Queue) Resume(ctx context.Context, ds string, key string, limit int) (int, error) {
+	ks, a := q.args(ds)
 	rep, err := q.store.FairResume(ctx, ks, a, key, int64(limit))
 	return int(rep.Parked), err
 }
 
 // ExpectedStart estimates when a task just parked (the state Park
-// returned) of cost at rate will be released: the promoted tasks and the
-// parked ones before it go first, one interval each, then the lane's
+// returned) of cost at rate will be released: pending and the parked
+// tasks before it go first, one interval each, then the lane's
 // reservation horizon (Lookahead). The workers' held tasks are not
 // counted: the lanes let keys with few waiters pass them. Keys that
 // arrive later with an earlier turn are not foreseen.
@@ -318,6 +304,6 @@ func (st State) ExpectedStart(now time.Time, rate limiters.Limit, cost int64) ti
 }
 
 func state(r lua.FairReply) State {
-	return State{Promoted: int(r.Promoted), Parked: int(r.Parked), Later: int(r.Later), Pending: int(r.Pending),
+	return State{Moved: int(r.Moved), Parked: int(r.Parked), Later: int(r.Later), Pending: int(r.Pending),
 		Active: int(r.Active), Keys: int(r.Keys), Ahead: int(r.Ahead)}
 }

@@ -3,6 +3,7 @@ package fairindex_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,17 +12,17 @@ import (
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
-	"github.com/shaper-io/shaper/limiters"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// A paused key's tasks leave fair order for the held set as promotion
-// reaches them, and the other keys' tasks are promoted past them; Resume
-// moves them back a batch at a time; a feed moves back, a few per call,
-// the held tasks of a key no longer paused (a resume that did not run).
-// Counted in Redis: pending's members, the held set's size.
+// A paused key's tasks leave fair order for the held set as takes reach
+// them, and the other keys' tasks are taken past them; Resume moves them
+// back a batch at a time; a feed moves back, a few per call, the held
+// tasks of a key no longer paused (a resume that did not run). Counted
+// in Redis: the tasks take.lua takes, the held set's size.
 func TestPausedKeyHeldAndResumed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -29,7 +30,6 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	sp := keys.New(prefix)
 	q := fairindex.New(rdb, prefix)
 	ctl := control.New(rdb, prefix)
-	rate := limiters.PerSecond(100) // target: 20 in pending (fairindex.Pending of releases)
 	f := &fairindex.Fairness{}
 	scheduled := sp.Asynq("api").Scheduled()
 	park := func(key string, n int) {
@@ -38,23 +38,26 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 			if err := rdb.ZAdd(ctx, scheduled, redisZ(id)).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := q.Park(ctx, "api", rate, f, id, key, 1, time.Time{}); err != nil {
+			if _, err := q.Park(ctx, "api", f, id, key, 1, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	pendingOf := func(key string) int {
-		ids, err := rdb.LRange(ctx, sp.Asynq("api").Pending(), 0, -1).Result()
+	// take takes up to n tasks, as a dispatcher's take does, and counts
+	// them by key
+	store, fk := lua.New(rdb), sp.Fair("api")
+	take := func(n int64) map[string]int {
+		rep, err := store.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("api"), Queue: sp.Asynq("api"), Slots: n,
+			Budget: 1 << 20, Lease: time.Minute, Maintained: sp.TakeMaintained("api"), MaintainEvery: time.Hour,
+			Fair: &fk, FairTTL: fairindex.KeyTTL})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, id := range ids {
-			if len(id) > len(key) && id[:len(key)+1] == key+"-" {
-				n++
-			}
+		got := map[string]int{}
+		for _, tk := range rep.Tasks {
+			got[strings.SplitN(tk.ID, "-", 2)[0]]++
 		}
-		return n
+		return got
 	}
 	held := func() int64 { return rdb.ZCard(ctx, sp.Fair("api").Held).Val() }
 
@@ -63,24 +66,20 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	}
 	park("a", 30)
 	park("b", 10)
-	if _, err := q.Feed(ctx, "api", rate); err != nil {
-		t.Fatal(err)
-	}
-	if a, b := pendingOf("a"), pendingOf("b"); a != 0 || b != 10 {
-		t.Errorf("paused a: %d of a and %d of b in pending, want 0 and 10", a, b)
+	if got := take(20); got["a"] != 0 || got["b"] != 10 {
+		t.Errorf("paused a: took %v, want b's 10 and none of a", got)
 	}
 	if h := held(); h != 30 {
 		t.Errorf("held %d tasks, want a's 30", h)
 	}
 
-	// Resume in batches of 7: all 30 back in fair order, and promoted as
-	// pending has room (target 20, b's 10 there)
+	// Resume in batches of 7: all 30 back in fair order, and taken
 	if err := ctl.SetKeyPaused(ctx, "api", "a", false); err != nil {
 		t.Fatal(err)
 	}
 	moved := 0
 	for {
-		n, err := q.Resume(ctx, "api", rate, "a", 7)
+		n, err := q.Resume(ctx, "api", "a", 7)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,8 +91,8 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	if moved != 30 || held() != 0 {
 		t.Errorf("resume moved %d, %d still held; want 30 and none", moved, held())
 	}
-	if a := pendingOf("a"); a != 10 {
-		t.Errorf("%d of a in pending after the resume, want 10 (pending's room)", a)
+	if got := take(40); got["a"] != 30 {
+		t.Errorf("took %v after the resume, want a's 30", got)
 	}
 
 	// a pause whose resume never ran: clearing the control alone, feeds
@@ -102,25 +101,21 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	park("c", 20)
-	// the workers take what pending holds, so promotion runs again
-	if err := rdb.Del(ctx, sp.Asynq("api").Pending()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.Feed(ctx, "api", rate); err != nil {
-		t.Fatal(err)
+	if got := take(20); len(got) != 0 {
+		t.Errorf("took %v of the paused c, want none", got)
 	}
 	before := held()
 	if err := ctl.ClearKey(ctx, "api", "c"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Feed(ctx, "api", rate); err != nil {
+	if _, err := q.Feed(ctx, "api"); err != nil {
 		t.Fatal(err)
 	}
 	if after := held(); before == 0 || after != max(before-16, 0) {
 		t.Errorf("held %d before a feed of a key no longer paused, %d after; want 16 fewer", before, after)
 	}
 	for range 5 {
-		if _, err := q.Feed(ctx, "api", rate); err != nil {
+		if _, err := q.Feed(ctx, "api"); err != nil {
 			t.Fatal(err)
 		}
 	}

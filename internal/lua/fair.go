@@ -8,23 +8,19 @@ import (
 var fair = script("fair.lua")
 
 // FairArgs are fair.lua's arguments common to park, feed and resume. Its
-// KEYS are the six fair-share keys (keys.FairKeys.List), asynq's
-// scheduled, pending and active keys of the queue, and optionally the
-// fair-share keys Controls and Held (both or neither).
+// KEYS are the six fair-share keys (keys.FairKeys.List), asynq's pending
+// and active keys of the queue, and optionally the fair-share keys
+// Controls and Held (both or neither).
 type FairArgs struct {
-	// TaskPrefix is ARGV[2]: asynq's task key prefix of the queue.
-	TaskPrefix string
-	// Target is ARGV[3]: promote while pending is shorter than this.
-	Target int64
-	// Max is ARGV[4]: at most this many promotions (and due moves).
+	// Max is ARGV[2]: at most this many due moves per call.
 	Max int64
-	// TTLms is ARGV[5]: the TTL of the fair-share keys in ms.
+	// TTLms is ARGV[3]: the TTL of the fair-share keys in ms.
 	TTLms int64
-	// NowMs is ARGV[6]: ms since the epoch; 0 reads Redis TIME.
+	// NowMs is ARGV[4]: ms since the epoch; 0 reads Redis TIME.
 	NowMs int64
 }
 
-// FairTask is what park adds: ARGV[7..12].
+// FairTask is what park adds: ARGV[5..10].
 type FairTask struct {
 	ID     string
 	Key    string
@@ -38,46 +34,48 @@ type FairTask struct {
 
 // FairReply is fair.lua's reply.
 type FairReply struct {
-	// Promoted tasks moved to pending by the call.
-	Promoted int64
+	// Moved is how many tasks the call made ready to take: due tasks moved
+	// into fair order and held tasks back (park: 1 when the task is in
+	// fair order, 0 when it is not yet due).
+	Moved int64
 	// Parked and Later are the tasks waiting in fair order and not yet
-	// due after the call (feed). Park: Parked is 1 when the task waits in
-	// fair order, 0 when it went to pending; Later is -1. Resume: Parked
-	// is how many tasks went back to fair order.
+	// due after the call (feed). Park: Parked is 1; Later is -1. Resume:
+	// Parked is how many tasks went back to fair order.
 	Parked, Later int64
-	// Pending and Active are asynq's list lengths.
+	// Pending and Active are asynq's list lengths (feed; -1 otherwise).
 	Pending, Active int64
-	// Keys is how many admission keys have tasks waiting.
+	// Keys is how many admission keys have tasks waiting (feed).
 	Keys int64
-	// Ahead (park) is how many tasks go before this one (promoted ahead
-	// of it, parked with an earlier turn; 0 at the front of pending); -1
-	// when it is not yet due.
+	// Ahead (park) is how many tasks go before this one (pending, and
+	// parked with an earlier turn); -1 when it is not yet due or its key
+	// is paused.
 	Ahead int64
 }
 
 // FairPark parks task t (already scheduled in asynq beyond the horizon)
-// and promotes what fits.
+// in fair order, or in later until it is due.
 func (s *Store) FairPark(ctx context.Context, keys []string, a FairArgs, t FairTask) (FairReply, error) {
 	return s.fair(ctx, keys, a, "park", t.ID, t.Key, t.Cost, strconv.FormatFloat(t.Weight, 'g', -1, 64),
 		t.DueMs, strconv.FormatFloat(t.PerMs, 'g', -1, 64))
 }
 
-// FairResume moves up to limit of key's held tasks back to fair order and
-// promotes what fits; the reply's Parked is how many it moved.
+// FairResume moves up to limit of key's held tasks back to fair order;
+// the reply's Parked is how many it moved.
 func (s *Store) FairResume(ctx context.Context, keys []string, a FairArgs, key string, limit int64) (FairReply, error) {
 	return s.fair(ctx, keys, a, "resume", key, limit)
 }
 
-// FairFeed moves due tasks into fair order and promotes what fits.
+// FairFeed moves due tasks (and held tasks of keys no longer paused)
+// into fair order, and forgets finish tags and ceilings that are over.
 func (s *Store) FairFeed(ctx context.Context, keys []string, a FairArgs) (FairReply, error) {
 	return s.fair(ctx, keys, a, "feed")
 }
 
 func (s *Store) fair(ctx context.Context, keys []string, a FairArgs, op string, more ...any) (FairReply, error) {
-	args := append([]any{op, a.TaskPrefix, a.Target, a.Max, a.TTLms, a.NowMs}, more...)
+	args := append([]any{op, a.Max, a.TTLms, a.NowMs}, more...)
 	v, err := s.ints(ctx, fair, keys, 7, args...)
 	if err != nil {
 		return FairReply{}, err
 	}
-	return FairReply{Promoted: v[0], Parked: v[1], Later: v[2], Pending: v[3], Active: v[4], Keys: v[5], Ahead: v[6]}, nil
+	return FairReply{Moved: v[0], Parked: v[1], Later: v[2], Pending: v[3], Active: v[4], Keys: v[5], Ahead: v[6]}, nil
 }

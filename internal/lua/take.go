@@ -67,6 +67,12 @@ type TakeArgs struct {
 	// with Weights.
 	Weights priority.Weights
 	Turns   string
+	// Fair, when set, are KEYS[15..22]: the downstream's fair order
+	// (fair.lua's keys); a take serves pending, then the parked task with
+	// the least start tag. FairTTL is ARGV[15], the TTL fair.lua gives
+	// them. They need Maintained.
+	Fair    *keys.FairKeys
+	FairTTL time.Duration
 }
 
 // TakeStatus says what a take did.
@@ -136,9 +142,22 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 	if weights != "" {
 		ks = append(ks, a.Turns)
 	}
+	fair := 0
+	if a.Fair != nil {
+		if a.Maintained == "" {
+			return TakeReply{}, fmt.Errorf("take: fair order needs Maintained")
+		}
+		// KEYS[10..14] unused here are filled with the bucket's name (the
+		// same hash tag; the script does not touch them)
+		for len(ks) < 14 {
+			ks = append(ks, a.Bucket)
+		}
+		f := a.Fair
+		ks, fair = append(ks, f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore, f.Controls, f.Held), 1
+	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
 		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now,
-		max(a.MaintainEvery.Milliseconds(), 1), levels, weights).Slice()
+		max(a.MaintainEvery.Milliseconds(), 1), levels, weights, fair, max(a.FairTTL.Milliseconds(), 1)).Slice()
 	if err != nil {
 		return TakeReply{}, fmt.Errorf("take: %w", err)
 	}

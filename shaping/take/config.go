@@ -157,6 +157,13 @@ type Downstream struct {
 	// (keys.Space.TakeTurns) that every process shares. The zero value
 	// is strict priority.
 	Weights priority.Weights
+	// Fair serves the downstream's tasks in weighted fair order among its
+	// admission keys (internal/fairindex parks them, fair.lua's keys
+	// under keys.Space.Fair): once pending is empty, a take moves the
+	// parked task with the least start tag to active, so the order is
+	// decided at the take and a key that arrives passes the backlog at
+	// the next take.
+	Fair bool
 	// Gate, when set, is asked before each take or idle check whether the
 	// downstream may take now: a zero time means yes, a later one means
 	// not before then (a pause, an open breaker, a hold the downstream

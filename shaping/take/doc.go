@@ -81,14 +81,22 @@
 // asynq.Server). It adds each downstream with Rate 0 (its own bucket,
 // shaping.lua, decides each slot after the take), InFlight its workers,
 // BudgetNow workers per live process, a Gate (pause, open breaker, a
-// pushback hold), Want for a FIFO downstream (the engine takes what keeps
-// about 150ms of releases waiting), and Malformed (shaper's quarantine).
+// pushback hold), Want (the engine takes what keeps about 200ms of
+// releases waiting), Fair for a fair downstream, and Malformed (shaper's
+// quarantine).
+//
+// # Pickers
+//
+// Which task a take moves is decided in take.lua at the take: pending in
+// FIFO order; with Priority, the priority lists strictly or by weight;
+// with Fair, pending and then the parked task with the least start tag
+// (weighted fair order among admission keys, fair.lua's index), so a key
+// that arrives under a backlog is taken at the next take.
 //
 // # Left to do
 //
-// Fair share and priority pickers that choose at the take (today a fair
-// downstream's lane picks among the tasks it holds, up to its budget),
-// per-key ceilings and concurrency caps at the take, quotas and announced
+// Per-key ceilings and concurrency caps at the take (a fair downstream's
+// lane still decides them among the tasks it holds), quotas and announced
 // limits in take.lua itself (one script per release), and group
 // aggregation (batching downstreams keep an asynq.Server).
 package take

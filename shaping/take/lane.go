@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/priority"
@@ -72,12 +73,18 @@ func newLane(cfg Config, d Downstream) *lane {
 			weights, turns = d.Weights, cfg.Keys.TakeTurns(d.Name)
 		}
 	}
-	return &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
+	l := &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
 		levels: levels, probe: append([]string{q.Pending()}, levels...),
 		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
 			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain, Levels: levels,
 			Weights: weights, Turns: turns}}
+	if d.Fair {
+		f := cfg.Keys.Fair(d.Name)
+		l.args.Fair, l.args.FairTTL = &f, fairindex.KeyTTL
+		l.probe = append(l.probe, f.Parked) // a ZSET exists while it holds a task
+	}
+	return l
 }
 
 // free is how many more tasks this process may take for the lane.
