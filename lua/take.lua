@@ -76,8 +76,9 @@
 --            nb, keyctl, held (fair.lua's KEYS[1..6], 10 and 11). A task
 --            taken from parked leaves asynq's scheduled set (where it
 --            waited beyond the horizon) for active; a paused key's task
---            goes to held instead, as fair.lua's promotion did; the
---            virtual time V and the tag advance r move as they did there.
+--            goes to held instead (fair.lua's resume brings it back); the
+--            virtual time V (fair.lua's state "v") moves to the tag of
+--            each task taken.
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us, priority}
@@ -227,9 +228,9 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 
--- fair order (ARGV[14]): V, r and rn are fair.lua's state, read at the
--- first task taken from parked and written back after the last
-local fv, fr, frn, fv0, fctl
+-- fair order (ARGV[14]): V is fair.lua's state, read at the first task
+-- taken from parked and written back after the last
+local fv, fv0, fctl
 local fttl = tonumber(ARGV[15]) or 0
 local function fmt(x) return string.format('%.17g', x) end
 -- popFair moves the parked task with the least start tag to active and
@@ -237,8 +238,7 @@ local function fmt(x) return string.format('%.17g', x) end
 -- "<cost>|<weight>|<len(key)>|<key><id>" (fair.lua).
 local function popFair()
   if fv == nil then
-    local st = redis.call('HMGET', KEYS[17], 'v', 'r', 'rn')
-    fv, fr, frn = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+    fv = tonumber(redis.call('HGET', KEYS[17], 'v') or '0') or 0
     fv0, fctl = fv, redis.call('EXISTS', KEYS[21]) == 1
   end
   while true do
@@ -252,12 +252,9 @@ local function popFair()
       redis.call('ZADD', KEYS[22], 0, #key .. '|' .. key .. '|' .. fmt(s) .. '|' .. m)
       redis.call('PEXPIRE', KEYS[22], fttl)
     else
-      if s >= fv then
-        -- a turn in order: the mean advance per task, over the last 64
-        frn = math.min(frn + 1, 64)
-        fr = fr + (s - fv - fr) / frn
-        fv = s
-      end
+      -- V follows the turns in order (a task behind it, parked before
+      -- a key's restart, leaves it where it is)
+      if s > fv then fv = s end
       if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
       -- gone from scheduled: deleted, or run by hand, or forwarded by asynq
       if redis.call('ZREM', KEYS[6], id) == 1 then
@@ -273,7 +270,7 @@ end
 local function fairDone()
   if fv == nil then return end
   if fv ~= fv0 then
-    redis.call('HSET', KEYS[17], 'v', fmt(fv), 'r', fmt(fr), 'rn', frn)
+    redis.call('HSET', KEYS[17], 'v', fmt(fv))
     if redis.call('PTTL', KEYS[17]) < 0 then redis.call('PEXPIRE', KEYS[17], fttl) end
   end
   if redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0 then

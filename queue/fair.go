@@ -32,11 +32,10 @@ func fairOptions(due time.Time) asynq.Option {
 }
 
 // park puts an enqueued fair task in fair order and says when it is
-// expected to start and whether it waits in fair order (else it went to
-// the queue at once). If it cannot, it removes the task again (the enqueue
+// expected to start. If it cannot, it removes the task again (the enqueue
 // failed: not enqueued); should that fail too, the task stays scheduled
 // and runs after the horizon at worst, so it is reported enqueued.
-func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, due time.Time) (start time.Time, waits bool, err error) {
+func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, due time.Time) (start time.Time, err error) {
 	now := time.Now()
 	var at time.Time // zero: due now, on the Redis clock
 	if due.After(now) {
@@ -46,16 +45,16 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 	if err != nil {
 		derr := p.insp.DeleteTask(p.space.Queue(t.Downstream), id)
 		if derr == nil {
-			return time.Time{}, false, fmt.Errorf("%w: fair share: %w", ErrEnqueue, err)
+			return time.Time{}, fmt.Errorf("%w: fair share: %w", ErrEnqueue, err)
 		}
 		p.cfg.Logger.Warn("queue: fair share: task enqueued but not in fair order; it runs after the horizon at worst",
 			"downstream", t.Downstream, "id", id, "err", err, "delete_err", derr)
-		return due.Add(fairindex.Horizon), true, nil
+		return due.Add(fairindex.Horizon), nil
 	}
 	if st.Ahead < 0 {
-		return due, true, nil // waits for its due time
+		return due, nil // waits for its due time
 	}
-	return st.ExpectedStart(now, fs.Rate, t.Cost), st.Parked != 0, nil
+	return st.ExpectedStart(now, fs.Rate, t.Cost), nil
 }
 
 // lateFair refuses a fair task parked with an expected start past its

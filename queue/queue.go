@@ -135,9 +135,9 @@ type Receipt struct {
 	// CollapsedInto is, for Outcome Collapsed, the waiting task this one
 	// was collapsed into (also in ID).
 	CollapsedInto string
-	// FairWaiting is true when the task of a fair downstream waits in
-	// fair order for its key's turn: asynq holds it as scheduled (far
-	// ahead) until then; false when it went to the queue at once.
+	// FairWaiting is true for the task of a fair downstream: it waits in
+	// fair order until a dispatcher's take picks it, and asynq holds it
+	// as scheduled (far ahead) until then.
 	FairWaiting bool
 	// ExpectedStart is an estimate of when the task will be released:
 	// for a fair downstream, from its place in fair order; for another,
@@ -449,12 +449,13 @@ func (p *Producer) admitAndEnqueue(ctx context.Context, t Task) (Receipt, error)
 	if fs, ok := p.fairFor(t); ok {
 		due := later(t.ProcessAt, time.Now())
 		rec.ProcessAt = due
-		rec.ExpectedStart, rec.FairWaiting, err = p.park(ctx, fs, t, info.ID, due)
+		rec.FairWaiting = true
+		rec.ExpectedStart, err = p.park(ctx, fs, t, info.ID, due)
 		if err == nil {
 			err = p.lateFair(t, rec)
 		}
 		if err != nil {
-			rec.ID, rec.ProcessAt = "", time.Time{}
+			rec.ID, rec.ProcessAt, rec.FairWaiting = "", time.Time{}, false
 			p.refund(ctx, &rec, &err)
 			return rec, err
 		}

@@ -102,7 +102,7 @@ func (d *services) newEngine() (*take.Engine, error) {
 // calls in flight, not the whole budget; the release path's bucket still
 // decides each slot, and a task that leaves unsent (late, refused) makes
 // room for the next at once. On a fair downstream this keeps a key that
-// arrives (fair.lua puts its first task at the front of pending) from
+// arrives (the take picks its first task next, in fair order) from
 // waiting behind the budget's worth of tasks already taken. One with a
 // cap per key takes up to the budget: its lane passes over the tasks of
 // keys at their cap, which would otherwise fill the look-ahead.
@@ -145,9 +145,9 @@ func (r *runner) waiting() int64 {
 // and its reservation serve several releases even at low rates.
 //
 // A fair downstream takes again once fairTakeEvery's worth of its slots
-// here went: a key that arrives has its first task put at the front of
-// pending, and is thus taken within about that, and then passes the
-// waiters of keys with more service (fairOrder).
+// here went: a key that arrives is first in fair order, and is thus taken
+// within about that, and then passes the waiters of keys with more
+// service (fairOrder).
 func (r *runner) refill() int64 {
 	if r.ds.Fairness != nil {
 		per := r.rate.Load().PerSec() * fairTakeEvery.Seconds() / float64(max(r.d.procs.Load(), 1))

@@ -21,7 +21,7 @@ func newFair(f factory) *FairMetrics {
 	}
 	return &FairMetrics{
 		ActiveKeys: g("active_keys", "Admission keys with tasks waiting in fair order (shared by every process).", "downstream"),
-		Waiting:    g("waiting_tasks", "Tasks waiting in fair order before the queue (shared by every process).", "downstream"),
+		Waiting:    g("waiting_tasks", "Tasks waiting in fair order, or for their key's ceiling or due time (shared by every process).", "downstream"),
 		Jain: g("jain_index", "Jain's fairness index of this process's releases over the last minute, per unit of weight, among keys with a backlog (1: equal shares).",
 			"downstream"),
 		KeyControls: g("key_controls", "Admission keys an operator gave a runtime setting (shaper ctl key), by setting: rate, weight, paused.",
