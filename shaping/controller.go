@@ -64,9 +64,9 @@ func (d *services) controlLoop(runners []*runner) {
 				if v != seen[r.ds.Name] {
 					// a control change (a reset, a rate, a resume): sleeps
 					// and pushback records sized by the old state end
-					r.pushUntil.Store(0)
+					r.push.until.Store(0)
 					r.longHold.clear()
-					r.bare.Store(0)
+					r.push.bare.Store(0)
 					r.wake()
 				}
 				seen[r.ds.Name] = v
@@ -173,7 +173,7 @@ func (r *runner) apply() {
 		eff = slowerLimit(eff, ar)
 	}
 	r.setRate(eff)
-	r.setPaused(st.Paused)
+	r.pause.set(st.Paused)
 	r.applyMode(st)
 	if m := r.d.m; m != nil {
 		v := 0.0

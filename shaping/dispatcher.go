@@ -102,7 +102,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		f.Runtime = &fairindex.KeyOverrides{}
 		ds.Fairness = &f
 	}
-	r := &runner{d: d.services, ds: ds, handlers: map[string]HandlerFunc{}, resumed: make(chan struct{})}
+	r := &runner{d: d.services, ds: ds, handlers: map[string]HandlerFunc{}, pause: newPauseSwitch()}
 	r.longHold.maxWait = ds.MaxWait
 	r.lane = newLane(r)
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
@@ -117,6 +117,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 			},
 			announce: func(ctx context.Context) error { return d.control.bump(ctx, ds.Name) }})
 	}
+	r.gates = r.takeGates()
 	lim := ds.Rate
 	r.rate.Store(&lim)
 	r.base.Store(&lim)
@@ -328,7 +329,7 @@ func (d *Dispatcher) Paused(downstream string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return r.pauseGate() != nil, nil
+	return r.pause.gate() != nil, nil
 }
 
 // State is a downstream's runtime state as this process last read it from

@@ -116,7 +116,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	if l.r.srv == nil {
 		// under the engine a paused downstream holds nothing, and nor
 		// does one whose next slot is held far ahead
-		paused, held = l.r.pauseSignal(), l.r.longHold.signal()
+		paused, held = l.r.pause.signal(), l.r.longHold.signal()
 	}
 	giveBack := false
 	select {

@@ -1,11 +1,12 @@
 package shaping
 
-// The lane's run loop: it asks the gates (pause, breaker), then serves
+// The lane's run loop: it asks the release gates (gates.go), then serves
 // the waiters by the lane's policy: a key ceiling's claims, a fair lane's
 // stock handed in fair order as each slot comes due, or FIFO runs of
 // waiters with one reservation each.
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -37,25 +38,14 @@ func (l *lane) run() {
 				return
 			}
 		}
-		if gate := r.pauseGate(); gate != nil {
-			select {
-			case <-gate:
-			case <-r.d.stopping:
+		g := r.releaseGate()
+		if !g.ok {
+			if !r.await(context.Background(), g) {
 				return
 			}
 			continue
 		}
-		seq, probe := uint64(0), false
-		if b := r.brk; b != nil {
-			g := b.gate()
-			if !g.ok {
-				if !l.sleepOr(g.wait, g.changed) {
-					return
-				}
-				continue
-			}
-			seq, probe = g.seq, g.probe
-		}
+		seq, probe := g.seq, g.probe
 		if l.kc != nil {
 			if !l.kc.serve(seq, probe) {
 				return

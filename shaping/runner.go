@@ -23,10 +23,8 @@ type runner struct {
 	paced    bool // the engine takes only what keeps r a few tasks ahead (takeDownstream)
 	rate     atomic.Pointer[limiters.Limit]
 
-	pmu       sync.Mutex
-	paused    bool
-	resumed   chan struct{} // closed when not paused
-	pausedSig chan struct{} // closed while paused (nil before the first pause)
+	pause pauseSwitch
+	gates gateChain // the take's gates (gates.go)
 
 	releasing atomic.Int64
 	held      atomic.Int64
@@ -51,11 +49,7 @@ type runner struct {
 
 	limits limitState // quotas and announced limit as last seen
 	clamp  clampState // the last answer cut to max_hold or a cost cap
-	// bare counts refusals in a row that gave no wait (bareBackoff);
-	// pushUntil is the furthest next_free this process pushed to (µs,
-	// Redis clock): a slot before it was reserved before the pushback.
-	bare      atomic.Int64
-	pushUntil atomic.Int64
+	push   pushbacks  // the holds the downstream announced
 	// longHold is a long hold the lane found (hold.go): the engine takes
 	// nothing until shortly before it ends
 	longHold holds
@@ -84,47 +78,6 @@ func (r *runner) wakeTake() {
 	if r.srv == nil && r.d.eng != nil {
 		r.d.eng.Wake(r.ds.Name)
 	}
-}
-
-func (r *runner) setPaused(p bool) {
-	r.pmu.Lock()
-	defer r.pmu.Unlock()
-	if p == r.paused {
-		return
-	}
-	r.paused = p
-	if p {
-		r.resumed = make(chan struct{})
-		if r.pausedSig == nil {
-			r.pausedSig = make(chan struct{})
-		}
-		close(r.pausedSig)
-	} else {
-		close(r.resumed)
-		r.pausedSig = make(chan struct{})
-	}
-}
-
-// pauseSignal returns a channel closed while r is paused: a task waiting
-// for its slot under the engine selects on it and is given back, so a
-// paused downstream holds no task.
-func (r *runner) pauseSignal() <-chan struct{} {
-	r.pmu.Lock()
-	defer r.pmu.Unlock()
-	if r.pausedSig == nil {
-		r.pausedSig = make(chan struct{})
-	}
-	return r.pausedSig
-}
-
-// pauseGate returns nil when not paused, else a channel closed on resume.
-func (r *runner) pauseGate() chan struct{} {
-	r.pmu.Lock()
-	defer r.pmu.Unlock()
-	if !r.paused {
-		return nil
-	}
-	return r.resumed
 }
 
 func (r *runner) bucket() Bucket {

@@ -178,40 +178,6 @@ func (r *runner) roomMade() {
 	}
 }
 
-// gateRecheck is how often a closed gate is asked again when no wake
-// comes (a wake comes with every control change this process sees).
-const gateRecheck = 250 * time.Millisecond
-
-// takeGate says when the engine may take r's tasks (zero: now). Tasks
-// already taken wait in the release path; none leaves the queue while a
-// pause, an open breaker, a downstream's hold or a long hold the lane
-// found (hold.go) lasts.
-func (r *runner) takeGate(now time.Time) time.Time {
-	if r.pauseGate() != nil {
-		return now.Add(gateRecheck)
-	}
-	local := r.d.cfg.Clock.Now()
-	if r.brk != nil {
-		if st := r.brk.status(); st.Mode == BreakerOpen && !st.Until.IsZero() {
-			if until := st.Until.Add(r.offset.get()); until.After(local) {
-				return now.Add(min(until.Sub(local), gateRecheck))
-			}
-		}
-	}
-	if at := r.longHold.gate(local, r.offset.get()); !at.IsZero() {
-		return now.Add(min(at.Sub(local), gateRecheck))
-	}
-	if us := r.pushUntil.Load(); us > 0 {
-		// the downstream asked to wait until then: take when the last
-		// MaxWait before it starts, so the first slots after it are used
-		hold := time.UnixMicro(us).Add(r.offset.get()).Add(-r.ds.MaxWait)
-		if hold.After(local) {
-			return now.Add(min(hold.Sub(local), gateRecheck))
-		}
-	}
-	return time.Time{}
-}
-
 // serveTake is the engine's handler for r.
 func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if t.Type == "" {
@@ -311,7 +277,7 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 			front = true
 			continue
 		}
-		if r.beforePushback(t.Slot) {
+		if r.push.before(t.Slot) {
 			// reserved before a pushback: the downstream asked to wait
 			// past it, so the slot is given up, its quota units at once
 			// (the next reservation must find them back, or it waits
@@ -352,11 +318,11 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 			r.adapt(d.Adapt)
 		}
 		if d.Action != Throttle {
-			r.bare.Store(0)
+			r.push.bare.Store(0)
 			return d.Err // nil completes; SkipRetry archives; others retry
 		}
 		if d.Unsaid && d.Pause > 0 {
-			d.Pause = r.bareBackoff(d.Pause)
+			d.Pause = r.push.bareBackoff(d.Pause)
 		}
 		if d.Pause > 0 {
 			r.pushBack(ctx, r.capHold(d.Pause, "Retry-After (refused call)"))
@@ -428,36 +394,7 @@ func (r *runner) pushBack(ctx context.Context, pause time.Duration) {
 	if res.NextFree.Before(until) {
 		until = res.NextFree // cut to max_hold, or the bucket's bound
 	}
-	r.pushed(until)
-}
-
-// maxBareBackoff bounds the backoff of bare refusals in a row.
-const maxBareBackoff = time.Minute
-
-// bareBackoff is the pause after a refusal that gave no wait: base, then
-// doubled for each bare refusal in a row (up to maxBareBackoff), so a
-// downstream that answers a bare 429 forever gets ever fewer calls.
-func (r *runner) bareBackoff(base time.Duration) time.Duration {
-	n := min(r.bare.Add(1)-1, 16)
-	return min(base<<n, max(maxBareBackoff, base))
-}
-
-// pushed records that next_free was pushed to nf (Redis clock): slots
-// this process reserved before it start before nf.
-func (r *runner) pushed(nf time.Time) {
-	us := nf.UnixMicro()
-	for {
-		cur := r.pushUntil.Load()
-		if us <= cur || r.pushUntil.CompareAndSwap(cur, us) {
-			return
-		}
-	}
-}
-
-// beforePushback reports whether a slot (Redis clock) was reserved
-// before a pushback of this process that reaches past it.
-func (r *runner) beforePushback(slot time.Time) bool {
-	return slot.UnixMicro() < r.pushUntil.Load()
+	r.push.pushed(until)
 }
 
 // hold counts the tasks this process holds for the downstream.

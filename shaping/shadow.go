@@ -29,26 +29,17 @@ func (r *runner) inShadow() bool {
 func (r *runner) shadowSlot(ctx context.Context, cost int64) (Reservation, brkToken, error) {
 	backoff := 50 * time.Millisecond
 	for {
-		if gate := r.pauseGate(); gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return Reservation{}, brkToken{}, ctx.Err()
-			case <-r.d.stopping:
+		g := r.releaseGate()
+		if !g.ok {
+			if !r.await(ctx, g) {
+				if ctx.Err() != nil {
+					return Reservation{}, brkToken{}, ctx.Err()
+				}
 				return Reservation{}, brkToken{}, errStopping
 			}
+			continue
 		}
-		var seq uint64
-		if b := r.brk; b != nil {
-			g := b.gate()
-			if !g.ok {
-				if !r.lane.sleepOr(g.wait, g.changed) {
-					return Reservation{}, brkToken{}, errStopping
-				}
-				continue
-			}
-			seq = g.seq
-		}
+		seq := g.seq
 		rctx, cancel := context.WithTimeout(ctx, r.d.cfg.RedisTimeout)
 		res, err := r.d.buckets.Reserve(rctx, r.bucket(), cost, -1)
 		cancel()
