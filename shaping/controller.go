@@ -4,11 +4,25 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
 )
+
+// applied is what the control loop last put in force on a downstream in
+// this process, and what it logged once.
+type applied struct {
+	base    atomic.Pointer[limiters.Limit] // rate before the adaptive cap
+	refused atomic.Pointer[limiters.Limit] // the override apply last ignored (logged once)
+	// keyRefused: "key|rate" of runtime key rates ignored (logged once)
+	keyRefused sync.Map
+	lastInc    atomic.Int64 // unix ns of the last "inc" sent
+	lastAR     atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
+	mode       atomic.Int32 // shaping mode last applied (modeUnknown before the first)
+}
 
 // seedOffset takes a few clock samples from the bucket's Redis node
 // (peeks: nothing is written) before any worker starts, so the first
@@ -112,7 +126,7 @@ func (r *runner) setKeyControls(kc map[string]KeyControl) {
 			continue
 		}
 		if err := r.ds.CheckKeyRate(c.Rate); err != nil {
-			if _, seen := r.keyRefused.LoadOrStore(k+"|"+c.Rate.RateString(), true); !seen {
+			if _, seen := r.applied.keyRefused.LoadOrStore(k+"|"+c.Rate.RateString(), true); !seen {
 				r.d.log.Error("shaping: ignoring a key's runtime rate in Redis", "downstream", r.ds.Name,
 					"key", k, "rate", c.Rate.RateString(), "err", err)
 			}
@@ -160,7 +174,7 @@ func (r *runner) apply() {
 	if err := r.checkOverride(st.Override); err == nil && !st.Override.IsZero() {
 		base = st.Override
 	}
-	r.base.Store(&base)
+	r.applied.base.Store(&base)
 	eff := base
 	if a := r.ds.Adaptive; a != nil {
 		ar := r.clampAdaptive(base)
@@ -188,15 +202,15 @@ func (r *runner) apply() {
 // one that fails it once, until the override changes.
 func (r *runner) checkOverride(l limiters.Limit) error {
 	if l.IsZero() {
-		r.refused.Store(nil)
+		r.applied.refused.Store(nil)
 		return nil
 	}
 	err := r.ds.CheckRate(l)
 	if err == nil {
-		r.refused.Store(nil)
+		r.applied.refused.Store(nil)
 		return nil
 	}
-	if prev := r.refused.Swap(&l); prev == nil || *prev != l {
+	if prev := r.applied.refused.Swap(&l); prev == nil || *prev != l {
 		r.d.log.Error("shaping: ignoring the rate override in Redis: the downstream cannot run at it", "downstream", r.ds.Name,
 			"override", l.RateString(), "err", err)
 	}
@@ -247,13 +261,13 @@ func (r *runner) adapt(event string) {
 	}
 	now := r.d.cfg.Clock.Now().UnixNano()
 	if event == "inc" {
-		last := r.lastInc.Load()
-		if now-last < int64(iv/2) || !r.lastInc.CompareAndSwap(last, now) {
+		last := r.applied.lastInc.Load()
+		if now-last < int64(iv/2) || !r.applied.lastInc.CompareAndSwap(last, now) {
 			return
 		}
 	}
 	base := r.ds.Rate
-	if b := r.base.Load(); b != nil {
+	if b := r.applied.base.Load(); b != nil {
 		base = *b
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
@@ -263,7 +277,7 @@ func (r *runner) adapt(event string) {
 		r.d.log.Warn("shaping: adaptive rate update failed", "downstream", r.ds.Name, "err", err)
 		return
 	}
-	if prev := r.lastAR.Swap(ar.Rate); prev != ar.Rate {
+	if prev := r.applied.lastAR.Swap(ar.Rate); prev != ar.Rate {
 		// the shared rate moved: the other processes re-read it
 		if err := r.d.control.bump(ctx, r.ds.Name); err != nil {
 			r.d.log.Warn("shaping: adaptive rate announce failed", "downstream", r.ds.Name, "err", err)
@@ -295,7 +309,7 @@ func (r *runner) applyMode(st State) {
 	if st.ModeOf("", r.ds.ShapingMode) == limiters.Shadow {
 		m = modeShadow
 	}
-	was := r.mode.Swap(m)
+	was := r.applied.mode.Swap(m)
 	if was == modeShadow && m == modeEnforce {
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 		defer cancel()

@@ -120,7 +120,7 @@ func (d *Dispatcher) Add(ds Downstream) error {
 	r.gates = r.takeGates()
 	lim := ds.Rate
 	r.rate.Store(&lim)
-	r.base.Store(&lim)
+	r.applied.base.Store(&lim)
 	d.runners[ds.Name] = r
 	d.order = append(d.order, ds.Name)
 	if d.m != nil {

@@ -28,19 +28,13 @@ type runner struct {
 
 	releasing atomic.Int64
 	held      atomic.Int64
-	base      atomic.Pointer[limiters.Limit] // rate before the adaptive cap
-	refused   atomic.Pointer[limiters.Limit] // the override apply last ignored (logged once)
-	// keyRefused: "key|rate" of runtime key rates ignored (logged once)
-	keyRefused sync.Map
+	applied   applied // what the control loop last put in force (controller.go)
 	// offset estimates local time minus the Redis clock of this
 	// downstream's bucket (on a cluster, each master has its own clock).
-	offset  clockOffset
-	lastInc atomic.Int64 // unix ns of the last "inc" sent
-	lane    *lane
-	leases  *leaseLane   // nil without a concurrency cap
-	brk     *breaker     // nil without a circuit breaker
-	lastAR  atomic.Int64 // the adaptive rate last seen from Redis (milli-units/s)
-	mode    atomic.Int32 // shaping mode last applied (modeUnknown before the first)
+	offset clockOffset
+	lane   *lane
+	leases *leaseLane // nil without a concurrency cap
+	brk    *breaker   // nil without a circuit breaker
 
 	smu    sync.Mutex
 	st     State     // runtime state as last read from Redis

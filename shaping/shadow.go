@@ -10,7 +10,7 @@ import (
 
 // inShadow reports whether the downstream's shaping runs in shadow now.
 func (r *runner) inShadow() bool {
-	switch r.mode.Load() {
+	switch r.applied.mode.Load() {
 	case modeShadow:
 		return true
 	case modeEnforce:
