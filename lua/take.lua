@@ -99,8 +99,10 @@
 -- TTL: next_free until it (plus the burst allowance) is past, plus a margin
 -- of 1 s, as shaping.lua sets it. turns: 60 s plus two slots after the
 -- last take that wrote it, and deleted by a take that leaves every level
--- empty (a fresh start then loses nothing). asynq's keys follow asynq: no
--- TTL.
+-- empty (a fresh start then loses nothing). fair.lua's keys keep the TTL
+-- fair.lua gives them; a take that runs out of tasks with nothing parked,
+-- later or held sets the tags, state and nb to expire within 60 s (at most
+-- ARGV[15]). asynq's keys follow asynq: no TTL.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local MARGIN_MS = 1000
@@ -265,15 +267,13 @@ local function popFair()
   end
 end
 
--- fairDone writes V back and, when nothing of the downstream waits in
--- fair order any more, lets fair.lua's keys expire soon, as fair.lua does
-local function fairDone()
+-- fairDone writes V back (state has its TTL from fair.lua's park) and,
+-- when the take ran out of tasks and nothing of the downstream waits in
+-- fair order any more, lets fair.lua's keys expire soon
+local function fairDone(drained)
   if fv == nil then return end
-  if fv ~= fv0 then
-    redis.call('HSET', KEYS[17], 'v', fmt(fv))
-    if redis.call('PTTL', KEYS[17]) < 0 then redis.call('PEXPIRE', KEYS[17], fttl) end
-  end
-  if redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0 then
+  if fv ~= fv0 then redis.call('HSET', KEYS[17], 'v', fmt(fv)) end
+  if drained == 1 and redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0 then
     redis.call('HDEL', KEYS[17], 'x')
     for _, k in ipairs({KEYS[16], KEYS[17], KEYS[20]}) do redis.call('PEXPIRE', k, math.min(fttl, 60000)) end
   end
@@ -364,7 +364,7 @@ for j = 0, n - 1 do
   out[#out + 1] = prio
   count = count + 1
 end
-fairDone()
+fairDone(drained)
 if tags then
   if drained == 1 then
     redis.call('DEL', KEYS[14])
