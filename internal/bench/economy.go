@@ -179,7 +179,7 @@ func (e *env) keepupRun(ctx context.Context, rate, p int) KeepupRow {
 	}
 	row.Workers = f.workers()
 	limit := 3*o.KeepupDrain + 30*time.Second
-	row.Complete = pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return distinct(sink.OK()) >= n })
+	row.Complete = pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return sink.DistinctOK() >= n })
 	if err := f.stop(ctx); err != nil {
 		row.Error = err.Error()
 	}

@@ -186,10 +186,10 @@ var _ io.Writer = (*syncBuffer)(nil)
 // awaitDelivered waits until sink has every one of n tasks (distinct ids),
 // ctx ends or limit has passed since start; an error says how many came.
 func awaitDelivered(ctx context.Context, sink *testsink.Sink, n int, start time.Time, limit time.Duration) error {
-	if pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return distinct(sink.OK()) >= n }) {
+	if pollUntil(ctx, start.Add(limit), 20*time.Millisecond, func() bool { return sink.DistinctOK() >= n }) {
 		return nil
 	}
-	return fmt.Errorf("%d of %d delivered in %s", distinct(sink.OK()), n, limit)
+	return fmt.Errorf("%d of %d delivered in %s", sink.DistinctOK(), n, limit)
 }
 
 // stopInto stops the processes (a nil stop: none started) and keeps the

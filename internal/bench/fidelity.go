@@ -102,7 +102,7 @@ func (e *env) fidelity(ctx context.Context, id string, p int) FidelityRow {
 		limit = min(limit, o.BurstOneLimit)
 	}
 	row.Complete = pollUntil(ctx, start.Add(limit), 50*time.Millisecond, func() bool {
-		return distinct(sink.OK()) >= o.Backlog
+		return sink.DistinctOK() >= o.Backlog
 	})
 	cmds1 := e.commandsProcessed(ctx)
 	row.WallS = round(time.Since(start).Seconds(), 2)

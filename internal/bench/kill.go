@@ -96,7 +96,7 @@ func (e *env) kill(ctx context.Context) KillRow {
 		ids[i] = t.ID
 	}
 	row.Complete = pollUntil(ctx, killedAt.Add(o.KillLimit), 20*time.Millisecond, func() bool {
-		return distinct(sink.OK()) >= o.KillBacklog
+		return sink.DistinctOK() >= o.KillBacklog
 	})
 	if row.Complete {
 		// A little longer, so a duplicate that trails the last first
