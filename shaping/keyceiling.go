@@ -165,7 +165,11 @@ func (c *keyCeiling) serve(seq uint64, probe bool) bool {
 	} else {
 		want = min(want, room)
 	}
-	iv, hold := c.interval(p.cost, p.cands[0].w.key), r.lookahead()
+	// the claim holds a key claimSlack past the slots' horizon (la): the
+	// reservation's own trip to Redis is not in its maxWait, and a slot
+	// past the hold would be wasted (hand)
+	iv, la := c.interval(p.cost, p.cands[0].w.key), r.lookahead()
+	hold := la + claimSlack
 	sent := r.d.cfg.Clock.Now()
 	rep, err := c.call(p.cands, want, iv, hold)
 	if err != nil {
@@ -183,7 +187,7 @@ func (c *keyCeiling) serve(seq uint64, probe bool) bool {
 	// the slots must start within the claim's hold of its now; one that
 	// starts later (a slow reply) is not used
 	end := time.UnixMicro(rep.Now).Add(hold)
-	res, err := l.reserve(p.cost, len(claimed), max(hold-r.d.cfg.Clock.Now().Sub(sent), 0), Claim{})
+	res, err := l.reserve(p.cost, len(claimed), max(la-r.d.cfg.Clock.Now().Sub(sent), 0), Claim{})
 	switch {
 	case errors.Is(err, limiters.ErrCostExceedsCapacity):
 		c.unclaimAll(claimed, rep.Claim)
@@ -199,6 +203,11 @@ func (c *keyCeiling) serve(seq uint64, probe bool) bool {
 	c.hand(claimed, rep.Claim, res, seq, iv, end)
 	return true
 }
+
+// claimSlack is how much longer than the lane's look-ahead a claim holds
+// its key: more than the reservation that follows the claim takes to
+// reach Redis, so its slots start within the hold.
+const claimSlack = 25 * time.Millisecond
 
 // call runs keyceiling.lua: the pending settlements, then cands claim, at
 // most want.
