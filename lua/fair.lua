@@ -18,17 +18,16 @@
 -- KEYS[1] -> parked    ZSET member → start tag
 -- KEYS[2] -> tags      HASH key → finish tag of its last parked task
 -- KEYS[3] -> state     HASH v (virtual time; take.lua moves it), x (last
---                      TTL refresh, ms), tc/nc (HSCAN cursors of tags and
---                      nb)
+--                      TTL refresh, ms), cx (last cleanup, ms), tc/nc
+--                      (HSCAN cursors of tags and nb)
 -- KEYS[4] -> later     ZSET member → due time (ms)
 -- KEYS[5] -> counts    HASH key → tasks parked or later
 -- KEYS[6] -> nb        HASH key → earliest turn of its next task (ms)
 -- KEYS[7] -> asynq:{q}:pending    LIST (read only: its length)
--- KEYS[8] -> asynq:{q}:active     LIST (read only: its length)
--- KEYS[9] -> controls   HASH, optional: the operator's settings per key
+-- KEYS[8] -> controls    HASH, optional: the operator's settings per key
 --                      (shaper ctl key): "p:<key>" paused, "w:<key>" its
 --                      weight, "r:<key>" its ceiling as "<rate>/<period µs>"
--- KEYS[10] -> held      ZSET, with KEYS[9]: a paused key's tasks, all
+-- KEYS[9] -> held      ZSET, with KEYS[8]: a paused key's tasks, all
 --                      scored 0, member "<len(key)>|<key>|<tag>|<member>",
 --                      so one key's tasks are one lexicographic range
 --                      (take.lua puts them there when it meets them)
@@ -56,16 +55,15 @@
 -- or a feed that finds the key of one of the first held tasks no longer
 -- paused, moves it back.
 --
--- Reply: {moved, parked, later, pending, active, keys, ahead}
+-- Reply: {moved, parked, later, keys, ahead}
 --   moved: tasks this call made ready to take (due moves, held tasks
 --   back; park: 1 when the task is parked, ready). Feed: parked/later are
---   the tasks waiting here, pending and active asynq's list lengths, keys
---   the admission keys with tasks here; ahead is -1. Park: parked is 1
---   (the task waits here, in fair order or later); later, pending,
---   active and keys are -1 (not read); ahead is how many tasks go
+--   the tasks waiting here, keys the admission keys with tasks here;
+--   ahead is -1. Park: parked is 1 (the task waits here, in fair order
+--   or later); later and keys are -1 (not read); ahead is how many tasks go
 --   before this one (parked with lower tags, and all of pending), or -1
 --   when it waits in later or its key is paused. Resume: parked is how
---   many tasks it moved back; later, active, keys and ahead are -1. A
+--   many tasks it moved back; later, keys and ahead are -1. A
 --   feed that finds nothing parked, later or held replies zeros after one
 --   read.
 -- TTL: every key here gets ARGV[3] on the first write and again at most
@@ -75,11 +73,11 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local op = ARGV[1]
-local ctl, held = KEYS[9], KEYS[10]
+local ctl, held = KEYS[8], KEYS[9]
 -- an idle feed: parked, later and held are empty ZSETs, which Redis
 -- does not keep, so one EXISTS over the three tells
 if op == 'feed' and redis.call('EXISTS', KEYS[1], KEYS[4], held or KEYS[1]) == 0 then
-  return {0, 0, 0, 0, 0, 0, -1}
+  return {0, 0, 0, 0, -1}
 end
 
 local now = tonumber(ARGV[4])
@@ -110,7 +108,7 @@ local function perOf(key, per)
 end
 local function heldPrefix(key) return #key .. '|' .. key .. '|' end
 
-local st = redis.call('HMGET', KEYS[3], 'v', 'x')
+local st = redis.call('HMGET', KEYS[3], 'v', 'x', 'cx')
 local v = tonumber(st[1]) or 0
 local refreshed = tonumber(st[2]) or 0
 
@@ -197,20 +195,22 @@ if moved > 0 or op == 'park' then
     if held then redis.call('PEXPIRE', held, ttl) end
   end
 end
-if op == 'park' then return {moved, 1, -1, -1, -1, -1, ahead} end
-if op == 'resume' then return {moved, moved, -1, -1, -1, -1, -1} end
+if op == 'park' then return {moved, 1, -1, -1, ahead} end
+if op == 'resume' then return {moved, moved, -1, -1, -1} end
 
--- a feed forgets, a few per call, the finish tags the virtual time has
--- passed and the ceilings that are over
-for _, h in ipairs({{KEYS[2], 'tc', v}, {KEYS[6], 'nc', now}}) do
-  if redis.call('EXISTS', h[1]) == 1 then
-    local sc = redis.call('HSCAN', h[1], redis.call('HGET', KEYS[3], h[2]) or '0', 'COUNT', 16)
-    redis.call('HSET', KEYS[3], h[2], sc[1])
-    local f = sc[2]
-    for i = 1, #f, 2 do
-      if tonumber(f[i + 1]) <= h[3] then redis.call('HDEL', h[1], f[i]) end
+-- a feed forgets, at most once a second and 16 entries each, the finish
+-- tags the virtual time has passed and the ceilings that are over
+if now - (tonumber(st[3]) or 0) >= 1000 then
+  redis.call('HSET', KEYS[3], 'cx', now)
+  for _, h in ipairs({{KEYS[2], 'tc', v}, {KEYS[6], 'nc', now}}) do
+    if redis.call('EXISTS', h[1]) == 1 then
+      local sc = redis.call('HSCAN', h[1], redis.call('HGET', KEYS[3], h[2]) or '0', 'COUNT', 16)
+      redis.call('HSET', KEYS[3], h[2], sc[1])
+      local f = sc[2]
+      for i = 1, #f, 2 do
+        if tonumber(f[i + 1]) <= h[3] then redis.call('HDEL', h[1], f[i]) end
+      end
     end
   end
 end
-return {moved, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[4]), redis.call('LLEN', KEYS[7]),
-  redis.call('LLEN', KEYS[8]), redis.call('HLEN', KEYS[5]), -1}
+return {moved, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[4]), redis.call('HLEN', KEYS[5]), -1}

@@ -220,9 +220,6 @@ type State struct {
 	// Park, Parked is 1 (asynq holds the task as scheduled until a take
 	// picks it).
 	Parked, Later int
-	// Pending and Active are the asynq queue's pending and active lengths
-	// (Feed).
-	Pending, Active int
 	// Keys is how many admission keys have tasks waiting.
 	Keys int
 	// Ahead (Park) is how many tasks go before this one: pending, and
@@ -234,7 +231,7 @@ type State struct {
 func (q *Queue) args(ds string) ([]string, lua.FairArgs) {
 	a := q.space.Asynq(ds)
 	f := q.space.Fair(ds)
-	ks := append(f.List(), a.Pending(), a.Active(), f.Controls, f.Held)
+	ks := append(f.List(), a.Pending(), f.Controls, f.Held)
 	fa := lua.FairArgs{Max: maxPerCall, TTLms: KeyTTL.Milliseconds()}
 	if q.now != nil {
 		fa.NowMs = q.now().UnixMilli()
@@ -304,6 +301,5 @@ func (st State) ExpectedStart(now time.Time, rate limiters.Limit, cost int64) ti
 }
 
 func state(r lua.FairReply) State {
-	return State{Moved: int(r.Moved), Parked: int(r.Parked), Later: int(r.Later), Pending: int(r.Pending),
-		Active: int(r.Active), Keys: int(r.Keys), Ahead: int(r.Ahead)}
+	return State{Moved: int(r.Moved), Parked: int(r.Parked), Later: int(r.Later), Keys: int(r.Keys), Ahead: int(r.Ahead)}
 }

@@ -9,8 +9,8 @@ var fair = script("fair.lua")
 
 // FairArgs are fair.lua's arguments common to park, feed and resume. Its
 // KEYS are the six fair-share keys (keys.FairKeys.List), asynq's pending
-// and active keys of the queue, and optionally the fair-share keys
-// Controls and Held (both or neither).
+// key of the queue, and optionally the fair-share keys Controls and Held
+// (both or neither).
 type FairArgs struct {
 	// Max is ARGV[2]: at most this many due moves per call.
 	Max int64
@@ -42,8 +42,6 @@ type FairReply struct {
 	// due after the call (feed). Park: Parked is 1; Later is -1. Resume:
 	// Parked is how many tasks went back to fair order.
 	Parked, Later int64
-	// Pending and Active are asynq's list lengths (feed; -1 otherwise).
-	Pending, Active int64
 	// Keys is how many admission keys have tasks waiting (feed).
 	Keys int64
 	// Ahead (park) is how many tasks go before this one (pending, and
@@ -73,9 +71,9 @@ func (s *Store) FairFeed(ctx context.Context, keys []string, a FairArgs) (FairRe
 
 func (s *Store) fair(ctx context.Context, keys []string, a FairArgs, op string, more ...any) (FairReply, error) {
 	args := append([]any{op, a.Max, a.TTLms, a.NowMs}, more...)
-	v, err := s.ints(ctx, fair, keys, 7, args...)
+	v, err := s.ints(ctx, fair, keys, 5, args...)
 	if err != nil {
 		return FairReply{}, err
 	}
-	return FairReply{Moved: v[0], Parked: v[1], Later: v[2], Pending: v[3], Active: v[4], Keys: v[5], Ahead: v[6]}, nil
+	return FairReply{Moved: v[0], Parked: v[1], Later: v[2], Keys: v[3], Ahead: v[4]}, nil
 }
