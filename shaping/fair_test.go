@@ -186,8 +186,7 @@ func TestFairKeyRateSpacesPromotions(t *testing.T) {
 }
 
 // Two dispatchers on a fair downstream: a backlog, then two more keys;
-// every task is delivered exactly once (a lone task promoted into an empty
-// pending list once vanished: LINSERT on a missing list inserts nothing).
+// every task is delivered exactly once.
 func TestFairDispatchersDeliverEveryTaskOnce(t *testing.T) {
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)

@@ -16,47 +16,76 @@ import (
 // A pause that comes while three dispatchers drain a backlog of 1,000
 // at 200/s: within 2s no process holds a task (the tasks waiting for
 // their slots go back to the head of the queue, no attempt consumed),
-// nothing is released while paused, and after the resume every task is
-// delivered exactly once.
+// nothing is released or taken while paused, and after the resume every
+// task is delivered exactly once. On a fair downstream (two keys) the
+// tasks wait in fair order (asynq's scheduled set) and the take picks
+// them there: the pause must stop those picks too.
 func TestPauseGivesBackWhatWasTaken(t *testing.T) {
 	t.Parallel()
+	for _, fair := range []bool{false, true} {
+		name := map[bool]string{false: "fifo", true: "fair"}[fair]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			pauseGivesBack(t, fair)
+		})
+	}
+}
+
+func pauseGivesBack(t *testing.T, fair bool) {
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := newRecorder()
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
+	rate := limiters.PerSecond(200)
+	pc := queue.ProducerConfig{Prefix: prefix}
+	var f *shaping.Fairness
+	if fair {
+		f = &shaping.Fairness{}
+		pc.Fair = map[string]queue.FairShare{"api": {Fairness: f, Rate: rate}}
+	}
+	p := queue.NewProducer(rdb, pc)
 	defer p.Close()
 	e := &env{t: t, rdb: rdb, prefix: prefix, p: p, in: queue.NewInspector(rdb, prefix)}
 	const n = 1000
-	e.enqueue("api", n, nil)
+	e.enqueue("api", n, func(i int, tk *queue.Task) { tk.Key = []string{"a", "b"}[i%2] })
 	for range 3 {
 		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
-		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(200), Handler: rec.handle}))
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: rate, Fairness: f, Handler: rec.handle}))
 		must(t, d.Start())
 		defer d.Shutdown(context.Background())
 	}
+	// waiting: pending, and on a fair downstream the tasks in fair order
+	waiting := func() (int, int) {
+		b, err := e.in.Backlog("api")
+		must(t, err)
+		return b.Pending + b.Scheduled, b.Active
+	}
 	waitFor(t, 10*time.Second, "releases under way with tasks taken", func() bool {
-		b, _ := e.in.Backlog("api")
-		return rec.count() >= 50 && b.Active > 0
+		_, active := waiting()
+		return rec.count() >= 50 && active > 0
 	})
-	b, _ := e.in.Backlog("api")
-	t.Logf("before the pause: %d active, %d pending, %d released", b.Active, b.Pending, rec.count())
 	ctl := shaping.NewControl(rdb, prefix)
 	must(t, ctl.Pause(context.Background(), "api"))
 	paused := time.Now()
 	waitFor(t, 2*time.Second, "no task active in any process", func() bool {
-		b, _ := e.in.Backlog("api")
-		return b.Active == 0
+		_, active := waiting()
+		return active == 0
 	})
 	t.Logf("0 active %v after the pause", time.Since(paused).Round(time.Millisecond))
 	before := rec.count()
-	b, _ = e.in.Backlog("api")
-	stayPending(t, e.in, "api", b.Pending, time.Second)
+	w, _ := waiting()
+	tick := time.NewTicker(50 * time.Millisecond)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); <-tick.C {
+		if nw, active := waiting(); nw != w || active != 0 {
+			t.Fatalf("paused: %d waiting, %d active; want %d, 0", nw, active, w)
+		}
+	}
+	tick.Stop()
 	if got := rec.count(); got != before {
 		t.Errorf("%d releases while paused, want 0", got-before)
 	}
-	if b.Pending+before != n {
-		t.Errorf("%d pending + %d released, want %d", b.Pending, before, n)
+	if w+before != n {
+		t.Errorf("%d waiting + %d released, want %d", w, before, n)
 	}
 	must(t, ctl.Resume(context.Background(), "api"))
 	waitFor(t, 20*time.Second, "every task delivered after the resume", func() bool { return rec.count() >= n })
