@@ -129,3 +129,34 @@ func TestThrottledHoldsTheLookAhead(t *testing.T) {
 		t.Errorf("throttled at 50/s: %d active, want at most the look-ahead's 10 slots + 1 + 2 calls + 2 finishing", most)
 	}
 }
+
+// The same throttle on a fair downstream (three keys): the take picks
+// from fair order only what keeps the look-ahead (200ms of slots, 10 at
+// 50/s, plus one) waiting, so no more is active than on a FIFO one. Not
+// parallel, for the same reason.
+func TestThrottledFairHoldsTheLookAhead(t *testing.T) {
+	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
+	rate, f := limiters.PerSecond(50), &shaping.Fairness{}
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Fair: map[string]queue.FairShare{"api": {Fairness: f, Rate: rate}}})
+	defer p.Close()
+	e := &env{t: t, rdb: rdb, prefix: prefix, p: p, in: queue.NewInspector(rdb, prefix)}
+	rec := newRecorder()
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: rate, Fairness: f, Handler: rec.handle}))
+	e.enqueue("api", 300, func(i int, tk *queue.Task) { tk.Key = []string{"a", "b", "c"}[i%3] })
+	must(t, d.Start())
+	defer d.Shutdown(context.Background())
+	waitFor(t, 5*time.Second, "releases under way", func() bool { return rec.count() >= 10 })
+	most := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); <-tick.C {
+		b, err := e.in.Backlog("api")
+		must(t, err)
+		most = max(most, b.Active)
+	}
+	t.Logf("fair, throttled at 50/s: at most %d active (budget 51); %d released", most, rec.count())
+	if most > 10+1+2+2 {
+		t.Errorf("fair, throttled at 50/s: %d active, want at most the look-ahead's 10 slots + 1 + 2 calls + 2 finishing", most)
+	}
+}
