@@ -17,24 +17,23 @@ import (
 // dropExpired). The chain is built once per downstream from its
 // settings: a downstream without a breaker has no breaker gate.
 
-// gate is one link of the take's chain: when it is shut at local time,
-// until when (local clock); ok is false while it is shut.
-type gate struct {
-	name string
-	shut func(local time.Time) (until time.Time, ok bool)
-}
+// gate is one link of the take's chain: whether it is open at local time
+// and, when shut, until when (local clock).
+type gate func(local time.Time) (until time.Time, open bool)
 
-// gateChain is a downstream's take gates, in order.
+// gateChain is a downstream's take gates, in order: pause, breaker (when
+// configured), long hold, pushback.
 type gateChain []gate
 
-// closed returns the first gate shut at local and until when, or "".
-func (c gateChain) closed(local time.Time) (string, time.Time) {
+// shut returns until when the first gate shut at local stays shut, and
+// whether one is.
+func (c gateChain) shut(local time.Time) (time.Time, bool) {
 	for _, g := range c {
-		if until, ok := g.shut(local); !ok {
-			return g.name, until
+		if until, open := g(local); !open {
+			return until, true
 		}
 	}
-	return "", time.Time{}
+	return time.Time{}, false
 }
 
 // gateRecheck is how often a closed gate is asked again when no wake
@@ -43,25 +42,25 @@ const gateRecheck = 250 * time.Millisecond
 
 // takeGates builds r's chain from its settings.
 func (r *runner) takeGates() gateChain {
-	c := gateChain{{"pause", func(local time.Time) (time.Time, bool) {
+	c := gateChain{func(local time.Time) (time.Time, bool) { // the pause
 		return local.Add(gateRecheck), r.pause.gate() == nil
-	}}}
+	}}
 	if r.brk != nil {
-		c = append(c, gate{"breaker", func(local time.Time) (time.Time, bool) {
+		c = append(c, func(local time.Time) (time.Time, bool) { // an open breaker
 			if st := r.brk.status(); st.Mode == BreakerOpen && !st.Until.IsZero() {
 				if until := st.Until.Add(r.offset.get()); until.After(local) {
 					return until, false
 				}
 			}
 			return time.Time{}, true
-		}})
+		})
 	}
 	return append(c,
-		gate{"hold", func(local time.Time) (time.Time, bool) {
+		func(local time.Time) (time.Time, bool) { // a long hold
 			at := r.longHold.gate(local, r.offset.get())
 			return at, at.IsZero()
-		}},
-		gate{"pushback", func(local time.Time) (time.Time, bool) {
+		},
+		func(local time.Time) (time.Time, bool) { // a pushback
 			// the downstream asked to wait until then: take when the last
 			// MaxWait before it starts, so the first slots after it are used
 			if us := r.push.until.Load(); us > 0 {
@@ -70,7 +69,7 @@ func (r *runner) takeGates() gateChain {
 				}
 			}
 			return time.Time{}, true
-		}})
+		})
 }
 
 // takeGate says when the engine may take r's tasks (zero: now; now is the
@@ -78,8 +77,8 @@ func (r *runner) takeGates() gateChain {
 // every gateRecheck.
 func (r *runner) takeGate(now time.Time) time.Time {
 	local := r.d.cfg.Clock.Now()
-	name, until := r.gates.closed(local)
-	if name == "" {
+	until, shut := r.gates.shut(local)
+	if !shut {
 		return time.Time{}
 	}
 	return now.Add(min(until.Sub(local), gateRecheck))
