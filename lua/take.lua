@@ -280,11 +280,17 @@ local function fairDone(drained)
 end
 
 -- popList moves the task at the tail of list k to active (pending: then,
--- on a fair downstream, the next in fair order)
+-- on a fair downstream, the next in fair order; pending found empty stays
+-- empty for the rest of the call, so it is not asked again)
+local pendingOut = false
 local function popList(k)
-  local id = redis.call('RPOPLPUSH', k, KEYS[3])
-  if not id and fair and k == KEYS[2] then return popFair(), true end
-  return id, k == KEYS[2]
+  if fair and k == KEYS[2] then
+    local id = not pendingOut and redis.call('RPOPLPUSH', k, KEYS[3])
+    if id then return id, true end
+    pendingOut = true
+    return popFair(), true
+  end
+  return redis.call('RPOPLPUSH', k, KEYS[3]), k == KEYS[2]
 end
 
 -- pickStrict moves the next task in priority order to active. A task of a
