@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -92,7 +94,7 @@ func TestPauseHoldsAcrossControlTicks(t *testing.T) {
 	clk := clocktest.New(start)
 	const iv = 250 * time.Millisecond
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Clock: clk, ControlInterval: iv, ShutdownTimeout: 5 * time.Second})
+		Clock: clk, ControlInterval: iv, ControlPoll: iv, ShutdownTimeout: 5 * time.Second})
 	defer d.Shutdown(context.Background())
 	rec := newRecorder()
 	// The fake clock runs a second ahead of Redis's during the pause, so
@@ -160,6 +162,56 @@ func TestRateOverrideReachesEveryProcess(t *testing.T) {
 	})
 }
 
+// A change is announced on the control channel: with ControlPoll an hour,
+// a pause reaches each of three processes on the tick after it, and an
+// idle process reads the versions only when something was announced, not
+// on every tick (counted with INFO commandstats on a Redis of its own).
+func TestAnnouncedChangeNeedsNoPolling(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop(); srv.Cleanup() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const iv = 50 * time.Millisecond
+	var ds []*shaping.Dispatcher
+	for i := 0; i < 3; i++ {
+		d := shaping.New(rdb, shaping.Config{Prefix: "ann", Logger: quiet, ControlInterval: iv, ControlPoll: time.Hour})
+		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10), Handler: newRecorder().handle}))
+		must(t, d.Start())
+		defer d.Shutdown(context.Background())
+		ds = append(ds, d)
+	}
+	ctx := context.Background()
+	versions := func() int64 {
+		st, err := redistest.ReadCommandStats(ctx, rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["hgetall"]
+	}
+	// each process reads its downstream's state at Start and the versions
+	// on its first tick; then 20 idle ticks each
+	waitFor(t, 2*time.Second, "every process's first reads", func() bool { return versions() >= 6 })
+	before := versions()
+	time.Sleep(20 * iv) // not a wait for a condition: the idle window counted
+	if n := versions() - before; n != 0 {
+		t.Errorf("%d reads of the versions in 20 idle control ticks of 3 processes, want 0 (nothing announced)", n)
+	}
+	must(t, shaping.NewControl(rdb, "ann").Pause(ctx, "api"))
+	set := time.Now()
+	for i, d := range ds {
+		waitFor(t, 2*time.Second, "the pause in force", func() bool { p, _ := d.Paused("api"); return p })
+		t.Logf("process %d paused %v after the change", i, time.Since(set).Round(time.Millisecond))
+	}
+	if since := time.Since(set); since > time.Second {
+		t.Errorf("the pause took %v to reach every process, want well within a second (an announced change is read on the next tick)", since)
+	}
+}
+
 // On the fake clock a rate override waits for the next control tick and
 // is in force in every process after it: the "within one interval" of
 // ControlInterval, without a wall-clock wait.
@@ -173,7 +225,7 @@ func TestRateOverrideAppliedOnTheNextTick(t *testing.T) {
 	const iv = 250 * time.Millisecond
 	var ds []*shaping.Dispatcher
 	for i := 0; i < 3; i++ {
-		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv})
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv, ControlPoll: iv})
 		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10), Handler: newRecorder().handle}))
 		must(t, d.Start())
 		defer d.Shutdown(context.Background())
@@ -211,7 +263,7 @@ func TestScheduleSwitchesAtBoundary(t *testing.T) {
 	const iv = 250 * time.Millisecond
 	var ds []*shaping.Dispatcher
 	for i := 0; i < 2; i++ {
-		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv})
+		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv, ControlPoll: iv})
 		must(t, d.Add(shaping.Downstream{Name: "db", Rate: limiters.PerSecond(1), Schedule: shaping.RateSchedule{day, night},
 			Handler: newRecorder().handle}))
 		defer d.Shutdown(context.Background())

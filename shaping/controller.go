@@ -45,15 +45,21 @@ func (r *runner) seedOffset() {
 // when its version did not change (a lost bump, a flushed Redis).
 const fullRefresh = 10 * time.Second
 
-// controlLoop keeps every downstream's rate and pause current: each
-// ControlInterval it reads the one versions hash and re-reads the state
-// of the downstreams whose version moved; the schedule is applied from
-// the cached state without Redis. Idle, that is one command per tick per
-// process, however many downstreams it serves.
+// controlLoop keeps every downstream's rate and pause current: on the
+// ControlInterval tick after a change was announced (or every ControlPoll
+// regardless) it reads the one versions hash and re-reads the state of
+// the downstreams whose version moved; every tick applies the schedule
+// from the cached state without Redis. Idle, that is one command per
+// ControlPoll per process, however many downstreams it serves.
 func (d *services) controlLoop(runners []*runner) {
 	clk := d.cfg.Clock
 	seen := map[string]string{}
 	last := clk.Now()
+	poll := d.cfg.ControlPoll
+	if d.eng == nil {
+		poll = d.cfg.ControlInterval // no subscription: nothing is announced here
+	}
+	var read time.Time // of the versions; zero: the first tick reads them
 	for {
 		t := clk.NewTimer(d.cfg.ControlInterval)
 		select {
@@ -62,17 +68,32 @@ func (d *services) controlLoop(runners []*runner) {
 			return
 		case <-t.C():
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
-		vers, err := d.control.Versions(ctx)
 		now := clk.Now()
 		full := now.Sub(last) >= fullRefresh
 		if full {
 			last = now
 		}
+		due := full || now.Sub(read) >= poll
+		select {
+		case <-d.notices:
+			due = true
+		default:
+		}
+		if !due {
+			for _, r := range runners {
+				r.apply()
+			}
+			continue
+		}
+		read = now
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+		vers, err := d.control.Versions(ctx)
+		retry := err != nil
 		for _, r := range runners {
 			v, changed := vers[r.ds.Name], false
 			if err == nil && (full || v != seen[r.ds.Name]) {
 				changed = r.refresh(ctx)
+				retry = retry || !changed
 			}
 			if changed {
 				if v != seen[r.ds.Name] {
@@ -89,6 +110,9 @@ func (d *services) controlLoop(runners []*runner) {
 			}
 		}
 		cancel()
+		if retry {
+			read = time.Time{} // Redis did not answer: the next tick reads again
+		}
 	}
 }
 

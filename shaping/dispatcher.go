@@ -55,6 +55,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	if cfg.ControlInterval <= 0 {
 		cfg.ControlInterval = 250 * time.Millisecond
 	}
+	if cfg.ControlPoll <= 0 {
+		cfg.ControlPoll = 2 * time.Second
+	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.RecoverAfter <= 0 {
 		cfg.RecoverAfter = 7 * time.Second
@@ -62,7 +65,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
 		services: &services{rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
-			stopping: make(chan struct{})},
+			stopping: make(chan struct{}), notices: make(chan struct{}, 1)},
 		runners: map[string]*runner{}, pid: newProcessID(),
 	}
 	d.m = metrics.New(cfg.Registerer)

@@ -382,6 +382,13 @@ type Config struct {
 	// all downstreams) and applies the schedules; zero means 250ms, so a
 	// change reaches every process within a second.
 	ControlInterval time.Duration
+	// ControlPoll is how often the control loop reads the versions even
+	// though no change was announced (a change announced while this
+	// process's subscription was down); zero means 2s. Announced changes
+	// are read on the next control tick. Without a take engine (only
+	// batching downstreams) nothing is announced to the process, and it
+	// reads every ControlInterval.
+	ControlPoll time.Duration
 	// RecoverAfter is how long a process may go without announcing itself
 	// (every 2s) and without extending its tasks' leases (every 2s) before
 	// the others return the tasks it held to the front of their queues;

@@ -92,7 +92,13 @@ func (d *services) newEngine() (*take.Engine, error) {
 	}
 	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
-		Workers: 2, Logger: d.log, Hooks: hooks})
+		Workers: 2, Logger: d.log, Hooks: hooks,
+		Follow: map[string]func(string){d.space.ControlChannel(): func(string) {
+			select {
+			case d.notices <- struct{}{}:
+			default: // one is pending already
+			}
+		}}})
 }
 
 // takeDownstream is how the engine serves r: each process holds at most

@@ -29,8 +29,12 @@ type services struct {
 	alog     *logThrottle // asynq's repeated warnings, shared by every server
 	m        *metrics.Metrics
 	stopping chan struct{}
-	control  *Control
-	eng      *take.Engine // serves every downstream but batching ones
+	// notices: a change of some downstream's runtime state was announced
+	// (the engine follows the control channel); the control loop reads
+	// the versions on its next tick
+	notices chan struct{}
+	control *Control
+	eng     *take.Engine // serves every downstream but batching ones
 	// trouble: an asynq script call failed on the network since the
 	// liveness loop last looked (asynqClient)
 	trouble atomic.Bool

@@ -41,6 +41,7 @@ func main() {
 	procs := fs.String("procs", "1,3", "process counts of the fidelity scenario")
 	rounds := fs.String("rounds", strings.Join(bench.AllRounds(), ","), "comma-separated rounds of the release scenario; given without -scenarios, only the release scenario runs")
 	idle := fs.String("idle-downstreams", "1,100,500", "downstream counts of the idle round")
+	econ := fs.String("economy-rates", "50,200,1000", "rates (per second) of the economy round")
 	keyControl := fs.Bool("keyrate-control", false, "round keyrate also runs the same load without key_rate (fair share alone), for comparison")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -57,6 +58,7 @@ func main() {
 	opts.Procs = counts("procs", *procs, "a process count")
 	opts.ReleaseRounds = split(*rounds)
 	opts.IdleLevels = counts("idle-downstreams", *idle, "a downstream count")
+	opts.EconomyRates = counts("economy-rates", *econ, "a rate")
 	opts.KeyRate.Control = *keyControl
 	if !*quiet {
 		opts.Progress = os.Stderr

@@ -99,7 +99,7 @@ type Options struct {
 	// Release path (scenario 7).
 	ReleaseRounds []string      // nil: AllRounds
 	ReleaseProcs  []int         // keepup and idle process counts; default {1, 3}
-	EconomyRates  []int         // default {50, 200}
+	EconomyRates  []int         // default {50, 200, 1000}
 	EconomyProcs  int           // default 3
 	EconomyDrain  time.Duration // backlog = rate × this; default 10s (quick 5s)
 	KeepupRates   []int         // default {50, 200, 1000}

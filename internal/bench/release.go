@@ -52,7 +52,7 @@ func (o Options) releaseDefaults() Options {
 		o.ReleaseRounds = AllRounds()
 	}
 	if len(o.EconomyRates) == 0 {
-		o.EconomyRates = []int{50, 200}
+		o.EconomyRates = []int{50, 200, 1000}
 	}
 	if o.EconomyProcs == 0 {
 		o.EconomyProcs = 3

@@ -116,14 +116,18 @@ func (s *Store) setHash(ctx context.Context, ds, h string, kv ...string) error {
 	return s.Bump(ctx, ds)
 }
 
-// Bump tells every process that ds's state changed: they re-read it on
-// their next control tick (processes also re-read everything every full
-// refresh, so a lost bump delays a change, never loses it).
+// Bump tells every process that ds's state changed: its version moves,
+// and the change is announced on the control channel, so the processes
+// re-read the versions on their next control tick. A process that missed
+// the announcement (its subscription was down) reads the versions anyway
+// every few ticks, and re-reads everything every full refresh, so a lost
+// announcement delays a change, never loses it.
 func (s *Store) Bump(ctx context.Context, ds string) error {
 	k := s.space.ControlVersions()
 	_, err := s.Cmd().Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, k, ds, 1)
 		p.PExpire(ctx, k, StateTTL)
+		p.Publish(ctx, s.space.ControlChannel(), ds)
 		return nil
 	})
 	if err != nil {

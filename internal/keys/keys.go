@@ -155,6 +155,14 @@ func (s Space) ControlVersions() string {
 	return s.prefix() + ":ctl:versions"
 }
 
+// ControlChannel is the pub/sub channel on which every change of a
+// downstream's runtime state is announced (the message is its name), so
+// processes read the versions hash when something changed instead of on
+// every control tick. A channel, not a key: it needs no hash tag.
+func (s Space) ControlChannel() string {
+	return s.prefix() + ":ctl:changes"
+}
+
 // Processes is a ZSET of the live dispatcher processes (member: host:pid:
 // random, score: unix seconds of its last announcement), read with plain
 // commands: a process silent for a while is dead, and the others recover

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shaper-io/shaper/internal/asynqmsg"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
@@ -30,14 +32,38 @@ func (e *Engine) Cancel(id string) bool {
 	return ok
 }
 
-// listenCancels follows asynq's cancellation channel until ctx ends,
-// closing subscribed once Redis confirmed the subscription. The
-// subscription reconnects by itself after a Redis outage.
-func (e *Engine) listenCancels(ctx context.Context, subscribed chan<- struct{}) {
-	ps := e.cfg.Redis.Subscribe(ctx, keys.AsynqCancelChannel)
+// listen follows asynq's cancellation channel and Config.Follow's
+// channels until ctx ends, closing subscribed once Redis confirmed the
+// subscriptions. The subscription reconnects by itself after a Redis
+// outage.
+func (e *Engine) listen(ctx context.Context, subscribed chan<- struct{}) {
+	chans := []string{keys.AsynqCancelChannel}
+	for c := range e.cfg.Follow {
+		chans = append(chans, c)
+	}
+	ps := e.cfg.Redis.Subscribe(ctx, chans...)
 	defer ps.Close()
-	if _, err := ps.Receive(ctx); err == nil {
-		close(subscribed)
+	deliver := func(m *redis.Message) {
+		if f := e.cfg.Follow[m.Channel]; f != nil {
+			f(m.Payload)
+		} else if m.Channel == keys.AsynqCancelChannel {
+			e.Cancel(m.Payload)
+		}
+	}
+	// one confirmation per channel; a message may come between them
+	for confirmed := 0; confirmed < len(chans); {
+		v, err := ps.Receive(ctx)
+		if err != nil {
+			break
+		}
+		switch v := v.(type) {
+		case *redis.Subscription:
+			if confirmed++; confirmed == len(chans) {
+				close(subscribed)
+			}
+		case *redis.Message:
+			deliver(v)
+		}
 	}
 	ch := ps.Channel()
 	for {
@@ -46,7 +72,7 @@ func (e *Engine) listenCancels(ctx context.Context, subscribed chan<- struct{}) 
 			if !ok {
 				return
 			}
-			e.Cancel(m.Payload)
+			deliver(m)
 		case <-ctx.Done():
 			return
 		}

@@ -55,6 +55,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Hooks, when set, are told of events as they happen (metrics).
 	Hooks Hooks
+	// Follow names further pub/sub channels the engine's one subscription
+	// (asynq's cancellation channel) follows, each with the func that gets
+	// its messages' payloads: the process needs no second connection for
+	// them. Each func is called from the subscription's goroutine and must
+	// be quick.
+	Follow map[string]func(payload string)
 }
 
 // Hooks are called from the engine's goroutines; each must be quick and

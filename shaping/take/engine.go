@@ -118,7 +118,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	listenCtx, stopListen := context.WithCancel(context.Background())
 	defer stopListen()
 	subscribed := make(chan struct{})
-	go e.listenCancels(listenCtx, subscribed)
+	go e.listen(listenCtx, subscribed)
 	// take nothing before the subscription stands, so a cancel of any
 	// task this engine takes reaches it (a Redis away: go on after a while)
 	select {
