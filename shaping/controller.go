@@ -159,6 +159,12 @@ func (r *runner) setKeyControls(kc map[string]KeyControl) {
 		}
 	}
 	r.ds.Fairness.Runtime.Set(kc)
+	for _, c := range kc {
+		if c.Paused {
+			r.lane.keyPauses.fire() // its waiters leave for the key's held set
+			break
+		}
+	}
 	if m := r.d.m; m != nil {
 		var rate, weight, paused float64
 		for _, c := range kc {

@@ -87,21 +87,31 @@ func keyControlRunOn(t *testing.T, rdb redis.UniversalClient, prefix string, n, 
 }
 
 // Two dispatchers on a fair downstream at 100/s, three keys with a
-// backlog of 200 each. Key a is paused while releases are under way: its
-// tasks that the lanes took before the pause (at most their look-ahead,
-// ahead() per process) may still go, and every other task of a waits in
-// the held set, counted in Redis, while b and c drain at the rate (at
+// backlog of 200 each. Key a is paused while releases are under way:
+// until the pause is in force in a process (its next control tick) its
+// lane may still release a's tasks (at most its look-ahead, ahead() per
+// process); once it is, the lane's waiters of a go to the held set
+// unsent, and every task of a not released waits there, counted in Redis, while b and c drain at the rate (at
 // least half of it is asserted, the measured share logged); resumed,
 // every task of a is delivered, each task once.
 func TestKeyControlPauseHoldsOnlyThatKey(t *testing.T) {
 	t.Parallel()
 	const rate, tasks = 100, 200
 	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
-	rec, ctl, _ := keyControlRunOn(t, rdb, prefix, 2, rate, &shaping.Fairness{}, []string{"a", "b", "c"}, tasks)
+	rec, ctl, ds := keyControlRunOn(t, rdb, prefix, 2, rate, &shaping.Fairness{}, []string{"a", "b", "c"}, tasks)
 	held := func() int { return int(rdb.ZCard(context.Background(), keys.New(prefix).Fair("api").Held).Val()) }
 	waitFor(t, 10*time.Second, "releases of a", func() bool { return rec.count("a") >= 5 })
 	must(t, ctl.PauseKey(context.Background(), "api", "a"))
 	paused, a0 := time.Now(), rec.count("a")
+	waitFor(t, 2*time.Second, "the pause of a in force in both processes", func() bool {
+		for _, d := range ds {
+			if !d.Downstreams()[0].Fairness.Runtime.Of("a").Paused {
+				return false
+			}
+		}
+		return true
+	})
+	inForce, a1 := time.Since(paused), rec.count("a")
 	others := func() int { return rec.count("b") + rec.count("c") }
 	o0 := others()
 	waitFor(t, 30*time.Second, "b and c drained", func() bool { return others() == 2*tasks })
@@ -111,11 +121,17 @@ func TestKeyControlPauseHoldsOnlyThatKey(t *testing.T) {
 	// what 2 processes' lanes hold: the look-ahead, ceil(100/s × 200ms /
 	// 2) + 1 each, and a call or two in flight
 	const lookAhead = 2 * (11 + 2)
-	after := rec.count("a") - a0
-	t.Logf("a released %d after the pause (%d before it), %d held; b and c %d in %v (%.1f/s of %d/s)",
-		after, a0, held(), 2*tasks-o0, time.Since(paused).Round(time.Millisecond), perSec, rate)
+	after, afterForce := rec.count("a")-a0, rec.count("a")-a1
+	t.Logf("a released %d after the pause (%d before it; %d once it was in force, %v after it), %d held; b and c %d in %v (%.1f/s of %d/s)",
+		after, a0, afterForce, inForce.Round(time.Millisecond), held(), 2*tasks-o0, time.Since(paused).Round(time.Millisecond), perSec, rate)
 	if after > lookAhead {
 		t.Errorf("key a paused: %d releases after the pause, want at most the lanes' look-ahead (%d)", after, lookAhead)
+	}
+	// in force, the lanes' waiters of a leave for the held set unsent: at
+	// most a call in flight per process (the handler returns at once)
+	// and one whose slot check passed as the pause came
+	if afterForce > 2*2 {
+		t.Errorf("key a paused: %d releases once the pause was in force in both processes, want at most 4 (calls in flight)", afterForce)
 	}
 	if perSec < rate/2 {
 		t.Errorf("b and c got %.1f/s while a was paused, want the rate's (at least %d/s)", perSec, rate/2)

@@ -42,6 +42,9 @@ type lane struct {
 	// ceilinged: the waiters kc held back at its last pick, their keys
 	// past their ceiling (runner.waiting leaves them out)
 	ceilinged atomic.Int32
+	// keyPauses fires when the key controls put in force pause some key:
+	// a fair lane's waiters of a paused key leave for its held set
+	keyPauses broadcast
 	// backoff and lastLog pace the run loop through Redis errors (its alone)
 	backoff time.Duration
 	lastLog time.Time
@@ -72,10 +75,18 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		tk.behind = 0 // a retry of a wasted slot: its take's tasks came long ago
 	}
 	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: tk.order, behind: tk.behind, done: make(chan grant, 1)}
+	var keyPauses <-chan struct{}
+	if l.fair != nil {
+		keyPauses = l.keyPauses.wait() // before the check: a pause after it fires this
+	}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
+	}
+	if keyPauses != nil && l.r.keyPaused(key) {
+		l.mu.Unlock()
+		return grant{}, errKeyPaused // taken from pending (given back before the pause)
 	}
 	if l.r.srv == nil && !l.r.longHold.gate(l.r.d.cfg.Clock.Now(), l.r.offset.get()).IsZero() {
 		l.mu.Unlock()
@@ -118,16 +129,29 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		// does one whose next slot is held far ahead
 		paused, held = l.r.pause.signal(), l.r.longHold.signal()
 	}
-	giveBack := false
-	select {
-	case g := <-w.done:
-		return g, g.err
-	case <-ctx.Done():
-	case <-l.r.d.stopping:
-	case <-paused:
-		giveBack = true
-	case <-held:
-		giveBack = true
+	var back error // errGiveBack, errKeyPaused: the task leaves unsent
+wait:
+	for {
+		select {
+		case g := <-w.done:
+			return g, g.err
+		case <-ctx.Done():
+			break wait
+		case <-l.r.d.stopping:
+			break wait
+		case <-paused:
+			back = errGiveBack
+			break wait
+		case <-held:
+			back = errGiveBack
+			break wait
+		case <-keyPauses:
+			if l.r.keyPaused(key) {
+				back = errKeyPaused
+				break wait
+			}
+			keyPauses = l.keyPauses.wait()
+		}
 	}
 	l.mu.Lock()
 	if w.queued { // else granted meanwhile: that slot is wasted, never replayed
@@ -137,8 +161,8 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	switch {
 	case ctx.Err() != nil:
 		return grant{}, ctx.Err()
-	case giveBack:
-		return grant{}, errGiveBack
+	case back != nil:
+		return grant{}, back
 	}
 	return grant{}, errStopping
 }

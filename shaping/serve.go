@@ -230,6 +230,25 @@ func (r *runner) giveBack(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// keyPaused reports whether key is paused on r's fair order (shaper ctl
+// key NAME KEY pause, as the control loop last put it in force).
+func (r *runner) keyPaused(key string) bool {
+	f := r.ds.Fairness
+	return f != nil && f.Runtime.Of(key).Paused
+}
+
+// keyHold ends the serving of a task whose admission key is paused: under
+// the engine it goes to its key's held set (take.Hold), where the key's
+// other tasks wait and from where a resume brings it back in fair order;
+// under an asynq.Server (never fair) it is given back.
+func (r *runner) keyHold(ctx context.Context, t *Task) error {
+	if r.srv != nil {
+		return r.giveBack(ctx)
+	}
+	r.outcome("key_paused")
+	return &take.Hold{Key: t.Key, Cost: t.Cost, Weight: r.ds.Fairness.Weight(t.Key)}
+}
+
 // process is the asynq.Server's handler (a batching downstream).
 func (r *runner) process(ctx context.Context, at *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)
@@ -272,6 +291,9 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 		if errors.Is(err, ErrDeadlinePassed) {
 			return r.lateArchive(t)
 		}
+		if errors.Is(err, errKeyPaused) {
+			return r.keyHold(ctx, t)
+		}
 		if err != nil {
 			return r.giveBack(ctx)
 		}
@@ -293,6 +315,12 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 			}
 			front = true
 			continue
+		}
+		if r.keyPaused(t.Key) {
+			// its key was paused while the slot came: the slot is
+			// wasted, and the task waits with its key's other tasks
+			r.wasted(t.Cost, grant{slot: t.Slot, issued: t.seq})
+			return r.keyHold(ctx, t)
 		}
 		herr, started := r.release(ctx, h, t)
 		if !started {

@@ -19,6 +19,7 @@ var (
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
+	takeHold      = script("take_hold.lua")
 	takeExtend    = script("take_extend.lua")
 	maxInt64Field = int64(math.MaxInt64)
 )
@@ -304,6 +305,38 @@ func (s *Store) TakeRequeue(ctx context.Context, q keys.AsynqQueue, levels []str
 		return 0, fmt.Errorf("take: requeue: %w", err)
 	}
 	return n, nil
+}
+
+// TakeHoldArgs give back a task of a fair downstream whose admission key
+// was paused before its call started (take_hold.lua).
+type TakeHoldArgs struct {
+	Queue keys.AsynqQueue
+	Fair  keys.FairKeys
+	ID    string
+	// Key, Cost and Weight are the task's admission key, its cost and the
+	// key's weight, as fair.lua's park records them.
+	Key    string
+	Cost   int64
+	Weight float64
+	// Until is its time in asynq's scheduled set (the fair horizon ahead).
+	Until time.Time
+	// TTL is the fair keys' TTL.
+	TTL time.Duration
+}
+
+// TakeHold moves a taken task of a paused key from active to the fair
+// index's held set, waiting in asynq's scheduled set as a parked task
+// does, no attempt consumed. It reports false when the task was not
+// active any more (nothing written).
+func (s *Store) TakeHold(ctx context.Context, a TakeHoldArgs) (bool, error) {
+	q := a.Queue
+	ks := []string{q.Active(), q.Lease(), q.Scheduled(), q.TaskPrefix() + a.ID, a.Fair.State, a.Fair.Counts, a.Fair.Held}
+	n, err := takeHold.Run(ctx, s.rdb, ks, a.ID, a.Key, max(a.Cost, 1), strconv.FormatFloat(a.Weight, 'g', -1, 64),
+		a.Until.Unix(), max(a.TTL.Milliseconds(), 1)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("take: hold: %w", err)
+	}
+	return n == 1, nil
 }
 
 // TakeExtend extends the leases of ids by lease on the Redis clock. It

@@ -107,3 +107,83 @@ func TestTakeFairOrder(t *testing.T) {
 		}
 	}
 }
+
+// take_hold.lua: a fair task taken before its key was paused leaves
+// active and its lease for the key's held set (at V), waits in asynq's
+// scheduled set as parked tasks do, counted again; a second hold of it
+// writes nothing; a resume brings it back to parked and the next take
+// takes it.
+func TestTakeHold(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
+	sp := keys.New(prefix)
+	q, fk := sp.Asynq("d1"), sp.Fair("d1")
+	fq := fairindex.New(rdb, prefix)
+	cl := asynq.NewClientFromRedisClient(rdb)
+	f := &fairindex.Fairness{}
+	var ids []string
+	for i := range 2 {
+		info, err := cl.Enqueue(asynq.NewTask("job", []byte(fmt.Sprint("A", i))), asynq.Queue(sp.Queue("d1")), asynq.ProcessIn(fairindex.Horizon))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fq.Park(ctx, "d1", f, info.ID, "A", 2, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	st := lua.New(rdb)
+	take := func() []string {
+		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 1, Budget: 100,
+			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+			Fair: &fk, FairTTL: fairindex.KeyTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tk := range rep.Tasks {
+			out = append(out, tk.ID)
+		}
+		return out
+	}
+	if got := take(); len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("took %v, want A0 %s", got, ids[0])
+	}
+	if n := rdb.HGet(ctx, fk.Counts, "A").Val(); n != "1" {
+		t.Fatalf("counts of A %q after the take, want 1", n)
+	}
+	a := lua.TakeHoldArgs{Queue: q, Fair: fk, ID: ids[0], Key: "A", Cost: 2, Weight: 1,
+		Until: time.Now().Add(fairindex.Horizon), TTL: fairindex.KeyTTL}
+	if ok, err := st.TakeHold(ctx, a); err != nil || !ok {
+		t.Fatalf("hold: %v %v, want held", ok, err)
+	}
+	if n := rdb.LLen(ctx, q.Active()).Val() + rdb.ZCard(ctx, q.Lease()).Val(); n != 0 {
+		t.Errorf("%d entries left in active and lease, want 0", n)
+	}
+	if s := rdb.ZScore(ctx, q.Scheduled(), ids[0]).Val(); s < float64(time.Now().Add(fairindex.Horizon-time.Minute).Unix()) {
+		t.Errorf("held task scheduled at %v, want the horizon ahead", s)
+	}
+	if s := rdb.HGet(ctx, q.Task(ids[0]), "state").Val(); s != "scheduled" {
+		t.Errorf("held task in state %q, want scheduled", s)
+	}
+	held := rdb.ZRange(ctx, fk.Held, 0, -1).Val()
+	if want := "1|A|0|2|1|1|A" + ids[0]; len(held) != 1 || held[0] != want {
+		t.Errorf("held %q, want [%s] (at V, A0's start tag 0)", held, want)
+	}
+	if n := rdb.HGet(ctx, fk.Counts, "A").Val(); n != "2" {
+		t.Errorf("counts of A %q after the hold, want 2", n)
+	}
+	if ttl := rdb.PTTL(ctx, fk.Held).Val(); ttl < fairindex.Horizon {
+		t.Errorf("held TTL %v, want the fair keys' TTL", ttl)
+	}
+	if ok, err := st.TakeHold(ctx, a); err != nil || ok {
+		t.Errorf("second hold: %v %v, want nothing written", ok, err)
+	}
+	if n, err := fq.Resume(ctx, "d1", "A", 10); err != nil || n != 1 {
+		t.Fatalf("resume moved %d (%v), want 1", n, err)
+	}
+	// A0 is back at its tag 0, before A1 (tag 2)
+	if got := append(take(), take()...); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Errorf("took %v after the resume, want A0 then A1 %v", got, ids)
+	}
+}

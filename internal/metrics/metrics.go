@@ -65,7 +65,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		LateSkips:         f.counter("shaping", "late_skips_total", "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases).", "downstream"),
 		Pushbacks:         f.counter("shaping", "pushbacks_total", "Times a downstream asked to back off (429/503 Retry-After) and its bucket was pushed forward.", "downstream"),
 		AdaptiveDecreases: f.counter("shaping", "adaptive_decreases_total", "429/503/timeout answers reported to the adaptive (AIMD) rate.", "downstream"),
-		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed, cancelled.", "downstream", "outcome"),
+		Outcomes:          f.counter("shaping", "handler_outcomes_total", "Handler results: success, retry, archived, throttled, outage (held by the circuit breaker), panic, malformed, deadline_passed, cancelled, key_paused (held unsent for its paused key).", "downstream", "outcome"),
 		Cancelled:         f.counter("shaping", "cancelled_tasks_total", "Tasks cancelled after they were taken (asynq's CancelProcessing, DELETE on an active task): when is before_call (removed unsent) or during_call (the call's context was cancelled).", "downstream", "when"),
 		Collapsed:         f.counter("queue", "collapsed_tasks_total", "Tasks collapsed into a waiting task with the same collapse key (mode keep_last: its payload replaced; keep_first: the newcomer dropped); no call of their own.", "downstream", "mode"),
 		Backlog:           f.gauge("queue", "tasks", "Tasks per downstream queue and state (pending, active, scheduled, retry, archived).", "downstream", "state"),

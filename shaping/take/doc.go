@@ -30,6 +30,9 @@
 //     / markAsCompleteCmd (with the unique lock), retryCmd / archiveCmd
 //     (with asynq's archive trimming and daily counters) and requeueCmd,
 //     each guarded by the task still being active.
+//   - take_hold.lua: a fair task whose handler returned Hold (its key was
+//     paused before the call) leaves active for its key's held set in the
+//     fair order, as take.lua puts a paused key's task it meets there.
 //   - take_extend.lua: lease extension on the Redis clock.
 //
 // The engine decodes asynq's TaskMessage with protowire (internal/asynqmsg) and

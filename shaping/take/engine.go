@@ -208,7 +208,7 @@ type Stats struct {
 	// Probes counts idle checks (one LLEN each).
 	Probes int64
 	// Done, Retried and Archived count finished tasks; Requeued those given
-	// back unstarted; Lost those whose lease was gone when they finished
+	// back unstarted (to pending, or a paused key's to its held set); Lost those whose lease was gone when they finished
 	// (recovered meanwhile: someone else delivers them).
 	Done, Retried, Archived, Requeued, Lost int64
 	// Recovered counts tasks put back from expired leases; Forwarded those

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/shaper-io/shaper/internal/asynqmsg"
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
@@ -99,7 +100,12 @@ func (j *job) run() {
 		j.remove(m, true)
 		return
 	}
-	if err != nil && (j.e.callCtx.Err() != nil || errors.Is(err, ErrRequeue)) {
+	var h *Hold
+	if err != nil && j.e.callCtx.Err() == nil && errors.As(err, &h) && j.l.args.Fair != nil {
+		j.hold(h) // its key paused: no attempt consumed
+		return
+	}
+	if err != nil && (j.e.callCtx.Err() != nil || errors.Is(err, ErrRequeue) || h != nil) {
 		j.requeue() // cut by shutdown, or given back: no attempt consumed
 		return
 	}
@@ -195,6 +201,13 @@ func (j *job) requeue() {
 		n, err := j.e.store.TakeRequeue(ctx, j.l.q, j.l.levels, j.tt.ID)
 		return n == 1, err
 	})
+}
+
+// hold gives the task back to its fair order's held set (Hold).
+func (j *job) hold(h *Hold) {
+	a := lua.TakeHoldArgs{Queue: j.l.q, Fair: *j.l.args.Fair, ID: j.tt.ID, Key: h.Key, Cost: h.Cost, Weight: h.Weight,
+		Until: time.Now().Add(fairindex.Horizon), TTL: j.l.args.FairTTL}
+	j.settle("hold", &j.e.stats.requeued, func(ctx context.Context) (bool, error) { return j.e.store.TakeHold(ctx, a) })
 }
 
 // A finishing write that fails is tried again, backing off from

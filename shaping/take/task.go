@@ -3,6 +3,7 @@ package take
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/asynqmsg"
@@ -12,6 +13,21 @@ import (
 // the head of its pending list with no attempt consumed: the handler did
 // not call the downstream (it is stopping, or the task must wait again).
 var ErrRequeue = errors.New("take: give the task back")
+
+// Hold, returned by a Handler (or wrapped), gives a task of a fair
+// downstream back to the fair order's held set instead of pending, no
+// attempt consumed: its admission key was paused before the call started
+// (the handler did not call the downstream), and the key's tasks wait
+// there until it resumes. Key, Cost and Weight are the task's admission
+// key, its cost and the key's weight. On a downstream without fair order
+// it is ErrRequeue.
+type Hold struct {
+	Key    string
+	Cost   int64
+	Weight float64
+}
+
+func (h *Hold) Error() string { return "take: hold the task of paused key " + strconv.Quote(h.Key) }
 
 // Handler calls the downstream for one task. nil finishes the task as
 // done; an error retries it with backoff, or archives it once its retries
