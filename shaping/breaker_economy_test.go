@@ -62,18 +62,7 @@ func releaseCommands(t *testing.T, rdb *redis.Client, prefix string, n int, brk 
 // means once differed by 1.05 in the full suite: run 0 off 19.10, run 1
 // off 19.83).
 func TestBreakerCommandsPerRelease(t *testing.T) {
-	if redistest.Cluster() {
-		// the Redis here is the test's own, never the cluster: the cluster
-		// pass would only run the first pass's test again
-		t.Skip("runs on a Redis of its own, not on REDIS_CLUSTER_ADDRS")
-	}
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop(); srv.Cleanup() })
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := ownRedis(t)
 	const n = 300
 	var off, on, offScripts, onScripts float64
 	const runs = 3

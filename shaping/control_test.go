@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -168,13 +166,7 @@ func TestRateOverrideReachesEveryProcess(t *testing.T) {
 // on every tick (counted with INFO commandstats on a Redis of its own).
 func TestAnnouncedChangeNeedsNoPolling(t *testing.T) {
 	t.Parallel()
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop(); srv.Cleanup() })
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := ownRedis(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const iv = 50 * time.Millisecond
 	var ds []*shaping.Dispatcher

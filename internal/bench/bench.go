@@ -117,6 +117,8 @@ type Options struct {
 	FairTasksA    int           // tenant A's backlog; default 1000
 	FairTasksBC   int           // B's and C's, each; default 100
 	FairDelay     time.Duration // from A's first enqueue to B's and C's; default 3s
+	// Round "pause"; zero fields take its defaults.
+	Pause PauseOptions
 	// Round "priority"; zero fields take its defaults.
 	Priority PriorityOptions
 	// Round "fairscale"; zero fields take its defaults.

@@ -17,12 +17,13 @@ const (
 	RoundKeepup  = "keepup"  // achieved/configured rate and most releases in any 1 s
 	RoundIdle    = "idle"    // idle commands/s, connections, goroutines, RSS, start time by downstreams
 	RoundKill    = "kill"    // held tasks and the extra delay after a kill -9
+	RoundPause   = "pause"   // active tasks while throttled, paused and resumed
 	RoundFair    = "fair"    // a late small tenant's wait with and without fair share
 )
 
 // AllRounds lists the release-path rounds in run order.
 func AllRounds() []string {
-	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundFair, RoundPriority, RoundFairScale, RoundKeyRate}
+	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundPause, RoundFair, RoundPriority, RoundFairScale, RoundKeyRate}
 }
 
 // ReleaseReport holds the rounds of ScenarioRelease that ran.
@@ -31,6 +32,7 @@ type ReleaseReport struct {
 	Keepup  []KeepupRow  `json:"keepup,omitempty"`
 	Idle    []IdleRow    `json:"idle,omitempty"`
 	Kill    *KillRow     `json:"kill,omitempty"`
+	Pause   *PauseRow    `json:"pause,omitempty"` // pause.go
 	Fair    []FairRow    `json:"fair,omitempty"`
 
 	Priority  []PriorityRow  `json:"priority,omitempty"`  // priority.go
@@ -76,6 +78,7 @@ func (o Options) releaseDefaults() Options {
 	o.FairRate, o.FairProcs = cmp.Or(o.FairRate, 50), cmp.Or(o.FairProcs, 3)
 	o.FairTasksA, o.FairTasksBC = cmp.Or(o.FairTasksA, 1000), cmp.Or(o.FairTasksBC, 100)
 	dur(&o.FairDelay, 3*time.Second, 3*time.Second)
+	o.Pause = o.Pause.withDefaults()
 	o.Priority = o.Priority.withDefaults()
 	o.FairScale = o.FairScale.withDefaults(o.Quick)
 	o.KeyRate = o.KeyRate.withDefaults(o.Quick)
@@ -104,7 +107,7 @@ func (o Options) validateRelease() error {
 	if o.KillProcs < 2 || o.KillBacklog < 2 {
 		return fmt.Errorf("bench: kill round needs >= 2 processes and a backlog >= 2, got %d and %d", o.KillProcs, o.KillBacklog)
 	}
-	return errors.Join(o.Priority.validate(), o.FairScale.validate(), o.KeyRate.validate())
+	return errors.Join(o.Pause.validate(), o.Priority.validate(), o.FairScale.validate(), o.KeyRate.validate())
 }
 
 // release runs the selected rounds.
@@ -127,6 +130,15 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 		e.logf("kill: %d active at the kill, %d stranded, %.0f recovered, last of them %.1f s after it; run %.1f s (ideal %.1f); lost %d, duplicates %d%s",
 			k.ActiveAtKill, k.Stranded, k.Recovered, k.LastActiveS, k.RunS, k.IdealS, k.Lost, k.Duplicates, errSuffix(k.Error))
 		r.Kill = &k
+	}
+	if has(RoundPause) {
+		po := o.Pause
+		e.logf("pause: %d processes at %d/s, backlog %d, paused %s after the first delivery for %s ...", po.Procs, po.Rate, po.Backlog, po.After, po.Hold)
+		p := e.pause(ctx)
+		e.logf("pause: active %d max / %.1f mean throttled, %d at the pause, 0 after %.2f s, %d max from 2 s on; %d delivered after the pause (%d from 2 s on); first after the resume %.2f s; lost %d, duplicates %d%s",
+			p.ThrottledMax, p.ThrottledMean, p.ActiveAtPause, p.ZeroAfterS, p.PausedMax, p.ReleasedAfter, p.ReleasedPaused,
+			p.FirstAfterResumeS, p.Lost, p.Duplicates, errSuffix(p.Error))
+		r.Pause = &p
 	}
 	if has(RoundFair) {
 		r.Fair = e.fair(ctx)
@@ -225,6 +237,7 @@ func (r *ReleaseReport) markdown(o Options) string {
 	b.WriteString(r.priorityMarkdown())
 	b.WriteString(r.fairScaleMarkdown(o.FairScale))
 	b.WriteString(r.keyRateMarkdown())
+	b.WriteString(r.pauseMarkdown())
 	return b.String()
 }
 

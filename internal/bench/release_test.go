@@ -26,6 +26,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		KeepupRates: []int{20}, KeepupDrain: time.Second,
 		IdleLevels: []int{1, 3}, IdleWarmup: 500 * time.Millisecond, IdleWindow: time.Second,
 		KillRate: 20, KillProcs: 2, KillBacklog: 60, KillAfter: time.Second, KillLimit: 8 * time.Second,
+		Pause:    PauseOptions{Rate: 20, Procs: 2, Backlog: 60, After: 500 * time.Millisecond, Hold: 2500 * time.Millisecond},
 		FairRate: 50, FairProcs: 2, FairTasksA: 40, FairTasksBC: 5, FairDelay: 300 * time.Millisecond,
 		Priority: PriorityOptions{Rate: 50, Procs: 2, Backlog: 60, Urgent: 5, After: 10, Hold: time.Second},
 		FairScale: FairScaleOptions{Procs: 2, Rate: 100, Tenants: 3, Tasks: 50, WRate: 60, WTenants: 3, WTasks: 15,
@@ -74,6 +75,10 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 	if k == nil || k.Error != "" || k.Delivered == 0 || k.KilledAtS < 1 || k.Workers == 0 || k.Recovered < 0 {
 		t.Errorf("kill row: %+v", k)
 	}
+	if p := r.Pause; p == nil || p.Error != "" || !p.Complete || p.Delivered != 60 || p.Workers == 0 || p.ZeroAfterS < 0 ||
+		p.PausedMax != 0 || p.ReleasedPaused != 0 || p.FirstAfterResumeS < 0 || p.Duplicates != 0 {
+		t.Errorf("pause row: %+v; want 60 delivered once, the active list empty while paused, nothing delivered from 2 s after the pause, a delivery after the resume", p)
+	}
 	if len(r.Fair) != 3 {
 		t.Fatalf("fair rows = %d, want 3 (FIFO, fair, fair 2:1:1)", len(r.Fair))
 	}
@@ -111,7 +116,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		t.Errorf("keyrate row: %+v; want 180 delivered (60 tenants × 3), the most of one tenant in 1 s, keep-up, tenant drains, commands per task and the worker count", x)
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"### 7. Release path", "#### 7g.", "#### 7h.", "| `{key: tenant, key_rate: 2/s}` |", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
+	for _, want := range []string{"### 7. Release path", "#### 7g.", "#### 7h.", "| `{key: tenant, key_rate: 2/s}` |", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "#### 7i.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
 		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/fairindex"
@@ -15,6 +16,14 @@ import (
 	"github.com/shaper-io/shaper/internal/redistest"
 )
 
+// fairRig is a fair downstream "d1" under a prefix of the test's own: the
+// client and prefix, its keys, its fair queue and an asynq client.
+func fairRig(t *testing.T) (redis.UniversalClient, string, keys.Space, keys.AsynqQueue, keys.FairKeys, *fairindex.Queue, *asynq.Client) {
+	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
+	sp := keys.New(prefix)
+	return rdb, prefix, sp, sp.Asynq("d1"), sp.Fair("d1"), fairindex.New(rdb, prefix), asynq.NewClientFromRedisClient(rdb)
+}
+
 // take.lua on a fair downstream: pending first (a task given back), then
 // the parked tasks by start tag (ties: by key), each moved from asynq's
 // scheduled set to active under a lease; a paused key's task goes to
@@ -22,11 +31,7 @@ import (
 // fair order lets the fair keys expire within a minute.
 func TestTakeFairOrder(t *testing.T) {
 	ctx := context.Background()
-	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
-	sp := keys.New(prefix)
-	q, fk := sp.Asynq("d1"), sp.Fair("d1")
-	fq := fairindex.New(rdb, prefix)
-	cl := asynq.NewClientFromRedisClient(rdb)
+	rdb, prefix, sp, q, fk, fq, cl := fairRig(t)
 	f := &fairindex.Fairness{}
 	names := map[string]string{} // task id → "A0", "B1", ...
 	enqueue := func(name string, opts ...asynq.Option) string {
@@ -115,11 +120,7 @@ func TestTakeFairOrder(t *testing.T) {
 // takes it.
 func TestTakeHold(t *testing.T) {
 	ctx := context.Background()
-	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
-	sp := keys.New(prefix)
-	q, fk := sp.Asynq("d1"), sp.Fair("d1")
-	fq := fairindex.New(rdb, prefix)
-	cl := asynq.NewClientFromRedisClient(rdb)
+	rdb, _, sp, q, fk, fq, cl := fairRig(t)
 	f := &fairindex.Fairness{}
 	var ids []string
 	for i := range 2 {
