@@ -84,7 +84,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
-	if keyPauses != nil && l.r.keyPaused(key) {
+	if keyPauses != nil && l.r.ds.Fairness.Paused(key) {
 		l.mu.Unlock()
 		return grant{}, errKeyPaused // taken from pending (given back before the pause)
 	}
@@ -146,7 +146,7 @@ wait:
 			back = errGiveBack
 			break wait
 		case <-keyPauses:
-			if l.r.keyPaused(key) {
+			if l.r.ds.Fairness.Paused(key) {
 				back = errKeyPaused
 				break wait
 			}

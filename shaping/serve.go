@@ -230,13 +230,6 @@ func (r *runner) giveBack(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// keyPaused reports whether key is paused on r's fair order (shaper ctl
-// key NAME KEY pause, as the control loop last put it in force).
-func (r *runner) keyPaused(key string) bool {
-	f := r.ds.Fairness
-	return f != nil && f.Runtime.Of(key).Paused
-}
-
 // keyHold ends the serving of a task whose admission key is paused: under
 // the engine it goes to its key's held set (take.Hold), where the key's
 // other tasks wait and from where a resume brings it back in fair order;
@@ -316,7 +309,7 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 			front = true
 			continue
 		}
-		if r.keyPaused(t.Key) {
+		if r.ds.Fairness.Paused(t.Key) {
 			// its key was paused while the slot came: the slot is
 			// wasted, and the task waits with its key's other tasks
 			r.wasted(t.Cost, grant{slot: t.Slot, issued: t.seq})

@@ -124,8 +124,9 @@ func (f *Fairness) KeyRateOf(key string) limiters.Limit {
 	return f.KeyRate
 }
 
-// Paused reports whether the operator paused key.
-func (f *Fairness) Paused(key string) bool { return f.Runtime.Of(key).Paused }
+// Paused reports whether the operator paused key (false without fair
+// share: f nil).
+func (f *Fairness) Paused(key string) bool { return f != nil && f.Runtime.Of(key).Paused }
 
 // MaxWeight bounds a fair-share weight.
 const MaxWeight = 1e6
