@@ -123,6 +123,14 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case l.kick <- struct{}{}:
 	default:
 	}
+	return l.await(ctx, w, e, keyPauses)
+}
+
+// await blocks until w, queued as e, is granted a slot, or leaves unsent:
+// its context ends, the dispatcher stops, the downstream is paused or held
+// far ahead (errGiveBack), or w's key is paused (errKeyPaused, when
+// keyPauses is the lane's key pause signal).
+func (l *lane) await(ctx context.Context, w *waiter, e *list.Element, keyPauses <-chan struct{}) (grant, error) {
 	var paused, held <-chan struct{}
 	if l.r.srv == nil {
 		// under the engine a paused downstream holds nothing, and nor
@@ -146,7 +154,7 @@ wait:
 			back = errGiveBack
 			break wait
 		case <-keyPauses:
-			if l.r.ds.Fairness.Paused(key) {
+			if l.r.ds.Fairness.Paused(w.key) {
 				back = errKeyPaused
 				break wait
 			}

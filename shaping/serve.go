@@ -230,6 +230,34 @@ func (r *runner) giveBack(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// spoiled reports whether the slot res, just come for t, cannot be used,
+// and gives up what it held: again says t queues at the front for another
+// slot (it woke too late, or a pushback came after the slot was
+// reserved); an error ends t's serving unsent (its key was paused
+// meanwhile).
+func (r *runner) spoiled(ctx context.Context, t *Task, res Reservation) (again bool, err error) {
+	if r.skipLate(res) {
+		return true, nil
+	}
+	if r.push.before(t.Slot) {
+		// reserved before a pushback: the downstream asked to wait past
+		// it, so the slot is given up, its quota units at once (the next
+		// reservation must find them back, or it waits for the quota's
+		// window)
+		if len(r.ds.Quotas) > 0 {
+			r.unquota(t.Cost, grant{slot: t.Slot, issued: t.seq})
+		}
+		return true, nil
+	}
+	if r.ds.Fairness.Paused(t.Key) {
+		// its key was paused while the slot came: the slot is wasted,
+		// and the task waits with its key's other tasks
+		r.wasted(t.Cost, grant{slot: t.Slot, issued: t.seq})
+		return false, r.keyHold(ctx, t)
+	}
+	return false, nil
+}
+
 // keyHold ends the serving of a task whose admission key is paused: under
 // the engine it goes to its key's held set (take.Hold), where the key's
 // other tasks wait and from where a resume brings it back in fair order;
@@ -294,26 +322,11 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 			return err // woke past the deadline: the slot is wasted, the task never sent late
 		}
 		t.Slot, t.seq = res.Slot(), res.seqN(0)
-		if r.skipLate(res) {
+		if again, err := r.spoiled(ctx, t, res); again {
 			front = true
 			continue
-		}
-		if r.push.before(t.Slot) {
-			// reserved before a pushback: the downstream asked to wait
-			// past it, so the slot is given up, its quota units at once
-			// (the next reservation must find them back, or it waits
-			// for the quota's window)
-			if len(r.ds.Quotas) > 0 {
-				r.unquota(t.Cost, grant{slot: t.Slot, issued: t.seq})
-			}
-			front = true
-			continue
-		}
-		if r.ds.Fairness.Paused(t.Key) {
-			// its key was paused while the slot came: the slot is
-			// wasted, and the task waits with its key's other tasks
-			r.wasted(t.Cost, grant{slot: t.Slot, issued: t.seq})
-			return r.keyHold(ctx, t)
+		} else if err != nil {
+			return err
 		}
 		herr, started := r.release(ctx, h, t)
 		if !started {
