@@ -205,23 +205,35 @@ func (p *Page) Run(ctx context.Context) {
 	t := time.NewTicker(p.opts.Interval)
 	defer t.Stop()
 	for {
-		p.readControl(ctx)
+		p.readRedis(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			p.record(p.take(p.opts.Now()))
-			p.readFleet(ctx)
 		}
 	}
 }
 
-// readFleet publishes this process's summary and caches the fleet's.
-func (p *Page) readFleet(ctx context.Context) {
-	fl := p.opts.Fleet
-	if fl == nil {
-		return
+// readRedis is what the page reads from Redis each Interval: the fleet's
+// summaries (publishing this process's when due), whose read also says
+// whether Redis answers, or without a fleet one call that says only that.
+func (p *Page) readRedis(ctx context.Context) {
+	var err error
+	if p.opts.Fleet != nil {
+		err = p.readFleet(ctx)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, max(p.opts.Interval, time.Second))
+		err = p.opts.Dispatcher.Control().Ping(ctx)
+		cancel()
 	}
+	p.readControl(err)
+}
+
+// readFleet publishes this process's summary and caches the fleet's; an
+// error says Redis did not answer.
+func (p *Page) readFleet(ctx context.Context) error {
+	fl := p.opts.Fleet
 	ctx, cancel := context.WithTimeout(ctx, max(p.opts.Interval, time.Second))
 	defer cancel()
 	// a snapshot (a gather of every metric) only when the summary is due
@@ -234,25 +246,23 @@ func (p *Page) readFleet(ctx context.Context) {
 	all, err := fl.exchange(ctx, s, now)
 	if err != nil {
 		p.opts.Logger.Debug("status page: cannot share the fleet's summaries", "err", err)
-		return
+		return err
 	}
 	p.mu.Lock()
 	p.fleet = all
 	p.mu.Unlock()
+	return nil
 }
 
-// readControl caches the runtime state kept in Redis (override, adaptive
-// rate), so that requests never reach Redis.
-func (p *Page) readControl(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, max(p.opts.Interval, time.Second))
-	defer cancel()
+// readControl caches the runtime state (override, adaptive rate), so that
+// requests never reach Redis: the states come from the dispatcher's
+// cache, which its control loop keeps current (a call per downstream per
+// second would be most of an idle downstream's Redis cost). unreachable
+// is the error of this Interval's Redis call (readRedis), if any.
+func (p *Page) readControl(unreachable error) {
 	st := map[string]shaping.State{}
 	msg := ""
-	// One Redis call per sample tells whether Redis answers; the states
-	// come from the dispatcher's cache, which its control loop keeps
-	// current (a call per downstream per second would be most of an idle
-	// downstream's Redis cost).
-	if err := p.opts.Dispatcher.Control().Ping(ctx); err != nil {
+	if unreachable != nil {
 		msg = "redis unreachable: runtime state (override, adaptive rate) not refreshed"
 	}
 	for _, ds := range p.opts.Dispatcher.Downstreams() {
