@@ -33,7 +33,9 @@
 --                      (take.lua puts them there when it meets them)
 -- A member is "<cost>|<weight>|<len(key)>|<key><id>": the task carries
 -- what a take and a due move need, so no per-task hash is kept.
--- ARGV[1] -> op: "park" | "feed" | "resume"
+-- ARGV[1] -> op: "park" | "feed" | "tend" | "resume" (tend: a feed
+--            when later or held has tasks; else it reads only how many
+--            keys have tasks waiting, and replies {0, -1, -1, keys, -1})
 -- ARGV[2] -> at most this many due moves (and held tasks back) per call
 -- ARGV[3] -> TTL of every key here, ms (the horizon plus a margin)
 -- ARGV[4] -> now in ms, or 0 to read Redis TIME (tests only)
@@ -78,6 +80,13 @@ local ctl, held = KEYS[8], KEYS[9]
 -- does not keep, so one EXISTS over the three tells
 if op == 'feed' and redis.call('EXISTS', KEYS[1], KEYS[4], held or KEYS[1]) == 0 then
   return {0, 0, 0, 0, -1}
+end
+-- a tend between feeds: only due and held tasks need a call this often
+if op == 'tend' then
+  if redis.call('EXISTS', KEYS[4], held or KEYS[4]) == 0 then
+    return {0, -1, -1, redis.call('HLEN', KEYS[5]), -1}
+  end
+  op = 'feed'
 end
 
 local now = tonumber(ARGV[4])

@@ -36,26 +36,46 @@ const fairFeed = 100 * time.Millisecond
 // waited at its last look (a park needs no feed: the take picks it).
 const fairIdleFeed = time.Second
 
+// fairFullFeed is how often a feed also reads what waits (the gauges, the
+// wait between feeds) and forgets tags that are over. The calls between
+// are tends: an EXISTS and the count of keys waiting, unless tasks wait
+// not yet due or held, the only ones a feed moves.
+const fairFullFeed = time.Second
+
 // feed moves the downstream's due tasks into fair order while the
 // dispatcher runs: every fairFeed while tasks wait, every fairIdleFeed
 // when none do.
 func (r *runner) feed() {
+	var full time.Time // the last feed that read what waits
+	waiting := false
 	for {
+		now := r.d.cfg.Clock.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-		st, err := r.d.fair.Feed(ctx, r.ds.Name)
+		var st FairState
+		var err error
+		if now.Sub(full) < fairFullFeed {
+			st, err = r.d.fair.Tend(ctx, r.ds.Name)
+		} else {
+			st, err = r.d.fair.Feed(ctx, r.ds.Name)
+		}
 		cancel()
-		wait := fairIdleFeed
 		switch {
 		case err != nil:
 			r.d.log.Warn("shaping: fair share: cannot feed", "downstream", r.ds.Name, "err", err)
-		case st.Parked+st.Later > 0:
-			wait = fairFeed
-		}
-		if err == nil {
+		case st.Parked >= 0: // a feed (a tend that found tasks to move is one)
+			full, waiting = now, st.Parked+st.Later > 0
 			r.fairSeen(st)
-			if st.Moved > 0 {
-				r.wakeTake()
-			}
+		default: // a tend: the keys waiting, for the lane's newcomers
+			r.smu.Lock()
+			r.fairSt.Keys = st.Keys
+			r.smu.Unlock()
+		}
+		if err == nil && st.Moved > 0 {
+			r.wakeTake()
+		}
+		wait := fairIdleFeed
+		if waiting {
+			wait = fairFeed
 		}
 		r.lane.exchange()
 		t := r.d.cfg.Clock.NewTimer(wait)

@@ -263,6 +263,15 @@ func (q *Queue) Feed(ctx context.Context, ds string) (State, error) {
 	return state(rep), err
 }
 
+// Tend is Feed when downstream ds has tasks not yet due or held (a paused
+// key's); otherwise it costs an EXISTS and an HLEN, and its State has
+// only Keys (Parked and Later are -1: not read).
+func (q *Queue) Tend(ctx context.Context, ds string) (State, error) {
+	ks, a := q.args(ds)
+	rep, err := q.store.FairTend(ctx, ks, a)
+	return state(rep), err
+}
+
 // Exchange adds this process's service increments on downstream ds (units
 // per weight served since its last exchange, by key) to the service all
 // processes share, starting a key the count does not hold at its lifted

@@ -69,6 +69,13 @@ func (s *Store) FairFeed(ctx context.Context, keys []string, a FairArgs) (FairRe
 	return s.fair(ctx, keys, a, "feed")
 }
 
+// FairTend is FairFeed when tasks wait in later or held (their moves are
+// due often); otherwise it reads only how many keys have tasks waiting,
+// and its reply's Parked and Later are -1 (not read).
+func (s *Store) FairTend(ctx context.Context, keys []string, a FairArgs) (FairReply, error) {
+	return s.fair(ctx, keys, a, "tend")
+}
+
 func (s *Store) fair(ctx context.Context, keys []string, a FairArgs, op string, more ...any) (FairReply, error) {
 	args := append([]any{op, a.Max, a.TTLms, a.NowMs}, more...)
 	v, err := s.ints(ctx, fair, keys, 5, args...)
