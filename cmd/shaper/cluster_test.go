@@ -133,8 +133,11 @@ func pickDownstreams(t *testing.T, cc *redis.ClusterClient, prefix string, n int
 	t.Helper()
 	space := keys.New(prefix)
 	masters := map[string]bool{}
+	var mu sync.Mutex // ForEachMaster calls the func from a goroutine per master
 	cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
 		masters[c.Options().Addr] = true
+		mu.Unlock()
 		return nil
 	})
 	covered, slots := map[string]bool{}, map[uint16]bool{}
