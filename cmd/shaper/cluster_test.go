@@ -304,8 +304,11 @@ func TestClusterScriptFlushFallsBackToEval(t *testing.T) {
 	b := shaping.Bucket{Name: "flush", Rate: limiters.PerSecond(1)}
 
 	exists := func(sha string) (on, off int) {
+		var mu sync.Mutex // a goroutine per master
 		cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			v, err := c.ScriptExists(ctx, sha).Result()
+			mu.Lock()
+			defer mu.Unlock()
 			if err == nil && len(v) == 1 && v[0] {
 				on++
 			} else {
