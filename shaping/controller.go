@@ -162,10 +162,11 @@ func (r *runner) setKeyControls(kc map[string]KeyControl) {
 			kc[k] = c
 		}
 	}
+	before := r.ds.Fairness.Runtime.All()
 	r.ds.Fairness.Runtime.Set(kc)
-	for _, c := range kc {
-		if c.Paused {
-			r.lane.keyPauses.fire() // its waiters leave for the key's held set
+	for k, c := range kc {
+		if c.Paused && !before[k].Paused {
+			r.lane.keyPauses.fire() // a key newly paused: its waiters leave for its held set
 			break
 		}
 	}

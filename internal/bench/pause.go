@@ -49,7 +49,8 @@ type PauseRow struct {
 	// before the pause, while the backlog drains at the rate.
 	ThrottledMax  int     `json:"throttled_max_active"`
 	ThrottledMean float64 `json:"throttled_mean_active"`
-	// ActiveAtPause is the active list right after the pause was set;
+	// ActiveAtPause is the active list at the first sample after the pause
+	// was set (within 50 ms);
 	// ZeroAfterS how long until it was first empty (−1: not while paused).
 	ActiveAtPause int     `json:"active_at_pause"`
 	ZeroAfterS    float64 `json:"zero_after_s"`
@@ -158,14 +159,15 @@ func (e *env) sampleActive(ctx context.Context, list string) (stop func() []acti
 // and the pause's and resume's times.
 func fillPause(row *PauseRow, samples []activeSample, hits []testsink.Hit, pausedAt, resumedAt time.Time) {
 	var sum, n int
+	atPause := false // the first sample at or after the pause is read
 	for _, s := range samples {
 		switch {
 		case s.at.Before(pausedAt) && s.at.After(pausedAt.Add(-time.Second)):
 			row.ThrottledMax = max(row.ThrottledMax, s.n)
 			sum, n = sum+s.n, n+1
 		case !s.at.Before(pausedAt) && s.at.Before(resumedAt):
-			if row.ActiveAtPause == 0 && s.n > 0 && row.ZeroAfterS < 0 && s.at.Sub(pausedAt) < 100*time.Millisecond {
-				row.ActiveAtPause = s.n
+			if !atPause {
+				row.ActiveAtPause, atPause = s.n, true
 			}
 			if s.n == 0 && row.ZeroAfterS < 0 {
 				row.ZeroAfterS = round(s.at.Sub(pausedAt).Seconds(), 2)
