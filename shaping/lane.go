@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // lane reserves slots for one downstream's waiting workers in this
@@ -107,6 +109,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 			l.fair.served(key, cost, l.r.d.cfg.Clock.Now())
 		}
 		l.mu.Unlock()
+		take.InLine(ctx)
 		return g, g.err
 	}
 	var e *list.Element
@@ -119,6 +122,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		e = l.pushInOrder(w)
 	}
 	l.mu.Unlock()
+	take.InLine(ctx) // the next task of the take may queue behind w now
 	select {
 	case l.kick <- struct{}{}:
 	default:

@@ -27,14 +27,10 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 	rdb, prefix, d := e.rdb, e.prefix, e.d
 	var mu sync.Mutex
 	var order []string
-	// Workers 1: one task taken at a time. The tasks of one take reach
-	// the lane from goroutines of their own, in any order, and the first
-	// to arrive takes the first slot stocked for the take: on a starved
-	// CPU (the cluster pass beside the cmd pass) t03-p1 went fourth, after
-	// t07-p1, t05-p2 and t09-p2 of its take (twice in three runs). That
-	// inversion within a take's look-ahead is a known limit of the lane;
-	// this test is about the order the takes pick.
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{}, Workers: 1,
+	// the default workers: a take brings several tasks, and they queue at
+	// the lane in the take's order (take.InLine), so a task of priority 1
+	// is not passed by one of priority 2 taken with it
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},
 		Handler: func(ctx context.Context, task *shaping.Task) error {
 			mu.Lock()
 			order = append(order, string(task.Payload))

@@ -113,7 +113,10 @@ func (d *services) newEngine() (*take.Engine, error) {
 // cap per key takes up to the budget: its lane passes over the tasks of
 // keys at their cap, which would otherwise fill the look-ahead.
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
-	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1,
+	// InLine: a take's tasks queue at the lane in take order (a waiter
+	// for a lease says nothing: the next task, of another key, must not
+	// wait behind that lease)
+	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1, InLine: r.leases == nil,
 		Handler: r.serveTake, Gate: r.takeGate, Priority: r.ds.Priority != nil, Fair: r.ds.Fairness != nil, Malformed: func(id string, msg []byte) bool { return q.taken(r.ds.Name, id, msg) },
 		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
 	if r.ds.Priority != nil {
@@ -328,6 +331,7 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 		} else if err != nil {
 			return err
 		}
+		take.InLine(ctx) // in line by now on every path (shadow's too)
 		herr, started := r.release(ctx, h, t)
 		if !started {
 			return r.giveBack(ctx)

@@ -170,6 +170,13 @@ type Downstream struct {
 	// decided at the take and a key that arrives passes the backlog at
 	// the next take.
 	Fair bool
+	// InLine says the handler calls InLine(ctx) once its task has its
+	// place in line (shaping's lane): the handler of the next task of the
+	// same take is called only then, or once this one returns, so the
+	// tasks of one take queue in take order whatever order their
+	// goroutines run in. Without it the next handler is called as soon
+	// as this one is.
+	InLine bool
 	// Gate, when set, is asked before each take or idle check whether the
 	// downstream may take now: a zero time means yes, a later one means
 	// not before then (a pause, an open breaker, a hold the downstream

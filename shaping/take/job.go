@@ -32,9 +32,10 @@ type job struct {
 	cutCtx context.Context
 	cut    context.CancelCauseFunc
 	// prev is closed once the job taken before it in the same take has
-	// called its handler or ended (nil: first of its take); calling is
-	// closed when this one has, so one take's handlers are called in take
-	// order, whatever order their goroutines run in
+	// called its handler (with Downstream.InLine: its handler said InLine)
+	// or ended (nil: first of its take); calling is closed when this one
+	// has, so one take's handlers are called in take order, whatever
+	// order their goroutines run in
 	prev, calling chan struct{}
 	once          sync.Once
 }
@@ -91,7 +92,11 @@ func (j *job) run() {
 		case <-j.cutCtx.Done():
 		}
 	}
-	j.called()
+	if j.l.d.InLine {
+		ctx = context.WithValue(ctx, inLineKey{}, j.called)
+	} else {
+		j.called()
+	}
 	err := j.call(ctx, t)
 	stop()
 	cancelCall(nil)

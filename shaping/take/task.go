@@ -89,3 +89,15 @@ func deadline(m *asynqmsg.Message, now time.Time) time.Time {
 	}
 	return time.Unix(min(now.Unix()+m.Timeout, m.Deadline), 0)
 }
+
+type inLineKey struct{}
+
+// InLine tells the engine that the task whose handler got ctx has its
+// place in line, so the handler of the next task of its take may be
+// called (Downstream.InLine). Calling it again, or for a downstream
+// without InLine, does nothing.
+func InLine(ctx context.Context) {
+	if f, ok := ctx.Value(inLineKey{}).(func()); ok {
+		f()
+	}
+}
