@@ -117,7 +117,14 @@ func periodString(d time.Duration) string {
 	case 24 * time.Hour:
 		return "d"
 	}
-	return d.String()
+	// 25h, not 25h0m0s: the way a config file writes it
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok && strings.HasSuffix(t, "h0") {
+		return strings.TrimSuffix(t, "0")
+	} else if ok {
+		return t + "m"
+	}
+	return s
 }
 
 // Validate reports whether l is usable: Rate, Period and Burst positive,

@@ -236,3 +236,28 @@ func TestBreakerPoisonTaskIsNoOutage(t *testing.T) {
 		t.Errorf("the poison task was called %d times, want 1 (MaxRetry 0)", poisonCalls)
 	}
 }
+
+// Add refuses a fair share out of range by the one rule the config file
+// is checked by too (fairindex.Check), naming the Go field: a key's
+// ceiling above the downstream's rate would never bind.
+func TestFairnessAddRejectsOutOfRange(t *testing.T) {
+	t.Parallel()
+	d := shaping.New(nil, shaping.Config{})
+	for i, tt := range []struct {
+		f    shaping.Fairness
+		want string
+	}{
+		{shaping.Fairness{KeyRate: limiters.PerSecond(10)}, `Fairness.KeyRate: "10/s" is above the downstream's rate "5/s"`},
+		{shaping.Fairness{KeyRates: map[string]limiters.Limit{"vip": limiters.PerSecond(6)}}, `Fairness.KeyRates["vip"]: "6/s" is above`},
+		{shaping.Fairness{Weights: map[string]float64{"a": -1}}, `Fairness.Weights["a"]: must be in (0, 1e+06], got -1`},
+	} {
+		err := d.Add(shaping.Downstream{Name: fmt.Sprintf("ds%d", i), Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Fairness: &tt.f})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("step %d: Add = %v, want an error with %q", i, err, tt.want)
+		}
+	}
+	f := shaping.Fairness{KeyRate: limiters.PerSecond(5)}
+	if err := d.Add(shaping.Downstream{Name: "ok", Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Fairness: &f}); err != nil {
+		t.Errorf("a key rate at the downstream's rate: %v", err)
+	}
+}

@@ -66,8 +66,8 @@ func (ds *Downstream) prepare() error {
 		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
 	}
 	if f := ds.Fairness; f != nil {
-		if err := f.Validate(); err != nil {
-			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+		if p := f.Check(ds.Rate); p != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p)
 		}
 		if ds.Batch != nil {
 			return fmt.Errorf("shaping: downstream %q: Fairness and Batch cannot be combined", ds.Name)
@@ -152,19 +152,11 @@ func (ds Downstream) CheckRate(l limiters.Limit) error {
 // CheckKeyRate reports why l cannot be a key's ceiling on ds (a runtime
 // one: shaper ctl key RATE): an invalid rate, one above ds's configured
 // rate (it would never bind), or one slower than a task per MaxInterval.
-// Errors wrap limiters.ErrInvalidLimit. internal/config applies the same
-// rule to fairness.key_rate and key_rates in the file.
+// Errors wrap limiters.ErrInvalidLimit. It is fairindex.CheckKeyRate, the
+// rule internal/config applies to fairness.key_rate and key_rates too.
 func (ds Downstream) CheckKeyRate(l limiters.Limit) error {
-	if err := sizing.ValidateRate(l); err != nil {
-		return fmt.Errorf("shaping: downstream %q: key rate: %w", ds.Name, err)
-	}
-	if l.PerSec() > ds.Rate.PerSec() {
-		return fmt.Errorf("shaping: downstream %q: %w: key rate %s is above the downstream's rate %s: it would never bind",
-			ds.Name, limiters.ErrInvalidLimit, l.RateString(), ds.Rate.RateString())
-	}
-	if sizing.CheckRate(l, 1) != nil {
-		return fmt.Errorf("shaping: downstream %q: %w: key rate %s is slower than one task per key in %s",
-			ds.Name, limiters.ErrInvalidLimit, l.RateString(), sizing.MaxInterval)
+	if err := fairindex.CheckKeyRate(l, ds.Rate); err != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
 	return nil
 }

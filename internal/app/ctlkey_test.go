@@ -59,7 +59,7 @@ func TestCtlKey(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"key", "api", "acme", "rate", "200/s"}, `above the downstream's rate 100/s`},
+		{[]string{"key", "api", "acme", "rate", "200/s"}, `above the downstream's rate "100/s"`},
 		{[]string{"key", "api", "acme", "rate", "1/25h"}, `slower than one task per key`},
 		{[]string{"key", "api", "acme", "rate", "fast"}, `invalid rate "fast"`},
 		{[]string{"key", "api", "acme", "weight", "0.0000001e20"}, `weight must be in (0, 1e+06]`},

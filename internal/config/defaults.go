@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
@@ -114,7 +115,7 @@ func (d *Downstream) refuseZeros(p string, set func(path string) bool) *Error {
 		{".lease", d.Lease == 0, "0s", "must be 1s to 1h (leave it out for 10s)"},
 	}
 	if f := d.Fairness; f != nil {
-		fields = append(fields, field{".fairness.default_weight", f.DefaultWeight == 0, "0", fmt.Sprintf("must be in (0, %g] (leave it out for 1)", float64(maxFairWeight))})
+		fields = append(fields, field{".fairness.default_weight", f.DefaultWeight == 0, "0", fmt.Sprintf("must be in (0, %g] (leave it out for 1)", float64(fairindex.MaxWeight))})
 	}
 	if a := d.Adaptive; a != nil {
 		fields = append(fields,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
@@ -525,24 +525,9 @@ func (d *Downstream) validateConcurrency(p string) *Error {
 	return nil
 }
 
-// maxFairWeight bounds a fair-share weight (shaping.MaxFairWeight).
-const maxFairWeight = 1e6
-
-// checkKeyRate checks a key's ceiling at path p: a rate, at most the
-// downstream's, and at least one task per key in sizing.MaxInterval.
-func (d *Downstream) checkKeyRate(p string, r Rate) *Error {
-	if e := checkRate(p, r); e != nil {
-		return e
-	}
-	if r.Limit().PerSec() > d.Limit().PerSec() {
-		return errf(p, "%s is above the downstream's rate %s: it would never bind", q(r.String()), q(d.Rate.String()))
-	}
-	if sizing.CheckRate(r.Limit(), 1) != nil {
-		return errf(p, "%s is slower than one task per key in %s", q(r.String()), sizing.MaxInterval)
-	}
-	return nil
-}
-
+// validateFairness checks the file's words (key, the rates as written,
+// batch) and then the one rule for a fair share (fairindex.Check), named
+// at its YAML path.
 func (d *Downstream) validateFairness(p string) *Error {
 	f := d.Fairness
 	if f == nil {
@@ -552,25 +537,34 @@ func (d *Downstream) validateFairness(p string) *Error {
 	switch {
 	case f.Key != "" && f.Key != KeyTenant:
 		return errf(p+".key", "must be %q (the task's key), got %q", KeyTenant, f.Key)
-	case f.DefaultWeight < 0 || f.DefaultWeight > maxFairWeight || math.IsNaN(f.DefaultWeight):
-		return errf(p+".default_weight", "must be in (0, %g], got %g", float64(maxFairWeight), f.DefaultWeight)
 	case d.Batch != nil:
 		return errf(p, "cannot be combined with batch (a batch mixes keys)")
 	}
-	if !f.KeyRate.IsZero() {
-		if e := d.checkKeyRate(p+".key_rate", f.KeyRate); e != nil {
-			return e
-		}
+	if e := checkRate(p+".key_rate", f.KeyRate); e != nil {
+		return e
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.KeyRates)) {
-		if e := d.checkKeyRate(fmt.Sprintf("%s.key_rates[%q]", p, k), f.KeyRates[k]); e != nil {
+		if e := checkRate(fmt.Sprintf("%s.key_rates[%q]", p, k), f.KeyRates[k]); e != nil {
 			return e
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(f.Weights)) {
-		if w := f.Weights[k]; !(w > 0 && w <= maxFairWeight) {
-			return errf(fmt.Sprintf("%s.weights[%q]", p, k), "must be in (0, %g], got %g", float64(maxFairWeight), w)
-		}
+	if pr := f.Model().Check(d.Limit()); pr != nil {
+		return errf(p+"."+pr.Field, "%s", pr.Msg)
 	}
 	return nil
+}
+
+// Model is f as the dispatcher and the producer take it (nil when f is).
+func (f *Fairness) Model() *fairindex.Fairness {
+	if f == nil {
+		return nil
+	}
+	var rates map[string]limiters.Limit
+	for k, r := range f.KeyRates {
+		if rates == nil {
+			rates = map[string]limiters.Limit{}
+		}
+		rates[k] = r.Limit()
+	}
+	return &fairindex.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit(), KeyRates: rates}
 }

@@ -9,8 +9,6 @@ package fairindex
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +18,6 @@ import (
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
-	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -166,29 +163,6 @@ func (f *Fairness) Weight(key string) float64 {
 		return f.DefaultWeight
 	}
 	return 1
-}
-
-// Validate reports the first field of f out of range, naming it.
-func (f *Fairness) Validate() error {
-	if f.DefaultWeight < 0 || f.DefaultWeight > MaxWeight || math.IsNaN(f.DefaultWeight) {
-		return fmt.Errorf("Fairness.DefaultWeight must be in (0, %g], got %g", float64(MaxWeight), f.DefaultWeight)
-	}
-	for k, w := range f.Weights {
-		if !(w > 0 && w <= MaxWeight) {
-			return fmt.Errorf("Fairness.Weights[%q] must be in (0, %g], got %g", k, float64(MaxWeight), w)
-		}
-	}
-	if f.KeyRate.Rate != 0 {
-		if err := sizing.ValidateRate(f.KeyRate); err != nil {
-			return fmt.Errorf("Fairness.KeyRate: %w", err)
-		}
-	}
-	for k, r := range f.KeyRates {
-		if err := sizing.ValidateRate(r); err != nil {
-			return fmt.Errorf("Fairness.KeyRates[%q]: %w", k, err)
-		}
-	}
-	return nil
 }
 
 // Queue parks fair downstreams' tasks in weighted fair order (fair.lua),

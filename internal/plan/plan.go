@@ -276,7 +276,7 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		MaxCost: cmp.Or(dc.MaxCost, dc.DefaultMaxCost()), MaxHold: time.Duration(dc.MaxHold), Workers: dc.Workers,
 		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
-		Fairness: fairness(dc), ShapingMode: dc.ShapingMode.Limiters()}
+		Fairness: dc.Fairness.Model(), ShapingMode: dc.ShapingMode.Limiters()}
 	if dc.Priority != nil {
 		w, err := priority.WeightsFrom(dc.Priority.Weights)
 		if err != nil { // config validated each weight
@@ -296,22 +296,6 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		sd.LateTolerance = batchLateTolerance(dc)
 	}
 	return sd, nil
-}
-
-// fairness is dc's fair share (nil when off).
-func fairness(dc config.Downstream) *shaping.Fairness {
-	f := dc.Fairness
-	if f == nil {
-		return nil
-	}
-	var rates map[string]limiters.Limit
-	for k, r := range f.KeyRates {
-		if rates == nil {
-			rates = map[string]limiters.Limit{}
-		}
-		rates[k] = r.Limit()
-	}
-	return &shaping.Fairness{Weights: f.Weights, DefaultWeight: f.DefaultWeight, KeyRate: f.KeyRate.Limit(), KeyRates: rates}
 }
 
 // quotas is dc's quotas as the dispatcher takes them.
