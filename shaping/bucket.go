@@ -222,7 +222,7 @@ func (s *Buckets) pushBack(ctx context.Context, b Bucket, d time.Duration) (Rese
 func (b Bucket) interval(cost int64) int64 {
 	interval := bucket.Interval(b.Rate, cost, b.LateTolerance)
 	for _, q := range b.Quotas {
-		interval = max(interval, q.spreadInterval(cost))
+		interval = max(interval, q.SpreadInterval(cost))
 	}
 	return interval
 }
@@ -331,8 +331,8 @@ func (b Bucket) quotaGuard(cost int64) int64 {
 func (s *Buckets) quotaArgs(b Bucket) []lua.QuotaArgs {
 	out := make([]lua.QuotaArgs, 0, len(b.Quotas))
 	for _, q := range b.Quotas {
-		a := lua.QuotaArgs{Key: s.space.Quota(b.Name, q.shape()), Limit: q.Limit, Period: q.Per.Microseconds(),
-			Sub: q.sub(), Align: -1}
+		a := lua.QuotaArgs{Key: s.space.Quota(b.Name, q.Shape()), Limit: q.Limit, Period: q.Per.Microseconds(),
+			Sub: q.Sub(), Align: -1}
 		if q.Aligned {
 			a.Align = q.Offset.Microseconds()
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/priority"
+	"github.com/shaper-io/shaper/internal/quota"
 	"github.com/shaper-io/shaper/internal/rlheader"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
@@ -99,8 +100,8 @@ func (ds *Downstream) prepare() error {
 	if ds.MaxCost == 0 {
 		ds.MaxCost = ds.defaultMaxCost()
 	}
-	if err := validateQuotas(ds.Quotas, ds.maxReleaseCost()); err != nil {
-		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
+	if p := quota.Check(ds.Quotas, ds.maxReleaseCost()); p != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p)
 	}
 	return ds.checkRates()
 }

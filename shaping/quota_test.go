@@ -130,7 +130,8 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string, labels ...s
 	return sum
 }
 
-// A downstream's quotas are validated when it is added.
+// A downstream's quotas are validated when it is added, by the rule the
+// config file is checked by too (internal/quota), naming the Go field.
 func TestQuotaValidation(t *testing.T) {
 	t.Parallel()
 	d := shaping.New(redistest.Client(t), shaping.Config{Prefix: redistest.Prefix(t)})
@@ -138,11 +139,11 @@ func TestQuotaValidation(t *testing.T) {
 		ds   shaping.Downstream
 		want string
 	}{
-		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 0, Per: time.Hour}}}, "Limit must be at least 1"},
-		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Millisecond}}}, "Per must be"},
-		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour, Offset: time.Minute}}}, "only set with Aligned"},
-		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}, {Limit: 20, Per: time.Hour}}}, "same period"},
-		{shaping.Downstream{MaxCost: 50, Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}}}, "MaxCost 50 is above the limit"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 0, Per: time.Hour}}}, "Quotas[0].Limit: must be at least 1, got 0"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Millisecond}}}, "Quotas[0].Per: must be whole milliseconds"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour, Offset: time.Minute}}}, "Quotas[0].Offset: must be in [0, Per) and only set with Aligned"},
+		{shaping.Downstream{Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}, {Limit: 20, Per: time.Hour}}}, "Quotas[1]: same period and alignment as quota [0]"},
+		{shaping.Downstream{MaxCost: 50, Quotas: []shaping.Quota{{Limit: 10, Per: time.Hour}}}, "Quotas[0].Limit: 10 is below the largest release's cost, 50"},
 	} {
 		c.ds.Name, c.ds.Rate, c.ds.Handler = fmt.Sprint("d", i), limiters.PerSecond(10), func(context.Context, *shaping.Task) error { return nil }
 		if err := d.Add(c.ds); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -30,7 +30,7 @@ func (c *Control) Reset(ctx context.Context, ds string, quotas []Quota) (Cleared
 	}
 	ks := []string{c.space.Bucket(ds), c.space.Announced(ds)}
 	for _, q := range quotas {
-		ks = append(ks, c.space.Quota(ds, q.shape()))
+		ks = append(ks, c.space.Quota(ds, q.Shape()))
 	}
 	had, err := c.store.Clear(ctx, ks...)
 	if err != nil {

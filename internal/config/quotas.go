@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shaper-io/shaper/internal/sizing"
+	"github.com/shaper-io/shaper/internal/quota"
 )
 
 // Quota is a budget the downstream's releases never pass, beside its rate:
@@ -34,12 +34,8 @@ type Quota struct {
 	Margin Duration `yaml:"margin,omitempty"`
 }
 
-// Quota bounds (shaping.MinQuotaPeriod, shaping.MaxQuotaPeriod).
-const (
-	minQuotaPer = time.Second
-	maxQuotaPer = 366 * 24 * time.Hour
-	day         = 24 * time.Hour
-)
+// day is the span an aligned quota's period must divide.
+const day = 24 * time.Hour
 
 var (
 	reAlign   = regexp.MustCompile(`^(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s+(\S+))?$`)
@@ -96,46 +92,38 @@ func alignOffset(align string, per time.Duration) (time.Duration, error) {
 	return ((tod % per) + per) % per, nil
 }
 
-// validateQuotas checks the downstream's quotas and that its costs fit in
-// each.
+// validateQuotas checks what the file says of the downstream's quotas
+// (per given, align), then the one rule for quotas (quota.Check),
+// named at its YAML path.
 func (d *Downstream) validateQuotas(p string) *Error {
-	seen := map[string]string{}
 	for i, qt := range d.Quotas {
 		qp := fmt.Sprintf("%s.quotas[%d]", p, i)
 		per := time.Duration(qt.Per)
-		switch {
-		case qt.Limit < 1:
-			return errf(qp+".limit", "must be at least 1, got %d", qt.Limit)
-		case qt.Per == 0:
+		if qt.Per == 0 {
 			return errf(qp+".per", "required (e.g. 1h)")
-		case per < minQuotaPer || per > maxQuotaPer || per%time.Millisecond != 0:
-			return errf(qp+".per", "must be whole milliseconds from %s to %s, got %s", minQuotaPer, maxQuotaPer, qt.Per)
-		case qt.Margin < 0 || time.Duration(qt.Margin) > per/4:
-			return errf(qp+".margin", "must be between 0 and per/4 (%s), got %s", per/4, qt.Margin)
 		}
-		off, err := alignOffset(qt.Align, per)
-		if err != nil {
+		if _, err := alignOffset(qt.Align, per); err != nil {
 			return errf(qp+".align", "invalid alignment %s: %v", q(qt.Align), err)
 		}
-		if qt.Align != "" && day%per != 0 {
+		if qt.Align != "" && per > 0 && day%per != 0 {
 			return errf(qp+".align", "set with per %s, which does not divide a day: the windows could not start at one time of day", qt.Per)
 		}
-		shape := fmt.Sprintf("%s/%v/%v", qt.Per, qt.Align != "", off)
-		if first, dup := seen[shape]; dup {
-			return errf(qp, "same period and alignment as %s: merge them (the smaller limit binds)", first)
-		}
-		seen[shape] = qp
-		rows := d.batchRows()
-		if d.MaxCost*rows > qt.Limit || rows > qt.Limit {
-			return errf(qp+".limit", "%d is below the largest release's cost (max_cost %d × %d rows): such a task could never be released", qt.Limit, max(d.MaxCost, 1), rows)
-		}
-		if qt.Spread {
-			if err := sizing.CheckSpread(qt.Limit, per, d.MaxReleaseCost()); err != nil {
-				return errf(qp, "limit %d per %s with spread: %v", qt.Limit, qt.Per, err)
-			}
-		}
+	}
+	if pr := quota.Check(d.QuotasModel(), d.MaxReleaseCost()); pr != nil {
+		return errf(p+"."+pr.Field, "%s", pr.Msg)
 	}
 	return d.Handler.validateCost(p + ".handler")
+}
+
+// QuotasModel is d's quotas as the dispatcher takes them.
+func (d *Downstream) QuotasModel() []quota.Quota {
+	var out []quota.Quota
+	for _, q := range d.Quotas {
+		off, aligned := q.Offset()
+		out = append(out, quota.Quota{Limit: q.Limit, Per: time.Duration(q.Per), Aligned: aligned, Offset: off,
+			Spread: q.Spread, Margin: time.Duration(q.Margin)})
+	}
+	return out
 }
 
 // validateCost checks cost_header and cost_json (http handlers only).

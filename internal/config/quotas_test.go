@@ -50,9 +50,9 @@ downstreams:
 		{"    quotas: [{limit: 10, per: 1h, align: \"25:00\"}]\n", `downstreams[0].quotas[0].align: invalid alignment "25:00": no such time of day`},
 		{"    quotas: [{limit: 10, per: 24h, align: \"00:00 Europe/Berlin\"}]\n", `downstreams[0].quotas[0].align: invalid alignment "00:00 Europe/Berlin": zone Europe/Berlin: want UTC or a fixed offset`},
 		{"    quotas: [{limit: 10, per: 7h, align: \"00:00\"}]\n", `downstreams[0].quotas[0].align: set with per 7h0m0s, which does not divide a day`},
-		{"    quotas: [{limit: 10, per: 1h}, {limit: 20, per: 1h}]\n", `downstreams[0].quotas[1]: same period and alignment as downstreams[0].quotas[0]`},
-		{"    quotas: [{limit: 10, per: 4s, margin: 2s}]\n", `downstreams[0].quotas[0].margin: must be between 0 and per/4 (1s), got 2s`},
-		{"    max_cost: 20\n    quotas: [{limit: 10, per: 1h}]\n", `downstreams[0].quotas[0].limit: 10 is below the largest release's cost (max_cost 20 × 1 rows)`},
+		{"    quotas: [{limit: 10, per: 1h}, {limit: 20, per: 1h}]\n", `downstreams[0].quotas[1]: same period and alignment as quota [0]: merge them`},
+		{"    quotas: [{limit: 10, per: 4s, margin: 2s}]\n", `downstreams[0].quotas[0].margin: must be between 0 and a quarter of the period (1s), got 2s`},
+		{"    max_cost: 20\n    quotas: [{limit: 10, per: 1h}]\n", `downstreams[0].quotas[0].limit: 10 is below the largest release's cost, 20: such a task could never be released`},
 		{"    quotas: [{limit: 10, per: 1h}]\n    batch: {max_rows: 50}\n", `downstreams[0].quotas[0].limit: 10 is below the largest release's cost`},
 	}
 	for i, b := range bad {

@@ -274,7 +274,7 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 	}
 	sd := shaping.Downstream{Name: dc.Name, Rate: lim, Burst: dc.Burst, MaxWait: wait,
 		MaxCost: cmp.Or(dc.MaxCost, dc.DefaultMaxCost()), MaxHold: time.Duration(dc.MaxHold), Workers: dc.Workers,
-		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: quotas(dc),
+		Schedule: sched, Adaptive: adaptive(dc), Breaker: breaker(dc), Quotas: dc.QuotasModel(),
 		Concurrency: dc.Concurrency, KeyConcurrency: dc.KeyConcurrency, LeaseTime: time.Duration(dc.Lease),
 		Fairness: dc.Fairness.Model(), ShapingMode: dc.ShapingMode.Limiters()}
 	if dc.Priority != nil {
@@ -296,17 +296,6 @@ func shapingDownstream(dc config.Downstream) (shaping.Downstream, error) {
 		sd.LateTolerance = batchLateTolerance(dc)
 	}
 	return sd, nil
-}
-
-// quotas is dc's quotas as the dispatcher takes them.
-func quotas(dc config.Downstream) []shaping.Quota {
-	var out []shaping.Quota
-	for _, q := range dc.Quotas {
-		off, aligned := q.Offset()
-		out = append(out, shaping.Quota{Limit: q.Limit, Per: time.Duration(q.Per), Aligned: aligned, Offset: off,
-			Spread: q.Spread, Margin: time.Duration(q.Margin)})
-	}
-	return out
 }
 
 // rateSchedule is dc's schedule, each change read in dc's time zone.

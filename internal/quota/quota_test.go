@@ -1,0 +1,43 @@
+package quota
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCheck: the one rule for quotas names the first quota out of range
+// as the file and as Go spell it, with the values.
+func TestCheck(t *testing.T) {
+	hour := Quota{Limit: 10, Per: time.Hour}
+	cases := []struct {
+		name             string
+		qs               []Quota
+		maxRelease       int64
+		field, goF, want string
+	}{
+		{"fine", []Quota{hour, {Limit: 100, Per: 24 * time.Hour, Aligned: true, Offset: time.Hour}}, 10, "", "", ""},
+		{"limit", []Quota{hour, {Limit: 0, Per: time.Hour}}, 1, "quotas[1].limit", "Quotas[1].Limit", "must be at least 1, got 0"},
+		{"per", []Quota{{Limit: 10, Per: 1500 * time.Microsecond}}, 1, "quotas[0].per", "Quotas[0].Per", "from 1s to 8784h0m0s, got 1.5ms"},
+		{"offset", []Quota{{Limit: 10, Per: time.Hour, Offset: time.Minute}}, 1, "quotas[0].align", "Quotas[0].Offset", "only set with Aligned"},
+		{"margin", []Quota{{Limit: 10, Per: 4 * time.Second, Margin: 2 * time.Second}}, 1, "quotas[0].margin", "Quotas[0].Margin", "a quarter of the period (1s), got 2s"},
+		{"twice", []Quota{hour, {Limit: 20, Per: time.Hour}}, 1, "quotas[1]", "Quotas[1]", "same period and alignment as quota [0]"},
+		{"cost", []Quota{hour}, 11, "quotas[0].limit", "Quotas[0].Limit", "10 is below the largest release's cost, 11"},
+		{"spread", []Quota{{Limit: 5, Per: 168 * time.Hour, Spread: true}}, 1, "quotas[0]", "Quotas[0]", "limit 5 per 168h0m0s with spread"},
+	}
+	for _, c := range cases {
+		p := Check(c.qs, c.maxRelease)
+		if c.field == "" {
+			if p != nil {
+				t.Errorf("%s: %v, want nil", c.name, p)
+			}
+			continue
+		}
+		if p == nil || p.Field != c.field || p.GoField != c.goF || !strings.Contains(p.Msg, c.want) {
+			t.Errorf("%s: %+v, want %s / %s containing %q", c.name, p, c.field, c.goF, c.want)
+		}
+	}
+	if err := (Quota{Limit: 10}).Validate(); err == nil || !strings.HasPrefix(err.Error(), "Per: must be") {
+		t.Errorf("Validate of a quota without Per: %v, want Per named first", err)
+	}
+}
