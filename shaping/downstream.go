@@ -107,17 +107,12 @@ func (ds *Downstream) prepare() error {
 }
 
 // defaultMaxCost is MaxCost when it is zero: DefaultMaxCost at the rate,
-// within the smallest quota and what a spread quota paces within
-// MaxInterval (sizing.SpreadUnits).
+// within what the quotas let a task (a row of a batch) cost
+// (quota.CostCap, the config file's rule too).
 func (ds *Downstream) defaultMaxCost() int64 {
 	m := DefaultMaxCost(ds.Rate, cmp.Or(ds.MaxWait, time.Second), ds.Burst)
-	if q := minQuota(ds.Quotas); q > 0 {
-		m = min(m, q)
-	}
-	for _, q := range ds.Quotas {
-		if q.Spread && q.Per > 0 {
-			m = min(m, sizing.SpreadUnits(q.Limit, q.Per))
-		}
+	if c := quota.CostCap(ds.Quotas, ds.batchRows()); c > 0 {
+		m = min(m, c)
 	}
 	return m
 }
@@ -426,13 +421,19 @@ var dsName = regexp.MustCompile(keys.NamePattern)
 // maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
 // per row of a batch.
 func (ds *Downstream) maxReleaseCost() int64 {
-	if ds.Batch != nil && ds.Batch.MaxRows > 1 {
-		if ds.MaxCost > math.MaxInt64/int64(ds.Batch.MaxRows) {
-			return math.MaxInt64
-		}
-		return ds.MaxCost * int64(ds.Batch.MaxRows)
+	rows := ds.batchRows()
+	if ds.MaxCost > math.MaxInt64/rows {
+		return math.MaxInt64
 	}
-	return ds.MaxCost
+	return ds.MaxCost * rows
+}
+
+// batchRows is the rows of a full batch (1 without a batch).
+func (ds *Downstream) batchRows() int64 {
+	if ds.Batch != nil && ds.Batch.MaxRows > 1 {
+		return int64(ds.Batch.MaxRows)
+	}
+	return 1
 }
 
 // answer is what a handler reported about one call (Task.ReportCost,

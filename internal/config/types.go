@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/shaper-io/shaper/internal/priority"
+	"github.com/shaper-io/shaper/internal/quota"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -393,12 +394,8 @@ func (d Downstream) MaxWaitDuration() time.Duration {
 // paces in a day (sizing.SpreadUnits), per row of a batch.
 func (d Downstream) DefaultMaxCost() int64 {
 	m := sizing.DefaultMaxCost(d.Limit(), d.MaxWaitDuration(), d.Burst)
-	rows := d.batchRows()
-	for _, q := range d.Quotas {
-		m = min(m, max(q.Limit/rows, 1))
-		if q.Spread && q.Per > 0 {
-			m = min(m, max(sizing.SpreadUnits(q.Limit, time.Duration(q.Per))/rows, 1))
-		}
+	if c := quota.CostCap(d.QuotasModel(), d.batchRows()); c > 0 {
+		m = min(m, c)
 	}
 	return m
 }

@@ -175,3 +175,23 @@ func Check(qs []Quota, maxRelease int64) *Problem {
 	}
 	return nil
 }
+
+// CostCap is the most a release's task (or each row of a batch of rows)
+// may cost by default under qs: within the smallest quota and what a
+// spread quota paces within sizing.MaxInterval (sizing.SpreadUnits), per
+// row, at least 1; 0 when qs is empty. A default max cost is capped by it,
+// so that a downstream with quotas and no max cost always passes Check.
+func CostCap(qs []Quota, rows int64) int64 {
+	rows = max(rows, 1)
+	c := int64(0)
+	for _, q := range qs {
+		u := q.Limit
+		if q.Spread && q.Per > 0 {
+			u = min(u, sizing.SpreadUnits(q.Limit, q.Per))
+		}
+		if u = max(u/rows, 1); c == 0 || u < c {
+			c = u
+		}
+	}
+	return c
+}

@@ -41,3 +41,38 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Validate of a quota without Per: %v, want Per named first", err)
 	}
 }
+
+// TestCostCap: a default max cost stays within the smallest quota and a
+// spread quota's pace, per row of a batch, at least 1, so that Check
+// passes it.
+func TestCostCap(t *testing.T) {
+	qs := []Quota{{Limit: 700, Per: time.Hour}, {Limit: 70, Per: 24 * time.Hour}}
+	for _, c := range []struct {
+		qs   []Quota
+		rows int64
+		want int64
+	}{
+		{nil, 1, 0},
+		{qs, 1, 70},
+		{qs, 50, 1},
+		{qs, 20, 3},
+		{qs, 100, 1}, // at least 1, which Check then refuses for 100 rows
+		{[]Quota{{Limit: 1000, Per: 48 * time.Hour, Spread: true}}, 1, 500}, // a day's pace of 1000 per 48h
+	} {
+		got := CostCap(c.qs, c.rows)
+		if got != c.want {
+			t.Errorf("CostCap(%v, %d) = %d, want %d", c.qs, c.rows, got, c.want)
+		}
+		if got > 0 && c.rows*got <= minLimit(c.qs) && Check(c.qs, c.rows*got) != nil {
+			t.Errorf("CostCap(%v, %d) = %d fails Check: %v", c.qs, c.rows, got, Check(c.qs, c.rows*got))
+		}
+	}
+}
+
+func minLimit(qs []Quota) int64 {
+	m := qs[0].Limit
+	for _, q := range qs {
+		m = min(m, q.Limit)
+	}
+	return m
+}
