@@ -156,6 +156,12 @@ func TestQuotaValidation(t *testing.T) {
 	if ds := d.Downstreams(); ds[0].MaxCost != 7 {
 		t.Errorf("default MaxCost %d with a quota of 7, want 7", ds[0].MaxCost)
 	}
+	// a batch's rows share the quota: the default max cost is per row
+	must(t, d.Add(shaping.Downstream{Name: "batch", Rate: limiters.PerSecond(100), Quotas: []shaping.Quota{{Limit: 20, Per: time.Hour}},
+		Batch: &shaping.Batch{MaxRows: 10}, Handler: func(context.Context, *shaping.Task) error { return nil }}))
+	if ds := d.Downstreams(); ds[1].MaxCost != 2 {
+		t.Errorf("default MaxCost %d of a batch of 10 rows with a quota of 20, want 2", ds[1].MaxCost)
+	}
 }
 
 // An answer that refused the call (429/503) gives its units back to the
