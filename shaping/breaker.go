@@ -43,7 +43,7 @@ type Breaker = breakerspec.Spec
 // each other or the downstream's rate, naming the field and the value.
 func validateBreaker(b *Breaker, rate limiters.Limit) error {
 	if p := b.Filled().Check(rate); p != nil {
-		return fmt.Errorf("Breaker.%s: %s", p.GoField, p.Msg)
+		return p.Under("breaker", "Breaker")
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func (ds *Downstream) prepare() error {
 	}
 	if f := ds.Fairness; f != nil {
 		if p := f.Check(ds.Rate); p != nil {
-			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p)
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p.Under("fairness", "Fairness"))
 		}
 		if ds.Batch != nil {
 			return fmt.Errorf("shaping: downstream %q: Fairness and Batch cannot be combined", ds.Name)

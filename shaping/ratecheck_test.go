@@ -71,10 +71,10 @@ func TestAddRefusesRatesTheBucketWouldRefuse(t *testing.T) {
 		ds   shaping.Downstream
 		want string // "" accepted
 	}{
-		{shaping.Downstream{Rate: limiters.Limit{Rate: 1, Period: 25 * time.Hour}}, "rate 1/25h0m0s is too slow"},
-		{shaping.Downstream{Rate: limiters.PerSecond(1), Schedule: shaping.RateSchedule{fine, slow}}, `schedule "CRON_TZ=UTC 0 20 * * *": rate 1/48h0m0s is too slow`},
+		{shaping.Downstream{Rate: limiters.Limit{Rate: 1, Period: 25 * time.Hour}}, "rate 1/25h is too slow"},
+		{shaping.Downstream{Rate: limiters.PerSecond(1), Schedule: shaping.RateSchedule{fine, slow}}, `schedule "CRON_TZ=UTC 0 20 * * *": rate 1/48h is too slow`},
 		{shaping.Downstream{Rate: limiters.PerSecond(1), Adaptive: &shaping.Adaptive{Floor: limiters.Limit{Rate: 1, Period: 25 * time.Hour}, Ceiling: limiters.PerSecond(1)}},
-			"adaptive floor: rate 1/25h0m0s is too slow"},
+			"adaptive floor: rate 1/25h is too slow"},
 		{shaping.Downstream{Rate: limiters.PerSecond(10), Quotas: []shaping.Quota{{Limit: 5, Per: 168 * time.Hour, Spread: true}}}, "spread paces one unit every per/limit (33h36m0s)"},
 		{shaping.Downstream{Rate: limiters.PerSecond(10), Quotas: []shaping.Quota{{Limit: 7, Per: 168 * time.Hour, Spread: true}}}, ""},
 		{shaping.Downstream{Rate: limiters.PerSecond(10), Quotas: []shaping.Quota{{Limit: 5, Per: 168 * time.Hour}}}, ""},

@@ -14,6 +14,7 @@ package breakerspec
 
 import (
 	"fmt"
+	"github.com/shaper-io/shaper/internal/field"
 	"math"
 	"strings"
 	"time"
@@ -103,21 +104,11 @@ func (s Spec) Filled() Spec {
 }
 
 // Problem is the first threshold that is out of range or contradicts
-// another or the rate.
-type Problem struct {
-	// Field is the threshold's name in the config file ("probe_rate").
-	Field string
-	// GoField is its name in shaping.Breaker ("ProbeRate").
-	GoField string
-	// Msg says what is wrong, quoting the values.
-	Msg string
-}
+// another or the rate, named under the breaker ("probe_rate",
+// "ProbeRate").
+type Problem = field.Problem
 
-func (p *Problem) Error() string { return p.Field + ": " + p.Msg }
-
-func problem(field, goField, format string, args ...any) *Problem {
-	return &Problem{Field: field, GoField: goField, Msg: fmt.Sprintf(format, args...)}
-}
+var problem = field.Errorf
 
 // Check reports the first problem of s (as Filled returns it) on a
 // downstream released at rate; nil when the thresholds agree.

@@ -7,41 +7,32 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/shaper-io/shaper/internal/field"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
 
-// Problem is the first field of a Fairness out of range: Field as the
-// config file spells it (key_rates["acme"]), GoField as Go does
-// (KeyRates["acme"]), and Msg, what is wrong, with the values.
-type Problem struct {
-	Field, GoField, Msg string
-}
-
-func (p *Problem) Error() string { return "Fairness." + p.GoField + ": " + p.Msg }
-
 // Check reports the first field of f out of range on a downstream at
-// rate, or nil. It is the one rule for a fair share: shaping's
+// rate, named under the fair share ("key_rate", "KeyRate"), or nil. It is the one rule for a fair share: shaping's
 // Dispatcher.Add applies it to the Go value, internal/config to the file
 // (naming Field under the downstream's fairness).
-func (f *Fairness) Check(rate limiters.Limit) *Problem {
+func (f *Fairness) Check(rate limiters.Limit) *field.Problem {
 	if f.DefaultWeight < 0 || f.DefaultWeight > MaxWeight || math.IsNaN(f.DefaultWeight) {
-		return &Problem{"default_weight", "DefaultWeight", fmt.Sprintf("must be in (0, %g], got %g", float64(MaxWeight), f.DefaultWeight)}
+		return field.Errorf("default_weight", "DefaultWeight", "must be in (0, %g], got %g", float64(MaxWeight), f.DefaultWeight)
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.Weights)) {
 		if w := f.Weights[k]; !(w > 0 && w <= MaxWeight) {
-			return &Problem{fmt.Sprintf("weights[%q]", k), fmt.Sprintf("Weights[%q]", k),
-				fmt.Sprintf("must be in (0, %g], got %g", float64(MaxWeight), w)}
+			return field.Errorf(fmt.Sprintf("weights[%q]", k), fmt.Sprintf("Weights[%q]", k), "must be in (0, %g], got %g", float64(MaxWeight), w)
 		}
 	}
 	if f.KeyRate.Rate != 0 {
 		if msg := keyRateMsg(f.KeyRate, rate); msg != "" {
-			return &Problem{"key_rate", "KeyRate", msg}
+			return field.Errorf("key_rate", "KeyRate", "%s", msg)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(f.KeyRates)) {
 		if msg := keyRateMsg(f.KeyRates[k], rate); msg != "" {
-			return &Problem{fmt.Sprintf("key_rates[%q]", k), fmt.Sprintf("KeyRates[%q]", k), msg}
+			return field.Errorf(fmt.Sprintf("key_rates[%q]", k), fmt.Sprintf("KeyRates[%q]", k), "%s", msg)
 		}
 	}
 	return nil

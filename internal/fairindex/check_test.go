@@ -40,7 +40,7 @@ func TestCheck(t *testing.T) {
 		}
 		if p == nil || p.Field != c.field || p.GoField != c.goF || !strings.Contains(p.Msg, c.want) {
 			t.Errorf("%s: %+v, want %s / %s containing %q", c.name, p, c.field, c.goF, c.want)
-		} else if !strings.HasPrefix(p.Error(), "Fairness."+c.goF+": ") {
+		} else if !strings.HasPrefix(p.Error(), c.goF+": ") {
 			t.Errorf("%s: Error() %q, want the Go field first", c.name, p.Error())
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/bucket"
+	"github.com/shaper-io/shaper/internal/field"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -80,7 +81,7 @@ func (q Quota) Validate() error {
 
 // check is Validate's rule, naming a field under the paths f (the
 // file's) and g (Go's): "" for a lone quota.
-func (q Quota) check(f, g string) *Problem {
+func (q Quota) check(f, g string) *field.Problem {
 	switch {
 	case q.Limit < 1:
 		return problem(f, g, "limit", "Limit", "must be at least 1, got %d", q.Limit)
@@ -125,27 +126,9 @@ func (q Quota) SpreadInterval(cost int64) int64 {
 	return us
 }
 
-// Problem is the first quota field out of range: Field as the config
-// file names it under the downstream (quotas[1].per), GoField as Go does
-// (Quotas[1].Per), and Msg, what is wrong, with the values.
-type Problem struct {
-	Field, GoField, Msg string
-}
-
-func (p *Problem) Error() string { return p.GoField + ": " + p.Msg }
-
 // problem names field (f's) and goField (g's) under the paths f and g.
-func problem(f, g, field, goField, format string, args ...any) *Problem {
-	join := func(p, x string) string {
-		if p == "" {
-			return x
-		}
-		if x == "" {
-			return p
-		}
-		return p + "." + x
-	}
-	return &Problem{Field: join(f, field), GoField: join(g, goField), Msg: fmt.Sprintf(format, args...)}
+func problem(f, g, name, goName, format string, args ...any) *field.Problem {
+	return field.Errorf(name, goName, format, args...).Under(f, g)
 }
 
 // Check is the one rule for a downstream's quotas: each valid, no two of
@@ -153,7 +136,7 @@ func problem(f, g, field, goField, format string, args ...any) *Problem {
 // release's cost: the max cost, times a batch's rows), and a spread one
 // pacing that release within sizing.MaxInterval (sizing.CheckSpread).
 // nil when all hold.
-func Check(qs []Quota, maxRelease int64) *Problem {
+func Check(qs []Quota, maxRelease int64) *field.Problem {
 	seen := map[string]int{}
 	for i, q := range qs {
 		f, g := fmt.Sprintf("quotas[%d]", i), fmt.Sprintf("Quotas[%d]", i)
