@@ -239,7 +239,8 @@ func TestBreakerPoisonTaskIsNoOutage(t *testing.T) {
 
 // Add refuses a fair share out of range by the one rule the config file
 // is checked by too (fairindex.Check), naming the Go field: a key's
-// ceiling above the downstream's rate would never bind.
+// ceiling above the downstream's rate would never bind. So with the caps
+// on calls.
 func TestFairnessAddRejectsOutOfRange(t *testing.T) {
 	t.Parallel()
 	d := shaping.New(nil, shaping.Config{})
@@ -255,6 +256,12 @@ func TestFairnessAddRejectsOutOfRange(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("step %d: Add = %v, want an error with %q", i, err, tt.want)
 		}
+	}
+	// the caps on calls: the rule the file's concurrency, key_concurrency
+	// and lease are checked by (sizing.CheckCalls)
+	if err := d.Add(shaping.Downstream{Name: "caps", Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Concurrency: 2, KeyConcurrency: 3}); err == nil ||
+		!strings.Contains(err.Error(), "KeyConcurrency: 3 is above concurrency 2") {
+		t.Errorf("KeyConcurrency above Concurrency: Add = %v, want KeyConcurrency named", err)
 	}
 	f := shaping.Fairness{KeyRate: limiters.PerSecond(5)}
 	if err := d.Add(shaping.Downstream{Name: "ok", Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Fairness: &f}); err != nil {

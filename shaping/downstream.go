@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,18 +33,17 @@ const DefaultMaxHold = sizing.DefaultMaxHold
 // prepare checks ds and fills in its defaults (MaxWait, Workers,
 // MaxCost); its errors name the downstream and the field.
 func (ds *Downstream) prepare() error {
-	if !dsName.MatchString(ds.Name) {
-		return fmt.Errorf("shaping: downstream name must be 1-64 of [A-Za-z0-9_.-], got %q", ds.Name)
+	if msg := keys.CheckName(ds.Name); msg != "" {
+		return fmt.Errorf("shaping: downstream name: %s", msg)
 	}
 	if err := sizing.ValidateRate(ds.Rate); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
-	if ds.MaxWait < 0 || ds.Workers < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
-		return fmt.Errorf("shaping: downstream %q: MaxWait, Workers, Burst and MaxCost must not be negative", ds.Name)
+	if ds.MaxWait < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
+		return fmt.Errorf("shaping: downstream %q: MaxWait, Burst and MaxCost must not be negative", ds.Name)
 	}
-	if ds.Concurrency < 0 || ds.KeyConcurrency < 0 || ds.LeaseTime < 0 || (ds.LeaseTime > 0 && ds.LeaseTime < time.Second) {
-		return fmt.Errorf("shaping: downstream %q: Concurrency and KeyConcurrency must not be negative and LeaseTime must be 0 or at least 1s (got %d, %d, %s)",
-			ds.Name, ds.Concurrency, ds.KeyConcurrency, ds.LeaseTime)
+	if p := sizing.CheckCalls(ds.Workers, ds.Concurrency, ds.KeyConcurrency, ds.LeaseTime); p != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p)
 	}
 	if a := ds.Adaptive; a != nil {
 		if err := sizing.ValidateRate(a.Floor); err != nil {
@@ -416,7 +414,6 @@ func cmpOr(d, def time.Duration) time.Duration {
 	return d
 }
 
-var dsName = regexp.MustCompile(keys.NamePattern)
 
 // maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
 // per row of a batch.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/keys"
 )
 
 // Cleared says which of a downstream's holds Reset found and cleared.
@@ -25,7 +27,7 @@ func (c Cleared) Any() bool { return c.Bucket || c.Announced || len(c.Quotas) > 
 // the old hold wakes. It is `shaper ctl reset`: an operator's way out of
 // a hold a downstream's answer should not have caused.
 func (c *Control) Reset(ctx context.Context, ds string, quotas []Quota) (Cleared, error) {
-	if !dsName.MatchString(ds) {
+	if !keys.ValidName(ds) {
 		return Cleared{}, fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
 	}
 	ks := []string{c.space.Bucket(ds), c.space.Announced(ds)}
@@ -50,7 +52,7 @@ func (c *Control) Reset(ctx context.Context, ds string, quotas []Quota) (Cleared
 // forgets the window's counts; opening holds releases for b's cool-down,
 // then probes as after any opening.
 func (c *Control) SetBreaker(ctx context.Context, ds string, b *Breaker, open bool) (BreakerMode, error) {
-	if !dsName.MatchString(ds) {
+	if !keys.ValidName(ds) {
 		return BreakerClosed, fmt.Errorf("%w %q", ErrUnknownDownstream, ds)
 	}
 	if b == nil {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/shaper-io/shaper/internal/cronspec"
+	"github.com/shaper-io/shaper/internal/keys"
 )
 
 // Upper bounds on fields whose larger values are mistakes (a unit typed
@@ -24,20 +24,9 @@ const (
 	cronHorizon = 5 * 365 * 24 * time.Hour
 )
 
-// checkName says what is wrong with a downstream or cron job name, or "".
-// "." and ".." match the character set but name a directory in the URLs
-// that carry a downstream's name (/v1/downstreams/NAME/tasks).
-func checkName(name string) string {
-	switch {
-	case name == "":
-		return "required"
-	case name == "." || name == "..":
-		return fmt.Sprintf("invalid name %s (a name of only dots is a path element, not a name)", q(name))
-	case !reName.MatchString(name):
-		return fmt.Sprintf("invalid name %s (want 1-64 of A-Z a-z 0-9 _ . -)", q(name))
-	}
-	return ""
-}
+// checkName says what is wrong with a downstream or cron job name, or ""
+// (keys.CheckName, the dispatcher's rule too).
+func checkName(name string) string { return keys.CheckName(name) }
 
 // checkCronSpec parses a cron expression or descriptor and refuses the
 // ones robfig/cron accepts but that cannot mean what they say: "@every"

@@ -54,7 +54,6 @@ const (
 const ListenOff = "off"
 
 const (
-	maxDefaultWorkers = 1000  // cap of the computed default
-	maxWorkers        = 10000 // cap of an explicit value
+	maxDefaultWorkers = 1000 // cap of the computed default
 	maxRetryLimit     = 1000
 )

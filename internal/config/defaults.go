@@ -110,8 +110,8 @@ func (d *Downstream) refuseZeros(p string, set func(path string) bool) *Error {
 	fields := []field{
 		{".max_cost", d.MaxCost == 0, "0", "must be at least 1 (leave it out for what the bucket holds)"},
 		{".max_hold", d.MaxHold == 0, "0s", fmt.Sprintf("must be more than 0 and at most %s (leave it out for %s)", sizing.MaxInterval, DefaultMaxHold)},
-		{".concurrency", d.Concurrency == 0, "0", fmt.Sprintf("must be 1-%d (leave it out for no cap)", maxConcurrency)},
-		{".key_concurrency", d.KeyConcurrency == 0, "0", fmt.Sprintf("must be 1-%d (leave it out for no cap)", maxConcurrency)},
+		{".concurrency", d.Concurrency == 0, "0", fmt.Sprintf("must be 1-%d (leave it out for no cap)", sizing.MaxConcurrency)},
+		{".key_concurrency", d.KeyConcurrency == 0, "0", fmt.Sprintf("must be 1-%d (leave it out for no cap)", sizing.MaxConcurrency)},
 		{".lease", d.Lease == 0, "0s", "must be 1s to 1h (leave it out for 10s)"},
 	}
 	if f := d.Fairness; f != nil {

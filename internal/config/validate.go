@@ -20,7 +20,6 @@ import (
 )
 
 var (
-	reName   = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 	reLimit  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`) // limiters.Config.Name
 	rePrefix = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 	reEnv    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -306,8 +305,8 @@ func (d *Downstream) validate(p string) *Error {
 			return errf(p+".priority", "cannot be combined with batch (a batch is served by asynq's server, which knows no priority)")
 		}
 	}
-	if d.Workers < 1 || d.Workers > maxWorkers {
-		return errf(p+".workers", "must be 1-%d, got %d", maxWorkers, d.Workers)
+	if d.Workers < 1 {
+		return errf(p+".workers", "must be 1-%d, got %d", sizing.MaxWorkers, d.Workers)
 	}
 	if d.MaxRetry < 0 || d.MaxRetry > maxRetryLimit {
 		return errf(p+".max_retry", "must be 0-%d, got %d", maxRetryLimit, d.MaxRetry)
@@ -505,22 +504,11 @@ func (l *Limiter) validate(p string) *Error {
 	return nil
 }
 
-// maxConcurrency bounds concurrency and key_concurrency (leases are one
-// ZSET member each).
-const maxConcurrency = 100000
-
+// validateConcurrency applies the one rule for workers and caps on calls
+// (sizing.CheckCalls) at its YAML path.
 func (d *Downstream) validateConcurrency(p string) *Error {
-	switch {
-	case d.Concurrency < 0 || d.Concurrency > maxConcurrency:
-		return errf(p+".concurrency", "must be 0 (no cap) to %d, got %d", maxConcurrency, d.Concurrency)
-	case d.KeyConcurrency < 0 || d.KeyConcurrency > maxConcurrency:
-		return errf(p+".key_concurrency", "must be 0 (no cap) to %d, got %d", maxConcurrency, d.KeyConcurrency)
-	case d.Concurrency > 0 && d.KeyConcurrency > d.Concurrency:
-		return errf(p+".key_concurrency", "%d is above concurrency %d: one key could never reach it", d.KeyConcurrency, d.Concurrency)
-	case d.Lease != 0 && d.Concurrency == 0 && d.KeyConcurrency == 0:
-		return errf(p+".lease", "%s set without concurrency or key_concurrency (a lease only exists under a cap)", d.Lease)
-	case d.Lease != 0 && (time.Duration(d.Lease) < time.Second || time.Duration(d.Lease) > time.Hour):
-		return errf(p+".lease", "must be 1s to 1h, got %s", d.Lease)
+	if pr := sizing.CheckCalls(d.Workers, d.Concurrency, d.KeyConcurrency, time.Duration(d.Lease)); pr != nil {
+		return errf(p+"."+pr.Field, "%s", pr.Msg)
 	}
 	return nil
 }

@@ -15,16 +15,34 @@ import (
 
 // NamePattern is the rule for a downstream name: it becomes the asynq queue
 // name and a part of every key of the downstream, so it has no spaces,
-// braces or colons. NameRule says it in words, for error messages.
+// braces or colons; and "." and ".." are refused (CheckName), since they
+// are path elements in the URLs that carry a name
+// (/v1/downstreams/NAME/tasks). NameRule says it in words, for error
+// messages.
 const (
 	NamePattern = `^[A-Za-z0-9_.-]{1,64}$`
-	NameRule    = "1-64 of [A-Za-z0-9_.-]"
+	NameRule    = "1-64 of [A-Za-z0-9_.-], not only dots"
 )
 
 var nameRE = regexp.MustCompile(NamePattern)
 
-// ValidName reports whether s is a valid downstream name (NamePattern).
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+// ValidName reports whether s is a valid downstream name (CheckName).
+func ValidName(s string) bool { return CheckName(s) == "" }
+
+// CheckName says what is wrong with s as a downstream (or cron job) name,
+// or "" when nothing is: the one rule the config file, the dispatcher,
+// the producer and the take engine apply.
+func CheckName(s string) string {
+	switch {
+	case s == "":
+		return "required"
+	case s == "." || s == "..":
+		return fmt.Sprintf("invalid name %q (a name of only dots is a path element, not a name)", s)
+	case !nameRE.MatchString(s):
+		return fmt.Sprintf("invalid name %q (want %s)", s, NameRule)
+	}
+	return ""
+}
 
 // DefaultPrefix is the prefix used when none is configured.
 const DefaultPrefix = "shaper"

@@ -383,7 +383,7 @@ func TestValidName(t *testing.T) {
 		want bool
 	}{
 		{"billing-api", true}, {"a.b_c-9", true}, {strings.Repeat("x", 64), true},
-		{"", false}, {strings.Repeat("x", 65), false}, {"a b", false}, {"a:b", false}, {"{a}", false}, {"é", false},
+		{"", false}, {strings.Repeat("x", 65), false}, {"a b", false}, {"a:b", false}, {"{a}", false}, {"é", false}, {".", false}, {"..", false}, {"...", true},
 	} {
 		if got := keys.ValidName(c.name); got != c.want {
 			t.Errorf("ValidName(%q) = %v, want %v", c.name, got, c.want)

@@ -58,3 +58,31 @@ func TestPaceSlackKeepsRatePlusOne(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckCalls: the rule for workers and caps on calls names the field
+// in both words.
+func TestCheckCalls(t *testing.T) {
+	for _, c := range []struct {
+		w, conc, key int
+		lease        time.Duration
+		field, goF   string
+	}{
+		{0, 0, 0, 0, "", ""},
+		{10, 5, 2, 30 * time.Second, "", ""},
+		{MaxWorkers + 1, 0, 0, 0, "workers", "Workers"},
+		{0, -1, 0, 0, "concurrency", "Concurrency"},
+		{0, 0, MaxConcurrency + 1, 0, "key_concurrency", "KeyConcurrency"},
+		{0, 2, 3, 0, "key_concurrency", "KeyConcurrency"},
+		{0, 0, 0, time.Minute, "lease", "LeaseTime"},
+		{0, 0, 1, 500 * time.Millisecond, "lease", "LeaseTime"},
+		{0, 1, 0, 2 * time.Hour, "lease", "LeaseTime"},
+	} {
+		p := CheckCalls(c.w, c.conc, c.key, c.lease)
+		switch {
+		case c.field == "" && p != nil:
+			t.Errorf("%+v: %v, want nil", c, p)
+		case c.field != "" && (p == nil || p.Field != c.field || p.GoField != c.goF):
+			t.Errorf("%+v: %+v, want %s / %s", c, p, c.field, c.goF)
+		}
+	}
+}
