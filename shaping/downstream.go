@@ -414,7 +414,6 @@ func cmpOr(d, def time.Duration) time.Duration {
 	return d
 }
 
-
 // maxReleaseCost is the most one release may cost: MaxCost, or MaxCost
 // per row of a batch.
 func (ds *Downstream) maxReleaseCost() int64 {
