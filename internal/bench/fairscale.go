@@ -98,6 +98,10 @@ type FairScaleRow struct {
 	// intervals + 100 ms.
 	NewcomerS       float64 `json:"newcomer_first_release_s"`
 	NewcomerTargetS float64 `json:"newcomer_target_s"`
+	// NewcomerEnqueueS is how long the newcomer's Enqueue call took, the
+	// part of NewcomerS before its task existed in Redis (the producer's
+	// admission and park round trips, on the loaded machine).
+	NewcomerEnqueueS float64 `json:"newcomer_enqueue_s"`
 	// Commands are the INFO commandstats delta from just before the
 	// processes start to the last delivery (start-up, enqueues, releases).
 	Commands    int64   `json:"redis_commands"`
@@ -179,9 +183,9 @@ func (e *env) fairScale(ctx context.Context) []FairScaleRow {
 	for _, r := range fo.runs() {
 		e.logf("fairscale: %s, %d processes at %d/s, %d tenants (%s), %d tasks ...", r.mode, fo.Procs, r.rate, len(r.tenants), r.weightsLabel(), r.total())
 		row := e.fairScaleRun(ctx, r)
-		e.logf("fairscale: %s: keep-up %.4f (%.1f/s), max %d in 1 s; Jain %.4f over %.1f s, shares %.3f..%.3f of fair; newcomer %.3f s; %.1f commands per task; enqueue %.2f s; %d/%d delivered, %d duplicates%s",
+		e.logf("fairscale: %s: keep-up %.4f (%.1f/s), max %d in 1 s; Jain %.4f over %.1f s, shares %.3f..%.3f of fair; newcomer %.3f s (enqueue call %.3f s); %.1f commands per task; enqueue %.2f s; %d/%d delivered, %d duplicates%s",
 			r.mode, row.KeepUp, row.Achieved, row.MaxIn1s, row.Jain, row.BusyS, row.ShareMin, row.ShareMax, row.NewcomerS,
-			row.CmdsPerTask, row.EnqueueS, row.Delivered, row.Tasks, row.Duplicates, errSuffix(row.Error))
+			row.NewcomerEnqueueS, row.CmdsPerTask, row.EnqueueS, row.Delivered, row.Tasks, row.Duplicates, errSuffix(row.Error))
 		rows = append(rows, row)
 		if ctx.Err() != nil {
 			break
@@ -220,7 +224,10 @@ func (e *env) fairScaleRun(ctx context.Context, r fairScaleRun) FairScaleRow {
 			return err
 		}
 		stop, row.Workers = f.stop, f.workers()
-		if enq, err = enqueueSideBySide(ctx, p, r); err != nil {
+		var took time.Duration
+		enq, took, err = enqueueSideBySide(ctx, p, r)
+		row.NewcomerEnqueueS = round(took.Seconds(), 3)
+		if err != nil {
 			return err
 		}
 		err = awaitDelivered(ctx, sink, n, start, limit)
@@ -240,14 +247,16 @@ func (e *env) fairScaleRun(ctx context.Context, r fairScaleRun) FairScaleRow {
 
 // enqueueSideBySide enqueues every tenant's backlog, one goroutine per
 // tenant, and the newcomer's one task r.newcomer after they began; it
-// returns when each enqueue began, by tenant and sequence number.
-func enqueueSideBySide(ctx context.Context, p *queue.Producer, r fairScaleRun) (map[string][]time.Time, error) {
+// returns when each enqueue began, by tenant and sequence number, and how
+// long the newcomer's Enqueue call took.
+func enqueueSideBySide(ctx context.Context, p *queue.Producer, r fairScaleRun) (map[string][]time.Time, time.Duration, error) {
 	keys := slices.Clone(r.tenants)
 	if r.newcomer > 0 {
 		keys = append(keys, newcomerTenant)
 	}
 	at := make([][]time.Time, len(keys))
 	errs := make([]error, len(keys))
+	var took time.Duration // the newcomer's call (its goroutine's alone until Wait)
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for i, k := range keys {
@@ -263,6 +272,9 @@ func enqueueSideBySide(ctx context.Context, p *queue.Producer, r fairScaleRun) (
 				}
 			}
 			at[i], _, errs[i] = enqueueTenant(ctx, p, k, n)
+			if k == newcomerTenant {
+				took = time.Since(at[i][0])
+			}
 		}()
 	}
 	wg.Wait()
@@ -270,7 +282,7 @@ func enqueueSideBySide(ctx context.Context, p *queue.Producer, r fairScaleRun) (
 	for i, k := range keys {
 		enq[k] = at[i]
 	}
-	return enq, errors.Join(errs...)
+	return enq, took, errors.Join(errs...)
 }
 
 // fillFairScale computes the measured columns of row from each tenant's
@@ -344,7 +356,7 @@ func (r *ReleaseReport) fairScaleMarkdown(fo FairScaleOptions) string {
 		if x.NewcomerTargetS > 0 {
 			nc = fmt.Sprintf("never (%s ms)", num(x.NewcomerTargetS*1000, 0))
 			if x.NewcomerS >= 0 {
-				nc = fmt.Sprintf("%s ms (%s ms)", num(x.NewcomerS*1000, 0), num(x.NewcomerTargetS*1000, 0))
+				nc = fmt.Sprintf("%s ms (%s ms; enqueue call %s ms)", num(x.NewcomerS*1000, 0), num(x.NewcomerTargetS*1000, 0), num(x.NewcomerEnqueueS*1000, 0))
 			}
 		}
 		t.add(x.Mode, fmt.Sprintf("%d/s", x.Rate), fmt.Sprint(x.Processes), fmt.Sprint(x.Workers), x.Weights, del,
