@@ -237,34 +237,41 @@ func TestBreakerPoisonTaskIsNoOutage(t *testing.T) {
 	}
 }
 
-// Add refuses a fair share out of range by the one rule the config file
-// is checked by too (fairindex.Check), naming the Go field: a key's
-// ceiling above the downstream's rate would never bind. So with the caps
-// on calls.
-func TestFairnessAddRejectsOutOfRange(t *testing.T) {
+// Add refuses what the config file refuses, by the same rules (below
+// both: fairindex.Check, quota.Check, sizing.CheckCalls, CheckAdaptive,
+// CheckBatch, keys.CheckName), naming the Go field: a key's ceiling above
+// the downstream's rate would never bind, an adaptive decrease of 1.5
+// would raise the rate on every refusal.
+func TestAddRejectsByTheFilesRules(t *testing.T) {
 	t.Parallel()
 	d := shaping.New(nil, shaping.Config{})
+	five := limiters.PerSecond(5)
 	for i, tt := range []struct {
-		f    shaping.Fairness
+		ds   shaping.Downstream
 		want string
 	}{
-		{shaping.Fairness{KeyRate: limiters.PerSecond(10)}, `Fairness.KeyRate: "10/s" is above the downstream's rate "5/s"`},
-		{shaping.Fairness{KeyRates: map[string]limiters.Limit{"vip": limiters.PerSecond(6)}}, `Fairness.KeyRates["vip"]: "6/s" is above`},
-		{shaping.Fairness{Weights: map[string]float64{"a": -1}}, `Fairness.Weights["a"]: must be in (0, 1e+06], got -1`},
+		{shaping.Downstream{Fairness: &shaping.Fairness{KeyRate: limiters.PerSecond(10)}}, `Fairness.KeyRate: "10/s" is above the downstream's rate "5/s"`},
+		{shaping.Downstream{Fairness: &shaping.Fairness{KeyRates: map[string]limiters.Limit{"vip": limiters.PerSecond(6)}}}, `Fairness.KeyRates["vip"]: "6/s" is above`},
+		{shaping.Downstream{Fairness: &shaping.Fairness{Weights: map[string]float64{"a": -1}}}, `Fairness.Weights["a"]: must be in (0, 1e+06], got -1`},
+		{shaping.Downstream{Concurrency: 2, KeyConcurrency: 3}, "KeyConcurrency: 3 is above concurrency 2"},
+		{shaping.Downstream{LeaseTime: time.Minute}, "LeaseTime: 1m0s set without concurrency"},
+		{shaping.Downstream{Adaptive: &shaping.Adaptive{Floor: limiters.PerSecond(1), Ceiling: five, Decrease: 1.5}}, "Adaptive.Decrease: must be between 0 and 1 (exclusive), got 1.5"},
+		{shaping.Downstream{Adaptive: &shaping.Adaptive{Floor: limiters.PerSecond(6), Ceiling: five}}, `Adaptive.Floor: "6/s" is above the ceiling "5/s"`},
+		{shaping.Downstream{Batch: &shaping.Batch{MaxRows: 100001}}, "Batch.MaxRows: must be 1-100000, got 100001"},
+		{shaping.Downstream{Name: ".."}, "a name of only dots is a path element"},
 	} {
-		err := d.Add(shaping.Downstream{Name: fmt.Sprintf("ds%d", i), Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Fairness: &tt.f})
+		ds := tt.ds
+		ds.Rate, ds.Handler = five, shaping.LogHandler(t.Logf)
+		if ds.Name == "" {
+			ds.Name = fmt.Sprintf("ds%d", i)
+		}
+		err := d.Add(ds)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("step %d: Add = %v, want an error with %q", i, err, tt.want)
 		}
 	}
-	// the caps on calls: the rule the file's concurrency, key_concurrency
-	// and lease are checked by (sizing.CheckCalls)
-	if err := d.Add(shaping.Downstream{Name: "caps", Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Concurrency: 2, KeyConcurrency: 3}); err == nil ||
-		!strings.Contains(err.Error(), "KeyConcurrency: 3 is above concurrency 2") {
-		t.Errorf("KeyConcurrency above Concurrency: Add = %v, want KeyConcurrency named", err)
-	}
-	f := shaping.Fairness{KeyRate: limiters.PerSecond(5)}
-	if err := d.Add(shaping.Downstream{Name: "ok", Rate: limiters.PerSecond(5), Handler: shaping.LogHandler(t.Logf), Fairness: &f}); err != nil {
+	f := shaping.Fairness{KeyRate: five}
+	if err := d.Add(shaping.Downstream{Name: "ok", Rate: five, Handler: shaping.LogHandler(t.Logf), Fairness: &f}); err != nil {
 		t.Errorf("a key rate at the downstream's rate: %v", err)
 	}
 }

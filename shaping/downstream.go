@@ -52,8 +52,8 @@ func (ds *Downstream) prepare() error {
 		if err := sizing.ValidateRate(a.Ceiling); err != nil {
 			return fmt.Errorf("shaping: downstream %q: adaptive ceiling: %w", ds.Name, err)
 		}
-		if a.Floor.PerSec() > a.Ceiling.PerSec() {
-			return fmt.Errorf("shaping: downstream %q: adaptive floor %s is above the ceiling %s", ds.Name, a.Floor.RateString(), a.Ceiling.RateString())
+		if p := sizing.CheckAdaptive(a.Floor, a.Ceiling, a.Step, a.Decrease, a.Interval); p != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p.Under("adaptive", "Adaptive"))
 		}
 	}
 	if b := ds.Breaker; b != nil {
@@ -61,8 +61,10 @@ func (ds *Downstream) prepare() error {
 			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 		}
 	}
-	if b := ds.Batch; b != nil && (b.MaxRows < 1 || b.MaxDelay < 0 || b.Grace < 0) {
-		return fmt.Errorf("shaping: downstream %q: Batch.MaxRows must be at least 1 and its delays not negative", ds.Name)
+	if b := ds.Batch; b != nil {
+		if p := sizing.CheckBatch(b.MaxRows, b.MaxDelay, b.Grace); p != nil {
+			return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p.Under("batch", "Batch"))
+		}
 	}
 	if f := ds.Fairness; f != nil {
 		if p := f.Check(ds.Rate); p != nil {

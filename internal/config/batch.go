@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/sizing"
 )
 
 // HandlerPostgres writes tasks (or batches of them) as rows of a
@@ -15,7 +17,6 @@ const HandlerPostgres HandlerType = "postgres"
 const (
 	DefaultBatchMaxDelay = 2 * time.Second
 	DefaultBatchGrace    = time.Second
-	maxBatchRows         = 100000
 )
 
 // OnConflictDoNothing is the default on_conflict of a postgres handler:
@@ -69,10 +70,10 @@ func (d *Downstream) validateBatch(p string) *Error {
 		return nil
 	}
 	p += ".batch"
-	if b.MaxRows < 1 || b.MaxRows > maxBatchRows {
-		return errf(p+".max_rows", "must be 1-%d, got %d", maxBatchRows, b.MaxRows)
+	if pr := sizing.CheckBatch(b.MaxRows, time.Duration(b.MaxDelay), time.Duration(b.Grace)); pr != nil {
+		return errf(p+"."+pr.Field, "%s", pr.Msg)
 	}
-	if b.MaxDelay <= 0 {
+	if b.MaxDelay == 0 { // the file's explicit zero; Go's means the default
 		return errf(p+".max_delay", "must be positive, got %s", b.MaxDelay)
 	}
 	if b.Grace < Duration(time.Second) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/cronspec"
 	"github.com/shaper-io/shaper/internal/priority"
+	"github.com/shaper-io/shaper/internal/sizing"
 )
 
 // RateChange sets the downstream's rate each time Cron fires: the rate in
@@ -139,19 +140,13 @@ func (d *Downstream) validateAdaptive(ap string) *Error {
 		}
 		ceiling = a.Ceiling.Limit()
 	}
-	if a.Floor.Limit().PerSec() > ceiling.PerSec() {
-		return errf(ap+".floor", "%s is above the ceiling %s", q(a.Floor.String()), ceiling.RateString())
-	}
-	if a.Decrease < 0 || a.Decrease >= 1 {
-		return errf(ap+".decrease", "must be between 0 and 1 (exclusive), got %v", a.Decrease)
-	}
 	if !a.Step.IsZero() {
 		if e := checkRate(ap+".step", a.Step); e != nil {
 			return e
 		}
 	}
-	if a.Interval < 0 {
-		return errf(ap+".interval", "must be positive, got %s", a.Interval)
+	if pr := sizing.CheckAdaptive(a.Floor.Limit(), ceiling, a.Step.Limit(), a.Decrease, time.Duration(a.Interval)); pr != nil {
+		return errf(ap+"."+pr.Field, "%s", pr.Msg)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ cron:
 		{"    schedule: [{cron: \"*/10 * * * * *\", rate: 5/s}, {cron: \"0 * * * * *\", rate: 9/s}]\n", `downstreams[0].schedule[1].cron: "0 * * * * *" fires at the same time as schedule[0]`},
 		{"    timezone: Mars/Olympus\n", `downstreams[0].timezone: unknown time zone "Mars/Olympus"`},
 		{"    adaptive: {ceiling: 10/s}\n", `downstreams[0].adaptive.floor: required`},
-		{"    adaptive: {floor: 20/s, ceiling: 10/s}\n", `downstreams[0].adaptive.floor: "20/s" is above the ceiling 10/s`},
+		{"    adaptive: {floor: 20/s, ceiling: 10/s}\n", `downstreams[0].adaptive.floor: "20/s" is above the ceiling "10/s"`},
 		{"    adaptive: {floor: 1/s, decrease: 1.5}\n", `downstreams[0].adaptive.decrease: must be between 0 and 1`},
 		{"cron: [{name: x, schedule: \"every day\", downstream: db}]\n", `cron[0].schedule: invalid cron expression "every day"`},
 		{"cron: [{name: x, schedule: \"@every 1m\", downstream: nope}]\n", `cron[0].downstream: unknown downstream "nope"`},

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/field"
+	"github.com/shaper-io/shaper/limiters"
 )
 
 // Bounds of a downstream's calls: larger values are mistakes (a unit typed
@@ -37,6 +38,45 @@ func CheckCalls(workers, concurrency, keyConcurrency int, lease time.Duration) *
 		return field.Errorf("lease", "LeaseTime", "%s set without concurrency or key_concurrency (a lease only exists under a cap)", lease)
 	case lease != 0 && (lease < MinLease || lease > MaxLease):
 		return field.Errorf("lease", "LeaseTime", "must be 1s to 1h, got %s", lease) // MinLease, MaxLease
+	}
+	return nil
+}
+
+// CheckAdaptive is the one rule for an adaptive rate, in the config file
+// and in Go: the floor at most the ceiling (the downstream's rate when
+// the file leaves it out), a step a valid rate when set, the decrease in
+// [0, 1) (zero: the default) and the interval not negative (zero: the
+// default). Each rate's own validity and CheckRate are the caller's (the
+// file quotes its rates as written). Named under the adaptive setting;
+// nil when all hold.
+func CheckAdaptive(floor, ceiling, step limiters.Limit, decrease float64, interval time.Duration) *field.Problem {
+	switch {
+	case floor.PerSec() > ceiling.PerSec():
+		return field.Errorf("floor", "Floor", "%q is above the ceiling %q", floor.RateString(), ceiling.RateString())
+	case step.Rate != 0 && ValidateRate(step) != nil:
+		return field.Errorf("step", "Step", "%v", ValidateRate(step))
+	case !(decrease >= 0 && decrease < 1):
+		return field.Errorf("decrease", "Decrease", "must be between 0 and 1 (exclusive), got %v", decrease)
+	case interval < 0:
+		return field.Errorf("interval", "Interval", "must be positive, got %s", interval)
+	}
+	return nil
+}
+
+// MaxBatchRows bounds a batch's rows.
+const MaxBatchRows = 100000
+
+// CheckBatch is the one rule for a batch, in the config file and in Go:
+// 1 to MaxBatchRows rows, delays not negative (zero: the defaults). Named
+// under the batch setting; nil when all hold.
+func CheckBatch(maxRows int, maxDelay, grace time.Duration) *field.Problem {
+	switch {
+	case maxRows < 1 || maxRows > MaxBatchRows:
+		return field.Errorf("max_rows", "MaxRows", "must be 1-%d, got %d", MaxBatchRows, maxRows)
+	case maxDelay < 0:
+		return field.Errorf("max_delay", "MaxDelay", "must be positive, got %s", maxDelay)
+	case grace < 0:
+		return field.Errorf("grace", "Grace", "must be at least 1s (asynq's minimum), got %s", grace)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package sizing
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/field"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -84,5 +86,32 @@ func TestCheckCalls(t *testing.T) {
 		case c.field != "" && (p == nil || p.Field != c.field || p.GoField != c.goF):
 			t.Errorf("%+v: %+v, want %s / %s", c, p, c.field, c.goF)
 		}
+	}
+}
+
+// TestCheckAdaptiveAndBatch: the adaptive rate's and the batch's rules
+// name the field in both words.
+func TestCheckAdaptiveAndBatch(t *testing.T) {
+	one, five := limiters.PerSecond(1), limiters.PerSecond(5)
+	for _, c := range []struct {
+		p          *field.Problem
+		field, goF string
+	}{
+		{CheckAdaptive(one, five, limiters.Limit{Rate: 1, Period: time.Nanosecond}, 0.5, 0), "step", "Step"},
+		{CheckAdaptive(one, five, limiters.Limit{}, -0.1, 0), "decrease", "Decrease"},
+		{CheckAdaptive(one, five, limiters.Limit{}, 0.5, -time.Second), "interval", "Interval"},
+		{CheckBatch(10, -time.Second, 0), "max_delay", "MaxDelay"},
+		{CheckBatch(10, 0, -time.Second), "grace", "Grace"},
+		{CheckBatch(0, 0, 0), "max_rows", "MaxRows"},
+	} {
+		if c.p == nil || c.p.Field != c.field || !strings.HasPrefix(c.p.Error(), c.goF+": ") {
+			t.Errorf("%v: want %s / %s named", c.p, c.field, c.goF)
+		}
+	}
+	if p := CheckAdaptive(one, five, one, 0.75, time.Second); p != nil {
+		t.Errorf("a fine adaptive rate: %v", p)
+	}
+	if p := CheckBatch(100, 2*time.Second, time.Second); p != nil {
+		t.Errorf("a fine batch: %v", p)
 	}
 }
