@@ -259,6 +259,7 @@ func TestAddRejectsByTheFilesRules(t *testing.T) {
 		{shaping.Downstream{Adaptive: &shaping.Adaptive{Floor: limiters.PerSecond(6), Ceiling: five}}, `Adaptive.Floor: "6/s" is above the ceiling "5/s"`},
 		{shaping.Downstream{Batch: &shaping.Batch{MaxRows: 100001}}, "Batch.MaxRows: must be 1-100000, got 100001"},
 		{shaping.Downstream{Name: ".."}, "a name of only dots is a path element"},
+		{shaping.Downstream{MaxWait: 2 * time.Hour}, "MaxWait: must be positive and at most 1h0m0s, got 2h0m0s"},
 	} {
 		ds := tt.ds
 		ds.Rate, ds.Handler = five, shaping.LogHandler(t.Logf)

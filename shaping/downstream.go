@@ -39,8 +39,8 @@ func (ds *Downstream) prepare() error {
 	if err := sizing.ValidateRate(ds.Rate); err != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, err)
 	}
-	if ds.MaxWait < 0 || ds.Burst < 0 || ds.MaxCost < 0 {
-		return fmt.Errorf("shaping: downstream %q: MaxWait, Burst and MaxCost must not be negative", ds.Name)
+	if ds.Burst < 0 || ds.MaxCost < 0 {
+		return fmt.Errorf("shaping: downstream %q: Burst and MaxCost must not be negative", ds.Name)
 	}
 	if p := sizing.CheckCalls(ds.Workers, ds.Concurrency, ds.KeyConcurrency, ds.LeaseTime); p != nil {
 		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p)
@@ -85,8 +85,8 @@ func (ds *Downstream) prepare() error {
 			return fmt.Errorf("shaping: downstream %q: Priority and Batch cannot be combined (a batch is served by asynq's server, which knows no priority)", ds.Name)
 		}
 	}
-	if ds.MaxHold < 0 || ds.MaxHold > MaxInterval {
-		return fmt.Errorf("shaping: downstream %q: MaxHold must be in (0, %s], got %s", ds.Name, MaxInterval, ds.MaxHold)
+	if p := sizing.CheckWaits(ds.MaxWait, ds.MaxHold); p != nil {
+		return fmt.Errorf("shaping: downstream %q: %w", ds.Name, p)
 	}
 	if ds.MaxHold == 0 {
 		ds.MaxHold = DefaultMaxHold

@@ -9,15 +9,15 @@ import (
 
 	"github.com/shaper-io/shaper/internal/cronspec"
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/sizing"
 )
 
 // Upper bounds on fields whose larger values are mistakes (a unit typed
 // wrong), not configurations: each would hold a task, a worker or memory
 // for longer or more than anything shaper is for.
 const (
-	// MaxMaxWait bounds max_wait (and capacity / rate): a task waiting
-	// longer for its slot belongs in the queue, not in a worker.
-	MaxMaxWait = time.Hour
+	// MaxMaxWait bounds max_wait (and capacity / rate): sizing.MaxMaxWait.
+	MaxMaxWait = sizing.MaxMaxWait
 	// MaxMaxBody bounds http.max_body; a task payload lives in Redis.
 	MaxMaxBody = ByteSize(64 << 20)
 	// cronHorizon is how far ahead a schedule must fire at least once.

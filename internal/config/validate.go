@@ -264,16 +264,14 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".capacity", "%d set together with max_wait %s (use one: capacity = max_wait × rate)", d.Capacity, d.MaxWait)
 	case d.MaxWait == 0 && d.Capacity == 0:
 		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
-	case time.Duration(d.MaxWait) > MaxMaxWait:
-		return errf(p+".max_wait", "must be at most %s, got %s (a task waiting longer belongs in the queue)", MaxMaxWait, d.MaxWait)
 	case d.Capacity > 0 && (d.MaxWaitDuration() > MaxMaxWait || d.MaxWaitDuration() <= 0):
 		return errf(p+".capacity", "%d at rate %s is more than %s of waiting (at most %s)", d.Capacity, q(d.Rate.String()), MaxMaxWait, MaxMaxWait)
 	}
 	if d.MaxCost < 0 {
 		return errf(p+".max_cost", "must be at least 1, got %d", d.MaxCost)
 	}
-	if d.MaxHold < 0 || time.Duration(d.MaxHold) > sizing.MaxInterval {
-		return errf(p+".max_hold", "must be more than 0 and at most %s, got %s", sizing.MaxInterval, d.MaxHold)
+	if pr := sizing.CheckWaits(time.Duration(d.MaxWait), time.Duration(d.MaxHold)); pr != nil {
+		return errf(p+"."+pr.Field, "%s", pr.Msg)
 	}
 	if rh := d.RateHeaders; rh != nil {
 		if _, err := rh.Mapping(); err != nil {

@@ -80,3 +80,21 @@ func CheckBatch(maxRows int, maxDelay, grace time.Duration) *field.Problem {
 	}
 	return nil
 }
+
+// MaxMaxWait bounds a downstream's max wait (a config file's capacity /
+// rate too): a task waiting longer for its slot belongs in the queue.
+const MaxMaxWait = time.Hour
+
+// CheckWaits is the one rule for how long a downstream's task may wait
+// for its slot (maxWait, up to MaxMaxWait) and how long it may be held
+// (maxHold, up to MaxInterval), in the config file and in Go; zero means
+// the default. nil when both hold.
+func CheckWaits(maxWait, maxHold time.Duration) *field.Problem {
+	switch {
+	case maxWait < 0 || maxWait > MaxMaxWait:
+		return field.Errorf("max_wait", "MaxWait", "must be positive and at most %s, got %s (a task waiting longer belongs in the queue)", MaxMaxWait, maxWait)
+	case maxHold < 0 || maxHold > MaxInterval:
+		return field.Errorf("max_hold", "MaxHold", "must be more than 0 and at most %s, got %s", MaxInterval, maxHold)
+	}
+	return nil
+}
