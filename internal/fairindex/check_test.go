@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -31,18 +32,7 @@ func TestCheck(t *testing.T) {
 		{"key rate invalid", Fairness{KeyRate: limiters.Limit{Rate: 1, Period: time.Nanosecond}}, "key_rate", "KeyRate", "Period"},
 	}
 	for _, c := range cases {
-		p := c.f.Check(rate)
-		if c.field == "" {
-			if p != nil {
-				t.Errorf("%s: %v, want nil", c.name, p)
-			}
-			continue
-		}
-		if p == nil || p.Field != c.field || p.GoField != c.goF || !strings.Contains(p.Msg, c.want) {
-			t.Errorf("%s: %+v, want %s / %s containing %q", c.name, p, c.field, c.goF, c.want)
-		} else if !strings.HasPrefix(p.Error(), c.goF+": ") {
-			t.Errorf("%s: Error() %q, want the Go field first", c.name, p.Error())
-		}
+		testutil.WantProblem(t, c.name, c.f.Check(rate), c.field, c.goF, c.want)
 	}
 	if err := CheckKeyRate(limiters.PerSecond(10), rate); !errors.Is(err, limiters.ErrInvalidLimit) || !strings.Contains(err.Error(), "never bind") {
 		t.Errorf("CheckKeyRate above the rate: %v, want ErrInvalidLimit, never bind", err)

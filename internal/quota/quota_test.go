@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/testutil"
 )
 
 // TestCheck: the one rule for quotas names the first quota out of range
@@ -26,16 +28,7 @@ func TestCheck(t *testing.T) {
 		{"spread", []Quota{{Limit: 5, Per: 168 * time.Hour, Spread: true}}, 1, "quotas[0]", "Quotas[0]", "limit 5 per 168h0m0s with spread"},
 	}
 	for _, c := range cases {
-		p := Check(c.qs, c.maxRelease)
-		if c.field == "" {
-			if p != nil {
-				t.Errorf("%s: %v, want nil", c.name, p)
-			}
-			continue
-		}
-		if p == nil || p.Field != c.field || p.GoField != c.goF || !strings.Contains(p.Msg, c.want) {
-			t.Errorf("%s: %+v, want %s / %s containing %q", c.name, p, c.field, c.goF, c.want)
-		}
+		testutil.WantProblem(t, c.name, Check(c.qs, c.maxRelease), c.field, c.goF, c.want)
 	}
 	if err := (Quota{Limit: 10}).Validate(); err == nil || !strings.HasPrefix(err.Error(), "Per: must be") {
 		t.Errorf("Validate of a quota without Per: %v, want Per named first", err)
