@@ -65,7 +65,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	cfg.RecoverAfter = max(cfg.RecoverAfter, 6*time.Second)
 	d := &Dispatcher{
 		services: &services{rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
-			stopping: make(chan struct{}), notices: make(chan struct{}, 1)},
+			stopping: make(chan struct{}), notices: make(chan struct{}, 1), fleet: make(chan struct{}, 1)},
 		runners: map[string]*runner{}, pid: newProcessID(),
 	}
 	d.m = metrics.New(cfg.Registerer)
@@ -210,7 +210,7 @@ func (d *Dispatcher) Start() error {
 	}
 	d.spawn(func() { d.controlLoop(runners) })
 	lv := &liveness{rdb: d.rdb, store: d.store, space: d.space, pid: d.pid, clock: d.cfg.Clock, timeout: d.cfg.RedisTimeout,
-		recoverAfter: d.cfg.RecoverAfter, log: d.log, m: d.m, trouble: &d.trouble, procs: &d.procs, stopping: d.stopping}
+		recoverAfter: d.cfg.RecoverAfter, log: d.log, m: d.m, trouble: &d.trouble, procs: &d.procs, fleet: d.fleet, stopping: d.stopping}
 	names := slices.Clone(d.order)
 	d.spawn(func() { lv.loop(names) })
 	return nil

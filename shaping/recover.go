@@ -60,8 +60,9 @@ type liveness struct {
 	recoverAfter time.Duration
 	log          *slog.Logger
 	m            *metrics.Metrics
-	trouble      *atomic.Bool  // set on trouble reaching Redis; read and cleared here
-	procs        *atomic.Int64 // live processes, as the last announce counted them
+	trouble      *atomic.Bool    // set on trouble reaching Redis; read and cleared here
+	procs        *atomic.Int64   // live processes, as the last announce counted them
+	fleet        <-chan struct{} // another process joined or left: count again now
 	stopping     <-chan struct{}
 }
 
@@ -86,9 +87,11 @@ func newProcessID() string {
 func (v *liveness) loop(downstreams []string) {
 	clk := v.clock
 	var scanUntil, troubleAt, lastScan time.Time
-	for {
+	joined := false
+	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
-		dead, err := v.announce(ctx)
+		dead, err := v.announce(ctx, !joined)
+		joined = joined || err == nil
 		now := clk.Now()
 		if err != nil || v.trouble.Swap(false) {
 			troubleAt = now
@@ -104,17 +107,42 @@ func (v *liveness) loop(downstreams []string) {
 			lastScan = now
 		}
 		cancel()
-		t := clk.NewTimer(livenessInterval)
+		t := clk.NewTimer(nextAnnounce(i))
 		select {
 		case <-v.stopping:
 			t.Stop()
-			ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
-			v.rdb.ZRem(ctx, v.space.Processes(), v.pid)
-			cancel()
+			v.leave()
 			return
+		case <-v.fleet:
+			t.Stop()
 		case <-t.C():
 		}
 	}
+}
+
+// startAnnounces are the first waits between announces: processes that
+// start together miss each other's join while their subscriptions come
+// up, so each counts again soon after its start.
+var startAnnounces = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second}
+
+// nextAnnounce is the wait after the i-th announce.
+func nextAnnounce(i int) time.Duration {
+	if i < len(startAnnounces) {
+		return startAnnounces[i]
+	}
+	return livenessInterval
+}
+
+// leave takes this process out of the live ones and says so, so the
+// others count again at once (their lanes' shares of the look-ahead grow).
+func (v *liveness) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
+	defer cancel()
+	v.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, v.space.Processes(), v.pid)
+		p.Publish(ctx, v.space.FleetChannel(), "leave")
+		return nil
+	})
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -126,8 +154,9 @@ func maxTime(a, b time.Time) time.Time {
 
 // announce records this process as alive, removes (and counts) the
 // processes that have been silent for RecoverAfter, and notes how many
-// are alive (procs, for the lanes' share of the horizon).
-func (v *liveness) announce(ctx context.Context) (int64, error) {
+// are alive (procs, for the lanes' share of the horizon). With join it
+// also tells the others (FleetChannel), which then count again at once.
+func (v *liveness) announce(ctx context.Context, join bool) (int64, error) {
 	k := v.space.Processes()
 	now := time.Now()
 	var gone, live *redis.IntCmd
@@ -136,6 +165,9 @@ func (v *liveness) announce(ctx context.Context) (int64, error) {
 		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-v.recoverAfter).Unix(), 10))
 		p.Expire(ctx, k, time.Hour)
 		live = p.ZCard(ctx, k)
+		if join {
+			p.Publish(ctx, v.space.FleetChannel(), "join")
+		}
 		return nil
 	})
 	if err != nil {

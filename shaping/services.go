@@ -33,6 +33,9 @@ type services struct {
 	// (the engine follows the control channel); the control loop reads
 	// the versions on its next tick
 	notices chan struct{}
+	// fleet: a process announced that it joined or left the fleet; the
+	// liveness loop counts the live processes at once
+	fleet   chan struct{}
 	control *Control
 	eng     *take.Engine // serves every downstream but batching ones
 	// trouble: an asynq script call failed on the network since the

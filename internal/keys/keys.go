@@ -181,6 +181,14 @@ func (s Space) ControlChannel() string {
 	return s.prefix() + ":ctl:changes"
 }
 
+// FleetChannel is the pub/sub channel on which a dispatcher process says
+// it joined or left the fleet, so the others count the live processes
+// (Processes) at once instead of at their next announce. A channel, not a
+// key: it needs no hash tag.
+func (s Space) FleetChannel() string {
+	return s.prefix() + ":fleet"
+}
+
 // Processes is a ZSET of the live dispatcher processes (member: host:pid:
 // random, score: unix seconds of its last announcement), read with plain
 // commands: a process silent for a while is dead, and the others recover
