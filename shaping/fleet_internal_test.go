@@ -16,7 +16,7 @@ import (
 	"github.com/shaper-io/shaper/limiters"
 )
 
-// A process that joins or leaves the fleet says so (keys.FleetChannel),
+// A process that joins or leaves the fleet says so (keys.ProcessesChannel),
 // and the others count the live processes at once: on a clock that never
 // moves, so no timed announce runs, each process's count (the lanes'
 // share of the look-ahead, the take budget) follows every join and the
@@ -36,7 +36,7 @@ func TestFleetJoinAndLeaveAreCountedAtOnce(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	clk := clocktest.New(time.Now()) // never advanced
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	channel := keys.New("fleet").FleetChannel()
+	channel := keys.New("fleet").ProcessesChannel()
 	subscribers := func() int64 {
 		n, err := rdb.PubSubNumSub(context.Background(), channel).Result()
 		if err != nil {

@@ -140,7 +140,7 @@ func (v *liveness) leave() {
 	defer cancel()
 	v.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, v.space.Processes(), v.pid)
-		p.Publish(ctx, v.space.FleetChannel(), "leave")
+		p.Publish(ctx, v.space.ProcessesChannel(), "leave")
 		return nil
 	})
 }
@@ -155,7 +155,7 @@ func maxTime(a, b time.Time) time.Time {
 // announce records this process as alive, removes (and counts) the
 // processes that have been silent for RecoverAfter, and notes how many
 // are alive (procs, for the lanes' share of the horizon). With join it
-// also tells the others (FleetChannel), which then count again at once.
+// also tells the others (ProcessesChannel), which then count again at once.
 func (v *liveness) announce(ctx context.Context, join bool) (int64, error) {
 	k := v.space.Processes()
 	now := time.Now()
@@ -166,7 +166,7 @@ func (v *liveness) announce(ctx context.Context, join bool) (int64, error) {
 		p.Expire(ctx, k, time.Hour)
 		live = p.ZCard(ctx, k)
 		if join {
-			p.Publish(ctx, v.space.FleetChannel(), "join")
+			p.Publish(ctx, v.space.ProcessesChannel(), "join")
 		}
 		return nil
 	})

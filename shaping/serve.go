@@ -94,7 +94,7 @@ func (d *services) newEngine() (*take.Engine, error) {
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
 		Workers: 2, Logger: d.log, Hooks: hooks,
 		Follow: map[string]func(string){d.space.ControlChannel(): func(string) { signal(d.notices) },
-			d.space.FleetChannel(): func(string) { signal(d.fleet) }}})
+			d.space.ProcessesChannel(): func(string) { signal(d.fleet) }}})
 }
 
 // signal sends on c, a channel of one, unless a signal is pending already.

@@ -181,12 +181,12 @@ func (s Space) ControlChannel() string {
 	return s.prefix() + ":ctl:changes"
 }
 
-// FleetChannel is the pub/sub channel on which a dispatcher process says
+// ProcessesChannel is the pub/sub channel on which a dispatcher process says
 // it joined or left the fleet, so the others count the live processes
 // (Processes) at once instead of at their next announce. A channel, not a
 // key: it needs no hash tag.
-func (s Space) FleetChannel() string {
-	return s.prefix() + ":fleet"
+func (s Space) ProcessesChannel() string {
+	return s.prefix() + ":procs:changes"
 }
 
 // Processes is a ZSET of the live dispatcher processes (member: host:pid:
