@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -102,6 +103,12 @@ type FairScaleRow struct {
 	// part of NewcomerS before its task existed in Redis (the producer's
 	// admission and park round trips, on the loaded machine).
 	NewcomerEnqueueS float64 `json:"newcomer_enqueue_s"`
+	// NewcomerSlotS is the newcomer's slot after its enqueue (where its
+	// wait was decided: the take and its process's lane), and
+	// NewcomerBehind how many other tasks had slots between its enqueue
+	// and its own: the releases it waited behind.
+	NewcomerSlotS  float64 `json:"newcomer_slot_s"`
+	NewcomerBehind int     `json:"newcomer_behind"`
 	// Commands are the INFO commandstats delta from just before the
 	// processes start to the last delivery (start-up, enqueues, releases).
 	Commands    int64   `json:"redis_commands"`
@@ -183,9 +190,9 @@ func (e *env) fairScale(ctx context.Context) []FairScaleRow {
 	for _, r := range fo.runs() {
 		e.logf("fairscale: %s, %d processes at %d/s, %d tenants (%s), %d tasks ...", r.mode, fo.Procs, r.rate, len(r.tenants), r.weightsLabel(), r.total())
 		row := e.fairScaleRun(ctx, r)
-		e.logf("fairscale: %s: keep-up %.4f (%.1f/s), max %d in 1 s; Jain %.4f over %.1f s, shares %.3f..%.3f of fair; newcomer %.3f s (enqueue call %.3f s); %.1f commands per task; enqueue %.2f s; %d/%d delivered, %d duplicates%s",
+		e.logf("fairscale: %s: keep-up %.4f (%.1f/s), max %d in 1 s; Jain %.4f over %.1f s, shares %.3f..%.3f of fair; newcomer %.3f s (enqueue call %.3f s, slot %.3f s, behind %d); %.1f commands per task; enqueue %.2f s; %d/%d delivered, %d duplicates%s",
 			r.mode, row.KeepUp, row.Achieved, row.MaxIn1s, row.Jain, row.BusyS, row.ShareMin, row.ShareMax, row.NewcomerS,
-			row.NewcomerEnqueueS, row.CmdsPerTask, row.EnqueueS, row.Delivered, row.Tasks, row.Duplicates, errSuffix(row.Error))
+			row.NewcomerEnqueueS, row.NewcomerSlotS, row.NewcomerBehind, row.CmdsPerTask, row.EnqueueS, row.Delivered, row.Tasks, row.Duplicates, errSuffix(row.Error))
 		rows = append(rows, row)
 		if ctx.Err() != nil {
 			break
@@ -315,6 +322,7 @@ func fillFairScale(row *FairScaleRow, r fairScaleRun, enq map[string][]time.Time
 		if w := taskWaits(enq[newcomerTenant], rel[newcomerTenant]); len(w) > 0 {
 			row.NewcomerS = round(w[0], 3)
 		}
+		row.NewcomerSlotS, row.NewcomerBehind = newcomerSlot(enq[newcomerTenant], hits)
 	}
 	sh := busySharesOf(r.tenants, enq, rel, r.weights)
 	row.BusyS, row.Jain = round(sh.span.Seconds(), 2), round(sh.jain, 4)
@@ -366,4 +374,29 @@ func (r *ReleaseReport) fairScaleMarkdown(fo FairScaleOptions) string {
 	}
 	return fmt.Sprintf("#### 7g. Fair share at scale (%d processes, default workers; every tenant's backlog enqueued side by side once the processes serve; in run \"equal\" a newcomer enqueues one task %s after the backlog's enqueue began)\n\n%s\n",
 		fo.Procs, fo.NewcomerAfter, t.String())
+}
+
+// newcomerSlot is the newcomer's slot after its enqueue (s) and how many
+// other tasks had slots between the two (0, 0 when it has none).
+func newcomerSlot(enq []time.Time, hits []testsink.Hit) (float64, int) {
+	if len(enq) == 0 {
+		return 0, 0
+	}
+	var slot time.Time
+	for _, h := range hits {
+		var t tenantTask
+		if json.Unmarshal([]byte(h.Payload), &t) == nil && t.T == newcomerTenant {
+			slot = h.Slot
+		}
+	}
+	if slot.IsZero() {
+		return 0, 0
+	}
+	n := 0
+	for _, h := range hits {
+		if h.Slot.After(enq[0]) && h.Slot.Before(slot) {
+			n++
+		}
+	}
+	return round(slot.Sub(enq[0]).Seconds(), 3), n
 }
