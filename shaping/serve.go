@@ -93,12 +93,12 @@ func (d *services) newEngine() (*take.Engine, error) {
 	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
 		Workers: 2, Logger: d.log, Hooks: hooks,
-		Follow: map[string]func(string){d.space.ControlChannel(): func(string) { signal(d.notices) },
-			d.space.ProcessesChannel(): func(string) { signal(d.fleet) }}})
+		Follow: map[string]func(string){d.space.ControlChannel(): func(string) { poke(d.notices) },
+			d.space.ProcessesChannel(): func(string) { poke(d.fleet) }}})
 }
 
-// signal sends on c, a channel of one, unless a signal is pending already.
-func signal(c chan struct{}) {
+// poke sends on c, a channel of one, unless a send is pending already.
+func poke(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:
