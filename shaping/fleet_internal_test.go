@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -27,13 +25,7 @@ func TestFleetJoinAndLeaveAreCountedAtOnce(t *testing.T) {
 	if redistest.Cluster() {
 		t.Skip("counts subscribers with PUBSUB NUMSUB, which a cluster node answers for itself")
 	}
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop(); srv.Cleanup() })
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := redistest.Own(t)
 	clk := clocktest.New(time.Now()) // never advanced
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	channel := keys.New("fleet").ProcessesChannel()

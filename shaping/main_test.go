@@ -19,12 +19,5 @@ func ownRedis(t *testing.T) *redis.Client {
 	if redistest.Cluster() {
 		t.Skip("runs on a Redis of its own, not on REDIS_CLUSTER_ADDRS")
 	}
-	srv, err := redistest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop(); srv.Cleanup() })
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
+	return redistest.Own(t)
 }

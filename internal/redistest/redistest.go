@@ -194,6 +194,21 @@ func Start(extra ...string) (*Server, error) {
 	return nil, fmt.Errorf("redis-server did not start: %w", lastErr)
 }
 
+// Own is a client on a throwaway redis-server of the caller's own,
+// stopped when the test ends: for counts (INFO, PUBSUB) that nothing else
+// may disturb.
+func Own(tb testing.TB) *redis.Client {
+	tb.Helper()
+	srv, err := Start()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Stop(); srv.Cleanup() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	tb.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 func (s *Server) waitReady(d time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()

@@ -19,20 +19,7 @@ import (
 
 // ownRedis starts a redis-server of the caller's own, so that INFO counts
 // only its commands and clients.
-func ownRedis(tb testing.TB) *redis.Client {
-	tb.Helper()
-	srv, err := redistest.Start()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		srv.Stop()
-		srv.Cleanup()
-	})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	tb.Cleanup(func() { rdb.Close() })
-	return rdb
-}
+func ownRedis(tb testing.TB) *redis.Client { return redistest.Own(tb) }
 
 func connectedClients(tb testing.TB, rdb *redis.Client) int {
 	info := rdb.Info(context.Background(), "clients").Val()
