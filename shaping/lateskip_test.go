@@ -38,11 +38,13 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 	must(t, d.Start())
 	waitFor(t, 5*time.Second, "the first release (its slot is now)", func() bool { return rec.count() == 1 })
 
-	// The liveness loop's timer is due at start+2s, the control loop's in an
-	// hour: a timer due before start+1.9s is the worker's, asleep until its slot.
-	due := workerTimer(t, clk, start.Add(1900*time.Millisecond))
+	// The worker sleeps until the next slot, 500ms after the first (on the
+	// fake clock, within the offset's few ms); the liveness loop's timers
+	// are due at 250ms, 750ms, 1.75s and every 2s, the control loop's in an
+	// hour.
+	due := workerTimer(t, clk, start.Add(400*time.Millisecond), start.Add(600*time.Millisecond))
 	clk.AdvanceTo(due.Add(300 * time.Millisecond)) // wakes 300ms behind the slot
-	next := workerTimer(t, clk, start.Add(1900*time.Millisecond))
+	next := workerTimer(t, clk, start.Add(900*time.Millisecond), start.Add(1100*time.Millisecond))
 	if n := rec.count(); n != 1 {
 		t.Fatalf("%d releases after a wake-up 300ms late (tolerance 100ms), want 1: the late slot must be skipped", n)
 	}
@@ -56,14 +58,14 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 	}
 }
 
-// workerTimer waits for a pending timer due after now and before limit.
-func workerTimer(t *testing.T, clk *clocktest.Fake, limit time.Time) time.Time {
+// workerTimer waits for a pending timer due after now, within (from, to).
+func workerTimer(t *testing.T, clk *clocktest.Fake, from, to time.Time) time.Time {
 	t.Helper()
 	var due time.Time
 	waitFor(t, 5*time.Second, "a worker asleep until its slot", func() bool {
 		now := clk.Now()
 		for _, p := range clk.Pending() {
-			if p.After(now) && p.Before(limit) {
+			if p.After(now) && p.After(from) && p.Before(to) {
 				due = p
 				return true
 			}
