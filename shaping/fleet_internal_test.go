@@ -4,8 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/keys"
@@ -66,4 +69,57 @@ func TestFleetJoinAndLeaveAreCountedAtOnce(t *testing.T) {
 	}
 	ds = ds[:2]
 	testutil.WaitFor(t, 2*time.Second, "the others counting the one that left", counts(2))
+}
+
+// The liveness loop looks again when another process's silence reaches
+// RecoverAfter, if that comes before its next announce, and every
+// scanEvery while it scans after a death or trouble.
+func TestNextCheck(t *testing.T) {
+	for _, c := range []struct {
+		i        int
+		staleIn  time.Duration
+		scanning bool
+		want     time.Duration
+	}{
+		{0, 0, false, 250 * time.Millisecond},
+		{2, 0, false, time.Second},
+		{3, 0, false, livenessInterval},
+		{3, 6 * time.Second, false, livenessInterval},
+		{3, 700 * time.Millisecond, false, 710 * time.Millisecond},
+		{3, 0, true, scanEvery},
+		{3, 100 * time.Millisecond, true, 110 * time.Millisecond},
+		{0, 0, true, 250 * time.Millisecond},
+	} {
+		if got := nextCheck(c.i, c.staleIn, c.scanning); got != c.want {
+			t.Errorf("nextCheck(%d, %v, %v) = %v, want %v", c.i, c.staleIn, c.scanning, got, c.want)
+		}
+	}
+}
+
+// announce says when the most silent other process turns stale: the
+// first second at which now - RecoverAfter passes its score.
+func TestAnnounceSaysWhenTheSilentTurnStale(t *testing.T) {
+	rdb := redistest.Own(t)
+	var procs atomic.Int64
+	v := &liveness{rdb: rdb, space: keys.New("live"), pid: "me", recoverAfter: 7 * time.Second, procs: &procs}
+	ctx := context.Background()
+	now := time.Now()
+	ghost := now.Unix() - 5
+	if err := rdb.ZAdd(ctx, v.space.Processes(), redis.Z{Score: float64(ghost), Member: "ghost"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gone, staleIn, err := v.announce(ctx, false)
+	if err != nil || gone != 0 || procs.Load() != 2 {
+		t.Fatalf("announce = %d gone, %v; %d live; want 0, nil; 2", gone, err, procs.Load())
+	}
+	want := time.Unix(ghost+1, 0).Add(7 * time.Second).Sub(now)
+	if d := staleIn - want; d > 50*time.Millisecond || d < -50*time.Millisecond {
+		t.Errorf("staleIn %v, want about %v (the ghost's score %d + 1 s + RecoverAfter)", staleIn, want, ghost)
+	}
+	if err := rdb.ZAdd(ctx, v.space.Processes(), redis.Z{Score: float64(now.Unix() - 9), Member: "ghost"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if gone, staleIn, err = v.announce(ctx, false); err != nil || gone != 1 || staleIn != 0 || procs.Load() != 1 {
+		t.Errorf("announce after 9 s of silence = %d gone, staleIn %v, %v; %d live; want 1, 0, nil; 1", gone, staleIn, err, procs.Load())
+	}
 }

@@ -90,7 +90,7 @@ func (v *liveness) loop(downstreams []string) {
 	joined := false
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
-		dead, err := v.announce(ctx, !joined)
+		dead, staleIn, err := v.announce(ctx, !joined)
 		joined = joined || err == nil
 		now := clk.Now()
 		if err != nil || v.trouble.Swap(false) {
@@ -107,7 +107,7 @@ func (v *liveness) loop(downstreams []string) {
 			lastScan = now
 		}
 		cancel()
-		t := clk.NewTimer(nextAnnounce(i))
+		t := clk.NewTimer(nextCheck(i, staleIn, now.Before(scanUntil)))
 		select {
 		case <-v.stopping:
 			t.Stop()
@@ -125,12 +125,27 @@ func (v *liveness) loop(downstreams []string) {
 // up, so each counts again soon after its start.
 var startAnnounces = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
-// nextAnnounce is the wait after the i-th announce.
-func nextAnnounce(i int) time.Duration {
+// scanEvery is the wait between announces (and recovery scans) while a
+// process's death or trouble reaching Redis is recent: a dead process's
+// leases go stale at their own times, up to engineExtend apart.
+const scanEvery = 500 * time.Millisecond
+
+// nextCheck is the wait after the i-th announce: the start's short waits,
+// then livenessInterval; sooner when another process's silence reaches
+// RecoverAfter within it (staleIn > 0), so a dead process is found as
+// soon as it can be, and at most scanEvery while scanning.
+func nextCheck(i int, staleIn time.Duration, scanning bool) time.Duration {
+	d := livenessInterval
 	if i < len(startAnnounces) {
-		return startAnnounces[i]
+		d = startAnnounces[i]
 	}
-	return livenessInterval
+	if scanning {
+		d = min(d, scanEvery)
+	}
+	if staleIn > 0 {
+		d = min(d, staleIn+10*time.Millisecond) // just past the second it turns stale
+	}
+	return d
 }
 
 // leave takes this process out of the live ones and says so, so the
@@ -156,25 +171,37 @@ func maxTime(a, b time.Time) time.Time {
 // processes that have been silent for RecoverAfter, and notes how many
 // are alive (procs, for the lanes' share of the horizon). With join it
 // also tells the others (ProcessesChannel), which then count again at once.
-func (v *liveness) announce(ctx context.Context, join bool) (int64, error) {
+//
+// staleIn is how long until the most silent other process has been silent
+// for RecoverAfter (0: none other, or it is already), so the loop looks
+// again just then.
+func (v *liveness) announce(ctx context.Context, join bool) (gone int64, staleIn time.Duration, err error) {
 	k := v.space.Processes()
 	now := time.Now()
-	var gone, live *redis.IntCmd
-	_, err := v.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var removed, live *redis.IntCmd
+	var oldest *redis.ZSliceCmd
+	_, err = v.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Unix()), Member: v.pid})
-		gone = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-v.recoverAfter).Unix(), 10))
+		removed = p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-v.recoverAfter).Unix(), 10))
 		p.Expire(ctx, k, time.Hour)
 		live = p.ZCard(ctx, k)
+		oldest = p.ZRangeWithScores(ctx, k, 0, 0)
 		if join {
 			p.Publish(ctx, v.space.ProcessesChannel(), "join")
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	v.procs.Store(max(live.Val(), 1))
-	return gone.Val(), nil
+	if o := oldest.Val(); len(o) == 1 && o[0].Member != v.pid {
+		// removed by the first announce at which now - RecoverAfter, in
+		// whole seconds, is past its score
+		at := time.Unix(int64(o[0].Score)+1, 0).Add(v.recoverAfter)
+		staleIn = max(at.Sub(now), 0)
+	}
+	return removed.Val(), staleIn, nil
 }
 
 // recoverAll runs recover.lua on every downstream's queue.
