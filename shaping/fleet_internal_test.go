@@ -73,13 +73,13 @@ func TestFleetJoinAndLeaveAreCountedAtOnce(t *testing.T) {
 
 // The liveness loop looks again when another process's silence reaches
 // RecoverAfter, if that comes before its next announce, and every
-// scanEvery while it scans after a death or trouble.
+// scanEvery just after it found one dead.
 func TestNextCheck(t *testing.T) {
 	for _, c := range []struct {
-		i        int
-		staleIn  time.Duration
-		scanning bool
-		want     time.Duration
+		i       int
+		staleIn time.Duration
+		fast    bool
+		want    time.Duration
 	}{
 		{0, 0, false, 250 * time.Millisecond},
 		{2, 0, false, time.Second},
@@ -90,8 +90,8 @@ func TestNextCheck(t *testing.T) {
 		{3, 100 * time.Millisecond, true, 110 * time.Millisecond},
 		{0, 0, true, 250 * time.Millisecond},
 	} {
-		if got := nextCheck(c.i, c.staleIn, c.scanning); got != c.want {
-			t.Errorf("nextCheck(%d, %v, %v) = %v, want %v", c.i, c.staleIn, c.scanning, got, c.want)
+		if got := nextCheck(c.i, c.staleIn, c.fast); got != c.want {
+			t.Errorf("nextCheck(%d, %v, %v) = %v, want %v", c.i, c.staleIn, c.fast, got, c.want)
 		}
 	}
 }

@@ -86,7 +86,7 @@ func newProcessID() string {
 // live processes, which failed too, have extended their leases again.
 func (v *liveness) loop(downstreams []string) {
 	clk := v.clock
-	var scanUntil, troubleAt, lastScan time.Time
+	var scanUntil, troubleAt, lastScan, fastUntil time.Time
 	joined := false
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
@@ -100,6 +100,7 @@ func (v *liveness) loop(downstreams []string) {
 		if err == nil && dead > 0 {
 			v.log.Info("shaping: a worker process stopped announcing itself; returning its held tasks to their queues", "processes", dead)
 			scanUntil = maxTime(scanUntil, now.Add(asynqLease))
+			fastUntil = now.Add(2 * engineExtend)
 		}
 		settled := now.Sub(troubleAt) >= troubleSettle
 		if err == nil && settled && (now.Before(scanUntil) || now.Sub(lastScan) > time.Minute) {
@@ -107,7 +108,7 @@ func (v *liveness) loop(downstreams []string) {
 			lastScan = now
 		}
 		cancel()
-		t := clk.NewTimer(nextCheck(i, staleIn, now.Before(scanUntil)))
+		t := clk.NewTimer(nextCheck(i, staleIn, now.Before(fastUntil)))
 		select {
 		case <-v.stopping:
 			t.Stop()
@@ -125,21 +126,23 @@ func (v *liveness) loop(downstreams []string) {
 // up, so each counts again soon after its start.
 var startAnnounces = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
-// scanEvery is the wait between announces (and recovery scans) while a
-// process's death or trouble reaching Redis is recent: a dead process's
-// leases go stale at their own times, up to engineExtend apart.
+// scanEvery is the wait between announces (and recovery scans) for
+// 2 × engineExtend after a process was found dead: its leases turn stale
+// at their own times, up to engineExtend after its last announce. (After
+// trouble reaching Redis the scans stay every livenessInterval: every
+// process scans then, one script per downstream.)
 const scanEvery = 500 * time.Millisecond
 
 // nextCheck is the wait after the i-th announce: the start's short waits,
 // then livenessInterval; sooner when another process's silence reaches
 // RecoverAfter within it (staleIn > 0), so a dead process is found as
-// soon as it can be, and at most scanEvery while scanning.
-func nextCheck(i int, staleIn time.Duration, scanning bool) time.Duration {
+// soon as it can be, and at most scanEvery just after one was (fast).
+func nextCheck(i int, staleIn time.Duration, fast bool) time.Duration {
 	d := livenessInterval
 	if i < len(startAnnounces) {
 		d = startAnnounces[i]
 	}
-	if scanning {
+	if fast {
 		d = min(d, scanEvery)
 	}
 	if staleIn > 0 {
