@@ -335,7 +335,6 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 		} else if err != nil {
 			return err
 		}
-		take.InLine(ctx) // in line by now on every path (shadow's too)
 		herr, started := r.release(ctx, h, t)
 		if !started {
 			return r.giveBack(ctx)

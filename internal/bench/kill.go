@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,23 +62,15 @@ func (e *env) kill(ctx context.Context) KillRow {
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := e.prefix("kill")
-	if err := e.enqueueBacklog(ctx, Shaper, prefix, o.KillBacklog); err != nil {
-		row.Error = err.Error()
-		return row
+	f, first, err := e.servingBacklog(ctx, prefix, sink, o.KillRate, o.KillProcs, o.KillBacklog)
+	if f != nil {
+		defer func() { keepFirst(&row.Error, f.stop(ctx)) }()
+		row.Workers = f.workers()
 	}
-	f, err := e.launch(ctx, prefix, o.KillProcs, e.shaperYAML(prefix, httpDownstream(downstream, o.KillRate, 0, sink.URL())), time.Minute)
 	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
-	defer func() { keepFirst(&row.Error, f.stop(ctx)) }()
-	row.Workers = f.workers()
-	start := time.Now()
-	if !pollUntil(ctx, start.Add(30*time.Second), 10*time.Millisecond, func() bool { return len(sink.OK()) > 0 }) {
-		row.Error = "no delivery within 30 s"
-		return row
-	}
-	first := sink.OK()[0].At
 	sleepCtx(ctx, time.Until(first.Add(o.KillAfter)))
 	if err := f.kill(0); err != nil {
 		row.Error = fmt.Sprintf("kill: %v", err)
@@ -106,6 +99,24 @@ func (e *env) kill(ctx context.Context) KillRow {
 	row.Recovered = f.counter(ctx, "shaper_shaping_recovered_tasks_total")
 	fillKill(&row, sink.OK(), ids, killedAt)
 	return row
+}
+
+// servingBacklog is what the kill and pause rounds start with: a backlog
+// of n tasks, procs shaper processes at rate delivering to sink, and the
+// first delivery, waited for up to 30 s. It returns the fleet (nil when
+// it did not start), to stop, and the first delivery's time.
+func (e *env) servingBacklog(ctx context.Context, prefix string, sink *testsink.Sink, rate, procs, n int) (*procFleet, time.Time, error) {
+	if err := e.enqueueBacklog(ctx, Shaper, prefix, n); err != nil {
+		return nil, time.Time{}, err
+	}
+	f, err := e.launch(ctx, prefix, procs, e.shaperYAML(prefix, httpDownstream(downstream, rate, 0, sink.URL())), time.Minute)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if !pollUntil(ctx, time.Now().Add(30*time.Second), 10*time.Millisecond, func() bool { return sink.DistinctOK() > 0 }) {
+		return f, time.Time{}, errors.New("no delivery within 30 s")
+	}
+	return f, sink.OK()[0].At, nil
 }
 
 // fillKill computes the columns from the sink's hits, the ids active at

@@ -82,22 +82,15 @@ func (e *env) pause(ctx context.Context) PauseRow {
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := e.prefix("pause")
-	if err := e.enqueueBacklog(ctx, Shaper, prefix, o.Backlog); err != nil {
-		row.Error = err.Error()
-		return row
+	f, first, err := e.servingBacklog(ctx, prefix, sink, o.Rate, o.Procs, o.Backlog)
+	if f != nil {
+		defer func() { keepFirst(&row.Error, f.stop(ctx)) }()
+		row.Workers = f.workers()
 	}
-	f, err := e.launch(ctx, prefix, o.Procs, e.shaperYAML(prefix, httpDownstream(downstream, o.Rate, 0, sink.URL())), time.Minute)
 	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
-	defer func() { keepFirst(&row.Error, f.stop(ctx)) }()
-	row.Workers = f.workers()
-	if !pollUntil(ctx, time.Now().Add(30*time.Second), 10*time.Millisecond, func() bool { return sink.DistinctOK() > 0 }) {
-		row.Error = "no delivery within 30 s"
-		return row
-	}
-	first := sink.OK()[0].At
 	stop := e.sampleActive(ctx, keys.New(prefix).Asynq(downstream).Active())
 	sleepCtx(ctx, time.Until(first.Add(o.After)))
 	ctl := control.New(e.rdb, prefix)

@@ -8,25 +8,17 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/shaper-io/shaper/internal/cronspec"
-	"github.com/shaper-io/shaper/internal/keys"
-	"github.com/shaper-io/shaper/internal/sizing"
 )
 
 // Upper bounds on fields whose larger values are mistakes (a unit typed
 // wrong), not configurations: each would hold a task, a worker or memory
 // for longer or more than anything shaper is for.
 const (
-	// MaxMaxWait bounds max_wait (and capacity / rate): sizing.MaxMaxWait.
-	MaxMaxWait = sizing.MaxMaxWait
 	// MaxMaxBody bounds http.max_body; a task payload lives in Redis.
 	MaxMaxBody = ByteSize(64 << 20)
 	// cronHorizon is how far ahead a schedule must fire at least once.
 	cronHorizon = 5 * 365 * 24 * time.Hour
 )
-
-// checkName says what is wrong with a downstream or cron job name, or ""
-// (keys.CheckName, the dispatcher's rule too).
-func checkName(name string) string { return keys.CheckName(name) }
 
 // checkCronSpec parses a cron expression or descriptor and refuses the
 // ones robfig/cron accepts but that cannot mean what they say: "@every"

@@ -288,7 +288,7 @@ func TestBadConfigs(t *testing.T) {
 		{"fairness key_rate above the rate", ds("rate: 5/s\nfairness: {key_rate: 10/s}\n" + logH), "downstreams[0].fairness.key_rate", 0, []string{`"10/s" is above the downstream's rate "5/s"`}},
 		{"fairness key_rates above the rate", ds("rate: 5/s\nfairness: {key_rates: {vip: 10/s}}\n" + logH), `downstreams[0].fairness.key_rates["vip"]`, 0, []string{`"10/s" is above the downstream's rate "5/s"`}},
 		{"fairness with batch", ds("rate: 5/s\nfairness: {}\nbatch: {max_rows: 10}\n" + logH), "downstreams[0].fairness", 0, []string{"cannot be combined with batch"}},
-		{"lease too short", ds("rate: 5/s\nconcurrency: 2\nlease: 100ms\n" + logH), "downstreams[0].lease", 0, []string{"must be 1s to 1h, got 100ms"}},
+		{"lease too short", ds("rate: 5/s\nconcurrency: 2\nlease: 100ms\n" + logH), "downstreams[0].lease", 0, []string{"must be 1s to 1h0m0s, got 100ms"}},
 		{"bad rate period", ds("rate: 5/fortnight\n" + logH), "downstreams[0].rate", 3, []string{`"5/fortnight"`, `unknown period "fortnight"`}},
 		{"missing rate", ds(logH), "downstreams[0].rate", 0, []string{"required"}},
 		{"zero workers", ds("rate: 1/s\nworkers: 0\n" + logH), "downstreams[0].workers", 4, []string{"got 0"}},

@@ -9,6 +9,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/shaper-io/shaper/internal/cronspec"
+	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 )
@@ -181,7 +182,7 @@ func (c *Config) validateCron() *Error {
 	names := map[string]string{}
 	for i, j := range c.Cron {
 		p := fmt.Sprintf("cron[%d]", i)
-		if msg := checkName(j.Name); msg != "" {
+		if msg := keys.CheckName(j.Name); msg != "" {
 			return errf(p+".name", "%s", msg)
 		}
 		if first, dup := names[j.Name]; dup {

@@ -94,7 +94,7 @@ type Downstream struct {
 	// Burst is how many releases may go out back to back. Default 1.
 	Burst int64 `yaml:"burst"`
 	// MaxWait is how long a worker may hold a task waiting for its slot.
-	// Default 1s, at most MaxMaxWait. Exclusive with Capacity, and zero
+	// Default 1s, at most sizing.MaxMaxWait. Exclusive with Capacity, and zero
 	// when Capacity is set; use MaxWaitDuration.
 	MaxWait Duration `yaml:"max_wait,omitempty"`
 	// Capacity is the number of tasks the bucket may hold waiting for a

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/fairindex"
+	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/sizing"
 	"github.com/shaper-io/shaper/limiters"
@@ -240,7 +241,7 @@ func (h *HTTP) validate() *Error {
 const maxRetention = 7 * 24 * time.Hour
 
 func (d *Downstream) validate(p string) *Error {
-	if msg := checkName(d.Name); msg != "" {
+	if msg := keys.CheckName(d.Name); msg != "" {
 		return errf(p+".name", "%s", msg)
 	}
 	if d.Rate.IsZero() {
@@ -264,8 +265,8 @@ func (d *Downstream) validate(p string) *Error {
 		return errf(p+".capacity", "%d set together with max_wait %s (use one: capacity = max_wait × rate)", d.Capacity, d.MaxWait)
 	case d.MaxWait == 0 && d.Capacity == 0:
 		return errf(p+".max_wait", "must be positive, got %s", d.MaxWait)
-	case d.Capacity > 0 && (d.MaxWaitDuration() > MaxMaxWait || d.MaxWaitDuration() <= 0):
-		return errf(p+".capacity", "%d at rate %s is more than %s of waiting (at most %s)", d.Capacity, q(d.Rate.String()), MaxMaxWait, MaxMaxWait)
+	case d.Capacity > 0 && (d.MaxWaitDuration() > sizing.MaxMaxWait || d.MaxWaitDuration() <= 0):
+		return errf(p+".capacity", "%d at rate %s is more than %s of waiting (at most %s)", d.Capacity, q(d.Rate.String()), sizing.MaxMaxWait, sizing.MaxMaxWait)
 	}
 	if d.MaxCost < 0 {
 		return errf(p+".max_cost", "must be at least 1, got %d", d.MaxCost)

@@ -13,9 +13,10 @@ import (
 )
 
 // Check reports the first field of f out of range on a downstream at
-// rate, named under the fair share ("key_rate", "KeyRate"), or nil. It is the one rule for a fair share: shaping's
-// Dispatcher.Add applies it to the Go value, internal/config to the file
-// (naming Field under the downstream's fairness).
+// rate, named under the fair share ("key_rate", "KeyRate"), or nil. It is
+// the one rule for a fair share: shaping's Dispatcher.Add applies it to
+// the Go value, internal/config to the file (naming Field under the
+// downstream's fairness).
 func (f *Fairness) Check(rate limiters.Limit) *field.Problem {
 	if f.DefaultWeight < 0 || f.DefaultWeight > MaxWeight || math.IsNaN(f.DefaultWeight) {
 		return field.Errorf("default_weight", "DefaultWeight", "must be in (0, %g], got %g", float64(MaxWeight), f.DefaultWeight)

@@ -37,7 +37,7 @@ func CheckCalls(workers, concurrency, keyConcurrency int, lease time.Duration) *
 	case lease != 0 && concurrency == 0 && keyConcurrency == 0:
 		return field.Errorf("lease", "LeaseTime", "%s set without concurrency or key_concurrency (a lease only exists under a cap)", lease)
 	case lease != 0 && (lease < MinLease || lease > MaxLease):
-		return field.Errorf("lease", "LeaseTime", "must be 1s to 1h, got %s", lease) // MinLease, MaxLease
+		return field.Errorf("lease", "LeaseTime", "must be %s to %s, got %s", MinLease, MaxLease, lease)
 	}
 	return nil
 }
@@ -50,11 +50,15 @@ func CheckCalls(workers, concurrency, keyConcurrency int, lease time.Duration) *
 // file quotes its rates as written). Named under the adaptive setting;
 // nil when all hold.
 func CheckAdaptive(floor, ceiling, step limiters.Limit, decrease float64, interval time.Duration) *field.Problem {
+	var stepErr error
+	if step.Rate != 0 {
+		stepErr = ValidateRate(step)
+	}
 	switch {
 	case floor.PerSec() > ceiling.PerSec():
 		return field.Errorf("floor", "Floor", "%q is above the ceiling %q", floor.RateString(), ceiling.RateString())
-	case step.Rate != 0 && ValidateRate(step) != nil:
-		return field.Errorf("step", "Step", "%v", ValidateRate(step))
+	case stepErr != nil:
+		return field.Errorf("step", "Step", "%v", stepErr)
 	case !(decrease >= 0 && decrease < 1):
 		return field.Errorf("decrease", "Decrease", "must be between 0 and 1 (exclusive), got %v", decrease)
 	case interval < 0:
