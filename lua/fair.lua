@@ -1,20 +1,20 @@
 -- fair.lua: weighted fair share of one downstream's queue among admission
 -- keys (start-time fair queueing): the index take.lua picks from.
 --
--- A task of a fair downstream is enqueued into asynq as *scheduled* far
--- ahead (the horizon), so asynq leaves it alone, and parked here with a
--- virtual start tag: S = max(V, F[key]), F[key] = S + cost / weight, where
--- V is the tag of the last task taken. take.lua takes the parked task
--- with the least tag when a slot is near, moving it from asynq's
--- scheduled set to active and V to its tag, so the order is decided at
--- the take: a key with a backlog takes its weight's share of the slots,
--- and a key that arrives (or restarts: its F is behind V) starts at V, so
--- its first task is the next taken whatever the others' backlogs.
--- A task not yet due (a future ProcessAt, or a per-key ceiling) waits in
--- Later and gets its tag when it becomes due (a feed). Should no process
--- take for the horizon, asynq's forwarder releases the tasks in FIFO
--- order: nothing is lost, only fairness.
---
+-- A task of a fair downstream waits in asynq's pending list as any task
+-- does, numbered in pos (prelude_fairpos.lua) so a take can move it out
+-- of the middle, and is parked here with a virtual start tag: S = max(V,
+-- F[key]), F[key] = S + cost / weight, where V is the tag of the last
+-- task taken. take.lua takes the parked task with the least tag when a
+-- slot is near, moving it from pending to active and V to its tag, so the
+-- order is decided at the take: a key with a backlog takes its weight's
+-- share of the slots, and a key that arrives (or restarts: its F is
+-- behind V) starts at V, so its first task is the next taken whatever
+-- the others' backlogs.
+-- A task not yet due waits in Later and gets its tag when it becomes due
+-- (a feed): one with a future ProcessAt waits in asynq's scheduled set
+-- until then (the feed moves it to pending, unless asynq's forward did),
+-- one held back by a per-key ceiling waits in pending, numbered.
 -- KEYS[1] -> parked    ZSET member → start tag
 -- KEYS[2] -> tags      HASH key → finish tag of its last parked task
 -- KEYS[3] -> state     HASH v (virtual time; take.lua moves it), x (last
@@ -23,14 +23,17 @@
 -- KEYS[4] -> later     ZSET member → due time (ms)
 -- KEYS[5] -> counts    HASH key → tasks parked or later
 -- KEYS[6] -> nb        HASH key → earliest turn of its next task (ms)
--- KEYS[7] -> asynq:{q}:pending    LIST (read only: its length)
--- KEYS[8] -> controls    HASH, optional: the operator's settings per key
+-- KEYS[7] -> asynq:{q}:pending    LIST (a due task moves in; numbered)
+-- KEYS[8] -> controls    HASH: the operator's settings per key
 --                      (shaper ctl key): "p:<key>" paused, "w:<key>" its
 --                      weight, "r:<key>" its ceiling as "<rate>/<period µs>"
--- KEYS[9] -> held      ZSET, with KEYS[8]: a paused key's tasks, all
+-- KEYS[9] -> held      ZSET: a paused key's tasks, all
 --                      scored 0, member "<len(key)>|<key>|<tag>|<member>",
 --                      so one key's tasks are one lexicographic range
 --                      (take.lua puts them there when it meets them)
+-- KEYS[10] -> pos      HASH task id -> its number in pending
+--                      (prelude_fairpos.lua)
+-- KEYS[11] -> asynq:{q}:scheduled  ZSET (a due task leaves it)
 -- A member is "<cost>|<weight>|<len(key)>|<key><id>": the task carries
 -- what a take and a due move need, so no per-task hash is kept.
 -- ARGV[1] -> op: "park" | "feed" | "tend" | "resume" (tend: a feed
@@ -39,17 +42,19 @@
 -- ARGV[2] -> at most this many due moves (and held tasks back) per call
 -- ARGV[3] -> TTL of every key here, ms (the horizon plus a margin)
 -- ARGV[4] -> now in ms, or 0 to read Redis TIME (tests only)
+-- ARGV[5] -> asynq's task key prefix, asynq:{q}:t:
 -- park only:
--- ARGV[5] -> task id (already in asynq's scheduled set)
--- ARGV[6] -> admission key
--- ARGV[7] -> cost (> 0)
--- ARGV[8] -> weight (> 0)
--- ARGV[9] -> due time in ms (0: now)
--- ARGV[10] -> per-key ceiling: ms per unit of cost (0: none)
+-- ARGV[6] -> task id (just enqueued by asynq: in pending, or in scheduled
+--            with a ProcessAt)
+-- ARGV[7] -> admission key
+-- ARGV[8] -> cost (> 0)
+-- ARGV[9] -> weight (> 0)
+-- ARGV[10] -> due time in ms (0: now)
+-- ARGV[11] -> per-key ceiling: ms per unit of cost (0: none)
 -- resume only (a key no longer paused: its held tasks go back to parked,
 -- at their tags):
--- ARGV[5] -> admission key
--- ARGV[6] -> move at most this many tasks
+-- ARGV[6] -> admission key
+-- ARGV[7] -> move at most this many tasks
 --
 -- Controls: the controls HASH's weight replaces the task's weight and its
 -- ceiling the task's ceiling for tasks parked (or made due) from then on.
@@ -59,12 +64,15 @@
 --
 -- Reply: {moved, parked, later, keys, ahead}
 --   moved: tasks this call made ready to take (due moves, held tasks
---   back; park: 1 when the task is parked, ready). Feed: parked/later are
+--   back; park: 1 when the task is parked, ready). A due task that left
+--   pending meanwhile (taken, deleted) is dropped. Feed: parked/later are
 --   the tasks waiting here, keys the admission keys with tasks here;
 --   ahead is -1. Park: parked is 1 (the task waits here, in fair order
 --   or later); later and keys are -1 (not read); ahead is how many tasks go
---   before this one (parked with lower tags, and all of pending), or -1
---   when it waits in later or its key is paused. Resume: parked is how
+--   before this one (parked with lower tags, and the tasks in pending not
+--   in fair order), or -1 when it waits in later or its key is paused;
+--   park replies {0, 0, -1, -1, 0} when the task is in neither pending nor
+--   scheduled (taken already, or deleted). Resume: parked is how
 --   many tasks it moved back; later, keys and ahead are -1. A
 --   feed that finds nothing parked, later or held replies zeros after one
 --   read.
@@ -76,14 +84,15 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local op = ARGV[1]
 local ctl, held = KEYS[8], KEYS[9]
+local pending, pos, sched, tprefix = KEYS[7], KEYS[10], KEYS[11], ARGV[5]
 -- an idle feed: parked, later and held are empty ZSETs, which Redis
 -- does not keep, so one EXISTS over the three tells
-if op == 'feed' and redis.call('EXISTS', KEYS[1], KEYS[4], held or KEYS[1]) == 0 then
+if op == 'feed' and redis.call('EXISTS', KEYS[1], KEYS[4], held) == 0 then
   return {0, 0, 0, 0, -1}
 end
 -- a tend between feeds: only due and held tasks need a call this often
 if op == 'tend' then
-  if redis.call('EXISTS', KEYS[4], held or KEYS[4]) == 0 then
+  if redis.call('EXISTS', KEYS[4], held) == 0 then
     return {0, -1, -1, redis.call('HLEN', KEYS[5]), -1}
   end
   op = 'feed'
@@ -99,7 +108,7 @@ local maxp, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
 local function fmt(x) return string.format('%.17g', x) end
 
 -- the operator's controls (one EXISTS per call when there are none)
-local hasctl = ctl ~= nil and held ~= nil and redis.call('EXISTS', ctl) == 1
+local hasctl = redis.call('EXISTS', ctl) == 1
 local function paused(key) return hasctl and redis.call('HEXISTS', ctl, 'p:' .. key) == 1 end
 local function weightOf(key, w)
   if hasctl then
@@ -138,34 +147,64 @@ local function turn(key, cost, w)
 end
 
 local ahead, moved = -1, 0
+-- arrived numbers due task id in pending: moved there from scheduled,
+-- or found where asynq's forward put it; false when it left (taken as
+-- not in fair order, or deleted)
+local function arrived(id)
+  if redis.call('HEXISTS', pos, id) == 1 then return true end
+  if redis.call('ZREM', sched, id) == 1 then
+    redis.call('LPUSH', pending, id)
+    redis.call('HSET', tprefix .. id, 'state', 'pending', 'pending_since', string.format('%d', now * 1000000))
+    fpPlace(pending, pos, id, 0)
+    return true
+  end
+  if redis.call('HGET', tprefix .. id, 'state') ~= 'pending' then return false end
+  local i = redis.call('LPOS', pending, id, 'MAXLEN', 1024) or redis.call('LPOS', pending, id)
+  if not i then return false end
+  fpPlace(pending, pos, id, i)
+  return true
+end
+
+local ahead, moved = -1, 0
 if op == 'park' then
-  local id, key, cost = ARGV[5], ARGV[6], tonumber(ARGV[7])
-  local w, ws = weightOf(key, ARGV[8])
-  local due, per = tonumber(ARGV[9]), perOf(key, tonumber(ARGV[10]))
+  local id, key, cost = ARGV[6], ARGV[7], tonumber(ARGV[8])
+  local w, ws = weightOf(key, ARGV[9])
+  local due, per = tonumber(ARGV[10]), perOf(key, tonumber(ARGV[11]))
+  -- where asynq's enqueue put it: at the head of pending (due now) or in
+  -- scheduled (a ProcessAt: a feed moves it when due)
+  local at = false
+  if due <= now then at = redis.call('LPOS', pending, id, 'MAXLEN', 256) end
+  if not at and not redis.call('ZSCORE', sched, id) then
+    at = redis.call('LPOS', pending, id)
+    if not at then return {0, 0, -1, -1, 0} end
+  end
+  if at then fpPlace(pending, pos, id, at) end
   if due < now then due = now end
   if per > 0 then
     local nb = tonumber(redis.call('HGET', KEYS[6], key) or '0') or 0
     if nb > due then due = nb end
     redis.call('HSET', KEYS[6], key, fmt(due + cost * per))
   end
-  local member = enc(id, key, ARGV[7], ws)
+  local member = enc(id, key, ARGV[8], ws)
   redis.call('HINCRBY', KEYS[5], key, 1)
-  if due > now then
+  if due > now or not at then
     redis.call('ZADD', KEYS[4], due, member)
   else
     local s = turn(key, cost, w)
     redis.call('ZADD', KEYS[1], fmt(s), member)
     moved = 1
-    -- before it: the parked tasks with earlier turns, and pending (the
-    -- tasks given back or recovered, which a take serves first)
+    -- before it: the parked tasks with earlier turns, and the tasks in
+    -- pending not in fair order (given back or recovered: a take serves
+    -- them first)
     if not paused(key) then
-      ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s)) + redis.call('LLEN', KEYS[7])
+      ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. fmt(s)) +
+        math.max(redis.call('LLEN', pending) - redis.call('HLEN', pos), 0)
     end
   end
 elseif op == 'resume' then
   -- the key's held tasks go back to parked at their tags
-  local p = heldPrefix(ARGV[5])
-  local ms = redis.call('ZRANGEBYLEX', held, '[' .. p, '[' .. p .. '\255', 'LIMIT', 0, tonumber(ARGV[6]))
+  local p = heldPrefix(ARGV[6])
+  local ms = redis.call('ZRANGEBYLEX', held, '[' .. p, '[' .. p .. '\255', 'LIMIT', 0, tonumber(ARGV[7]))
   for _, hm in ipairs(ms) do
     local tag, m = string.match(string.sub(hm, #p + 1), '^([^|]+)|(.*)$')
     redis.call('ZADD', KEYS[1], tag, m)
@@ -175,7 +214,7 @@ elseif op == 'resume' then
 else
   -- held tasks whose key is no longer paused (a resume that did not
   -- finish) go back, a few per call
-  if held and redis.call('ZCARD', held) > 0 then
+  if redis.call('ZCARD', held) > 0 then
     for _, hm in ipairs(redis.call('ZRANGEBYLEX', held, '-', '+', 'LIMIT', 0, 16)) do
       local n, rest = string.match(hm, '^(%d+)|(.*)$')
       local key = string.sub(rest, 1, tonumber(n))
@@ -191,17 +230,20 @@ else
   local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, maxp)
   for _, m in ipairs(due) do
     redis.call('ZREM', KEYS[4], m)
-    local _, key, cost, w = dec(m)
-    redis.call('ZADD', KEYS[1], fmt(turn(key, cost, w)), m)
+    local id, key, cost, w = dec(m)
+    if arrived(id) then
+      redis.call('ZADD', KEYS[1], fmt(turn(key, cost, w)), m)
+      moved = moved + 1
+    elseif redis.call('HINCRBY', KEYS[5], key, -1) <= 0 then
+      redis.call('HDEL', KEYS[5], key)
+    end
   end
-  moved = moved + #due
 end
 
 if moved > 0 or op == 'park' then
   if now - refreshed > 3600000 then
     redis.call('HSET', KEYS[3], 'x', now)
-    for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ttl) end
-    if held then redis.call('PEXPIRE', held, ttl) end
+    for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], held, pos}) do redis.call('PEXPIRE', k, ttl) end
   end
 end
 if op == 'park' then return {moved, 1, -1, -1, ahead} end

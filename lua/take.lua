@@ -65,20 +65,24 @@
 --            its share from then on, no credit for its idle spell.
 --
 -- ARGV[14] -> 1: the downstream shares by fair order (fair.lua parks its
---            tasks): KEYS[15..22] are its keys, and a take serves, once
---            pending is empty, the parked task with the least start tag
---            (the next in weighted fair order at this moment, so a key that
---            just arrived passes the backlog at once); else none. The
---            slots before KEYS[15] must then be filled (with the queue's
---            maintained, priority and turns keys, used or not).
+--            tasks): KEYS[15..23] are its keys, and a take serves the
+--            parked task with the least start tag (the next in weighted
+--            fair order at this moment, so a key that just arrived passes
+--            the backlog at once), except that a task at the tail of
+--            pending that is not in fair order (given back, recovered,
+--            forwarded, or enqueued by asynq's own Client) goes first;
+--            else none. The slots before KEYS[15] must then be filled
+--            (with the queue's maintained, priority and turns keys, used
+--            or not).
 -- ARGV[15] -> with ARGV[14] = 1: the TTL of fair.lua's keys, ms.
--- KEYS[15..22] -> <prefix>:fair:{<q>}: parked, tags, state, later, counts,
---            nb, keyctl, held (fair.lua's KEYS[1..6], 10 and 11). A task
---            taken from parked leaves asynq's scheduled set (where it
---            waited beyond the horizon) for active; a paused key's task
---            goes to held instead (fair.lua's resume brings it back); the
---            virtual time V (fair.lua's state "v") moves to the tag of
---            each task taken.
+-- KEYS[15..23] -> <prefix>:fair:{<q>}: parked, tags, state, later, counts,
+--            nb, keyctl, held, pos (fair.lua's KEYS[1..6], 8, 9 and 10). A
+--            task taken from parked moves from the middle of pending to
+--            active (prelude_fairpos.lua; one parked by an earlier version
+--            waits in asynq's scheduled set, and moves from there); a
+--            paused key's task goes to held instead, staying in pending
+--            (fair.lua's resume brings it back); the virtual time V
+--            (fair.lua's state "v") moves to the tag of each task taken.
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          then per task taken: id, msg, slot_us, priority}
@@ -127,10 +131,11 @@ local function home(id)
   if not levels then return KEYS[2] end
   return listOf[redis.call('HGET', tprefix .. id, 'shaper_priority') or ''] or KEYS[2]
 end
-local fair = ARGV[14] == '1' and KEYS[22] ~= nil
+local fair = ARGV[14] == '1' and KEYS[23] ~= nil
 local function waiting()
   local n = 0
   for _, k in ipairs(serve) do n = n + redis.call('LLEN', k) end
+  -- tasks parked by an earlier version wait in scheduled
   if fair then n = n + redis.call('ZCARD', KEYS[15]) end
   return n
 end
@@ -258,8 +263,8 @@ local function popFair()
       -- a key's restart, leaves it where it is)
       if s > fv then fv = s end
       if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
-      -- gone from scheduled: deleted, or run by hand, or forwarded by asynq
-      if redis.call('ZREM', KEYS[6], id) == 1 then
+      -- not found: deleted, archived or quarantined by someone else
+      if fpTake(KEYS[2], KEYS[23], tprefix, id) or redis.call('ZREM', KEYS[6], id) == 1 then
         redis.call('LPUSH', KEYS[3], id)
         return id
       end
@@ -279,16 +284,21 @@ local function fairDone(drained)
   end
 end
 
--- popList moves the task at the tail of list k to active (pending: then,
--- on a fair downstream, the next in fair order; pending found empty stays
--- empty for the rest of the call, so it is not asked again)
+-- popList moves the task at the tail of list k to active (pending, on a
+-- fair downstream: the tail if it is not in fair order, else the next in
+-- fair order; pending found out of such tasks stays so for the rest of
+-- the call, so it is not asked again)
 local pendingOut = false
 local function popList(k)
   if fair and k == KEYS[2] then
-    local id = not pendingOut and redis.call('RPOPLPUSH', k, KEYS[3])
-    if id then return id, true end
-    pendingOut = true
-    return popFair(), true
+    if pendingOut then return nil, true end
+    local tail = redis.call('LINDEX', k, -1)
+    if tail and redis.call('HEXISTS', KEYS[23], tail) == 0 then
+      return redis.call('RPOPLPUSH', k, KEYS[3]), true
+    end
+    local id = popFair()
+    pendingOut = not id
+    return id, true
   end
   return redis.call('RPOPLPUSH', k, KEYS[3]), k == KEYS[2]
 end

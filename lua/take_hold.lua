@@ -3,31 +3,34 @@
 -- before its call started. It goes where take.lua puts a paused key's
 -- task that it meets in fair order: the fair index's held set, at the
 -- virtual time V (so it is among the first of its key's tasks once the
--- key resumes), waiting in asynq's scheduled set as a parked task does,
--- no attempt consumed. fair.lua's resume brings it back to parked.
+-- key resumes), waiting in asynq's pending list, numbered
+-- (prelude_fairpos.lua), no attempt consumed. fair.lua's resume brings it
+-- back to parked.
 --
 -- KEYS[1] -> asynq:{<q>}:active         LIST
 -- KEYS[2] -> asynq:{<q>}:lease          ZSET
--- KEYS[3] -> asynq:{<q>}:scheduled      ZSET
+-- KEYS[3] -> asynq:{<q>}:pending        LIST
 -- KEYS[4] -> asynq:{<q>}:t:<id>         HASH
 -- KEYS[5] -> <prefix>:fair:{<q>}:state  HASH (v: the virtual time)
 -- KEYS[6] -> <prefix>:fair:{<q>}:counts HASH key -> tasks parked or later
 -- KEYS[7] -> <prefix>:fair:{<q>}:held   ZSET (fair.lua's KEYS[9])
+-- KEYS[8] -> <prefix>:fair:{<q>}:pos    HASH (fair.lua's KEYS[10])
 -- ARGV[1] -> task id
 -- ARGV[2] -> its admission key
 -- ARGV[3] -> its cost (> 0)
 -- ARGV[4] -> its key's weight (> 0)
--- ARGV[5] -> its score in scheduled: Unix seconds, the fair horizon ahead
--- ARGV[6] -> TTL of the fair keys, ms
+-- ARGV[5] -> TTL of the fair keys, ms
 --
 -- Output: 1 held; 0 the task is not active any more (its lease was
 -- recovered and it belongs to whoever took it next): nothing written.
--- TTL: held, counts and state get ARGV[6] (fair.lua's TTL). asynq's keys
--- follow asynq: no TTL.
+-- TTL: held, counts, state and pos get ARGV[5] (fair.lua's TTL). asynq's
+-- keys follow asynq: no TTL.
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-redis.call('HSET', KEYS[4], 'state', 'scheduled')
+redis.call('LPUSH', KEYS[3], ARGV[1])
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[4], 'state', 'pending', 'pending_since', t[1] .. string.format('%06d', tonumber(t[2])) .. '000')
+fpPlace(KEYS[3], KEYS[8], ARGV[1], 0)
 local key = ARGV[2]
 local v = redis.call('HGET', KEYS[5], 'v') or '0'
 -- a member of parked is "<cost>|<weight>|<len(key)>|<key><id>"; of held,
@@ -36,5 +39,5 @@ local m = ARGV[3] .. '|' .. ARGV[4] .. '|' .. #key .. '|' .. key .. ARGV[1]
 redis.call('ZADD', KEYS[7], 0, #key .. '|' .. key .. '|' .. v .. '|' .. m)
 -- take.lua counted it out when it took it
 redis.call('HINCRBY', KEYS[6], key, 1)
-for i = 5, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
+for i = 5, 8 do redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
 return 1

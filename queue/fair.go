@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/limiters"
@@ -24,17 +22,11 @@ type FairShare struct {
 	Rate limiters.Limit
 }
 
-// fairOptions returns the asynq options that keep a fair task away from
-// asynq's forwarder while it waits in fair order: scheduled
-// fairindex.Horizon (shaping.FairHorizon) beyond when it is due.
-func fairOptions(due time.Time) asynq.Option {
-	return asynq.ProcessAt(due.Add(fairindex.Horizon))
-}
-
 // park puts an enqueued fair task in fair order and says when it is
 // expected to start. If it cannot, it removes the task again (the enqueue
-// failed: not enqueued); should that fail too, the task stays scheduled
-// and runs after the horizon at worst, so it is reported enqueued.
+// failed: not enqueued); should that fail too, the task stays in asynq's
+// queue out of fair order, and is served in its queue's order, so it is
+// reported enqueued.
 func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, due time.Time) (start time.Time, err error) {
 	now := time.Now()
 	var at time.Time // zero: due now, on the Redis clock
@@ -47,9 +39,9 @@ func (p *Producer) park(ctx context.Context, fs FairShare, t Task, id string, du
 		if derr == nil {
 			return time.Time{}, fmt.Errorf("%w: fair share: %w", ErrEnqueue, err)
 		}
-		p.cfg.Logger.Warn("queue: fair share: task enqueued but not in fair order; it runs after the horizon at worst",
+		p.cfg.Logger.Warn("queue: fair share: task enqueued but not in fair order; it is served in its queue's order",
 			"downstream", t.Downstream, "id", id, "err", err, "delete_err", derr)
-		return due.Add(fairindex.Horizon), nil
+		return due, nil
 	}
 	if st.Ahead < 0 {
 		return due, nil // waits for its due time

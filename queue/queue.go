@@ -533,9 +533,7 @@ func (p *Producer) enqueue(ctx context.Context, t Task) (*asynq.TaskInfo, error)
 	if id != "" {
 		opts = append(opts, asynq.TaskID(id))
 	}
-	if _, fair := p.fairFor(t); fair {
-		opts = append(opts, fairOptions(later(t.ProcessAt, time.Now())))
-	} else if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
+	if !t.ProcessAt.IsZero() && t.ProcessAt.After(time.Now()) {
 		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
 	}
 	if t.Timeout > 0 {

@@ -18,11 +18,6 @@ type KeyControl = control.KeyControl
 // MaxFairWeight bounds a fair-share weight.
 const MaxFairWeight = fairindex.MaxWeight
 
-// FairHorizon is how far ahead a fair downstream's task is scheduled in
-// asynq while it waits in fair order. Were no process to take tasks
-// for that long, asynq would release them in FIFO order: nothing is lost.
-const FairHorizon = fairindex.Horizon
-
 // NewFairQueue returns a FairQueue over rdb for key prefix ("" means
 // "shaper").
 func NewFairQueue(rdb redis.Scripter, prefix string) *FairQueue { return fairindex.New(rdb, prefix) }

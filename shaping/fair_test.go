@@ -55,8 +55,8 @@ func (r *fairRig) park(key string, n int) {
 	for range n {
 		id := fmt.Sprintf("%s-%d", key, r.n)
 		r.n++
-		r.rdb.HSet(ctx, r.aq.Task(id), "msg", "x", "state", "scheduled")
-		r.rdb.ZAdd(ctx, r.aq.Scheduled(), redis.Z{Score: float64(time.Now().Add(shaping.FairHorizon).Unix()), Member: id})
+		r.rdb.HSet(ctx, r.aq.Task(id), "msg", "x", "state", "pending")
+		r.rdb.LPush(ctx, r.aq.Pending(), id)
 		if _, err := r.q.Park(ctx, "api", r.f, id, key, 1, time.Time{}); err != nil {
 			r.t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func (r *fairRig) take(n int) []string {
 	var out []string
 	for range n {
 		a := lua.TakeArgs{Bucket: sp.TakeBucket("api"), Queue: r.aq, Slots: 1, Budget: 1 << 20, Lease: time.Minute,
-			Maintained: sp.TakeMaintained("api"), MaintainEvery: time.Hour, Fair: &fk, FairTTL: shaping.FairHorizon + time.Hour}
+			Maintained: sp.TakeMaintained("api"), MaintainEvery: time.Hour, Fair: &fk, FairTTL: 25 * time.Hour}
 		if !r.now.IsZero() {
 			a.Now = r.now.UnixMicro()
 		}
@@ -143,14 +143,16 @@ func TestFairOrderSharesByWeight(t *testing.T) {
 	}
 }
 
-// Parked tasks whose asynq entry is gone (deleted, run by hand, forwarded
-// by asynq after the horizon) are dropped, not taken twice; when all
-// drain, the fair-share keys are gone or expire within a minute.
+// Parked tasks whose asynq entry is gone (deleted or archived by hand) are
+// dropped, not taken twice; when all drain, the fair-share keys are gone
+// or expire within a minute.
 func TestFairFeedSkipsGoneTasksAndCleansUp(t *testing.T) {
 	r := newFairRig(t, &shaping.Fairness{})
 	ctx := context.Background()
 	r.park("A", 10)
-	r.rdb.ZRem(ctx, r.aq.Scheduled(), "A-5") // gone from asynq's scheduled set
+	// deleted as asynq's Inspector does: out of pending, its hash gone
+	r.rdb.LRem(ctx, r.aq.Pending(), 1, "A-5")
+	r.rdb.Del(ctx, r.aq.Task("A-5"))
 	got := r.take(20)
 	if len(got) != 9 {
 		t.Errorf("took %d tasks, want 9 (one was gone)", len(got))

@@ -17,7 +17,6 @@ import (
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
-	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/statuspage"
@@ -79,6 +78,16 @@ func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, p
 		e.Priority = p
 	}
 	e.Reason, e.Text = reason(info, now, e.Priority)
+	if e.Reason == Queued {
+		fair, err := rdb.HExists(ctx, sp.Fair(ds).Pos, id).Result()
+		if err != nil {
+			return Explanation{}, fmt.Errorf("explain: %w", err)
+		}
+		if fair {
+			meta, _ := envelope.Decode(info.Headers)
+			e.Reason, e.Text = FairTurn, fmt.Sprintf("waits in the queue, in fair order, for its key's turn (key %q)", meta.Key)
+		}
+	}
 	if !info.NextProcessAt.IsZero() && (e.Reason == Scheduled || e.Reason == Retry) {
 		at := info.NextProcessAt
 		e.Due = &at
@@ -155,10 +164,6 @@ func reason(info *asynq.TaskInfo, now time.Time, prio int) (string, string) {
 	case asynq.TaskStatePending:
 		return Queued, fmt.Sprintf("waits in the queue at priority %d; it goes as the downstream's slots come", prio)
 	case asynq.TaskStateScheduled:
-		if info.NextProcessAt.Sub(now) > fairindex.Horizon/2 {
-			meta, _ := envelope.Decode(info.Headers)
-			return FairTurn, fmt.Sprintf("waits in fair order for its key's turn (key %q)", meta.Key)
-		}
 		return Scheduled, fmt.Sprintf("scheduled: due at %s (in %s)", info.NextProcessAt.UTC().Format(time.RFC3339), in(info.NextProcessAt))
 	case asynq.TaskStateRetry:
 		return Retry, fmt.Sprintf("attempt %d failed (%s); the next is due at %s (in %s)", info.Retried, info.LastErr,

@@ -1,10 +1,11 @@
 // Package fairindex is a fair downstream's shared state in Redis: the
-// tasks parked in weighted fair order of their admission key (fair.lua),
+// weighted fair order of its admission keys over the tasks that wait in
+// asynq's pending list (fair.lua),
 // which the dispatchers' takes pick from (take.lua), and the service each
 // key was given, counted across every process (fairsvc.lua). Producers
 // (package queue) park tasks; dispatchers (package shaping) feed due tasks
 // into fair order and exchange service. Package shaping re-exports its
-// public names (shaping.Fairness, shaping.FairQueue, shaping.FairHorizon).
+// public names (shaping.Fairness, shaping.FairQueue).
 package fairindex
 
 import (
@@ -128,13 +129,11 @@ func (f *Fairness) Paused(key string) bool { return f != nil && f.Runtime.Of(key
 // MaxWeight bounds a fair-share weight.
 const MaxWeight = 1e6
 
-// Horizon is how far ahead a fair downstream's task is scheduled in
-// asynq while it waits in fair order. Were no process to take tasks
-// for that long, asynq would release them in FIFO order: nothing is lost.
-const Horizon = 24 * time.Hour
-
-// KeyTTL is the TTL of the fair-share keys: the horizon plus a margin.
-const KeyTTL = Horizon + time.Hour
+// KeyTTL is the TTL of the fair-share keys, renewed by a park or a due
+// move at most hourly. Should no process take for that long, the order
+// is forgotten and the tasks, still in asynq's pending list, are served
+// in its order: nothing is lost.
+const KeyTTL = 25 * time.Hour
 
 // Lookahead bounds how far ahead a fair downstream's lane reserves
 // slots, so that a key arriving late is released within about this.
@@ -192,30 +191,31 @@ type State struct {
 	// task is in fair order).
 	Moved int
 	// Parked tasks wait in fair order; Later ones are not yet due. After
-	// Park, Parked is 1 (asynq holds the task as scheduled until a take
-	// picks it).
+	// Park, Parked is 1 (the task waits in asynq's pending list, or its
+	// scheduled set until due, until a take picks it), or 0 when the
+	// task was taken or deleted before it was parked.
 	Parked, Later int
 	// Keys is how many admission keys have tasks waiting.
 	Keys int
-	// Ahead (Park) is how many tasks go before this one: pending, and
-	// parked with an earlier turn; -1 when it is not yet due or its key is
-	// paused.
+	// Ahead (Park) is how many tasks go before this one: parked with an
+	// earlier turn, and those in pending not in fair order (given back or
+	// recovered); -1 when it is not yet due or its key is paused.
 	Ahead int
 }
 
 func (q *Queue) args(ds string) ([]string, lua.FairArgs) {
 	a := q.space.Asynq(ds)
 	f := q.space.Fair(ds)
-	ks := append(f.List(), a.Pending(), f.Controls, f.Held)
-	fa := lua.FairArgs{Max: maxPerCall, TTLms: KeyTTL.Milliseconds()}
+	ks := append(f.List(), a.Pending(), f.Controls, f.Held, f.Pos, a.Scheduled())
+	fa := lua.FairArgs{Max: maxPerCall, TTLms: KeyTTL.Milliseconds(), TaskPrefix: a.TaskPrefix()}
 	if q.now != nil {
 		fa.NowMs = q.now().UnixMilli()
 	}
 	return ks, fa
 }
 
-// Park puts task id of downstream ds (enqueued in asynq scheduled at
-// least Horizon ahead) in fair order for key, due at due (zero: now).
+// Park puts task id of downstream ds (just enqueued by asynq: pending, or
+// scheduled at due) in fair order for key, due at due (zero: now).
 func (q *Queue) Park(ctx context.Context, ds string, f *Fairness, id, key string, cost int64, due time.Time) (State, error) {
 	ks, a := q.args(ds)
 	t := lua.FairTask{ID: id, Key: key, Cost: max(cost, 1), Weight: f.Weight(key)}

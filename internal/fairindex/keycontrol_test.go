@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
@@ -31,11 +29,12 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	q := fairindex.New(rdb, prefix)
 	ctl := control.New(rdb, prefix)
 	f := &fairindex.Fairness{}
-	scheduled := sp.Asynq("api").Scheduled()
+	aq := sp.Asynq("api")
 	park := func(key string, n int) {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", key, i)
-			if err := rdb.ZAdd(ctx, scheduled, redisZ(id)).Err(); err != nil {
+			rdb.HSet(ctx, aq.Task(id), "msg", "x", "state", "pending")
+			if err := rdb.LPush(ctx, aq.Pending(), id).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := q.Park(ctx, "api", f, id, key, 1, time.Time{}); err != nil {
@@ -125,8 +124,4 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, sp.Fair("api").Controls).Val(); ttl <= 0 && rdb.Exists(ctx, sp.Fair("api").Controls).Val() == 1 {
 		t.Errorf("the controls hash has no TTL")
 	}
-}
-
-func redisZ(id string) redis.Z {
-	return redis.Z{Score: float64(time.Now().Add(fairindex.Horizon).Unix()), Member: id}
 }

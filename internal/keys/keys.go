@@ -274,10 +274,10 @@ func (s Space) Quarantine(ds string) string {
 	return s.prefix() + ":quarantine:{" + s.Queue(ds) + "}"
 }
 
-// FairKeys are the keys of downstream ds's fair-share queue: tasks parked
-// in weighted fair order before asynq's pending list. Their hash tag is the
-// queue name, as in asynq's own keys, so one script moves a task from
-// parked to pending atomically on a cluster.
+// FairKeys are the keys of downstream ds's fair-share index: the weighted
+// fair order of the tasks that wait in asynq's pending list. Their hash
+// tag is the queue name, as in asynq's own keys, so one script takes a
+// task from pending to active in fair order atomically on a cluster.
 type FairKeys struct {
 	// Parked is a ZSET of task IDs scored by virtual start tag.
 	Parked string
@@ -304,13 +304,16 @@ type FairKeys struct {
 	// Held is a ZSET of a paused key's tasks, out of fair order until the
 	// key resumes (fair.lua).
 	Held string
+	// Pos is a HASH of task ID → its number in asynq's pending list
+	// (prelude_fairpos.lua), so a take finds it without a scan.
+	Pos string
 }
 
 // Fair returns downstream ds's fair-share keys.
 func (s Space) Fair(ds string) FairKeys {
 	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
 	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
-		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc", Controls: b + "keyctl", Held: b + "held"}
+		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc", Controls: b + "keyctl", Held: b + "held", Pos: b + "pos"}
 }
 
 // List returns the keys in the order fair.lua takes them (KEYS[1..6]).

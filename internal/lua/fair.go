@@ -5,12 +5,12 @@ import (
 	"strconv"
 )
 
-var fair = script("fair.lua")
+var fair = script("prelude_fairpos.lua", "fair.lua")
 
 // FairArgs are fair.lua's arguments common to park, feed and resume. Its
 // KEYS are the six fair-share keys (keys.FairKeys.List), asynq's pending
-// key of the queue, and optionally the fair-share keys Controls and Held
-// (both or neither).
+// key of the queue, the fair-share keys Controls, Held and Pos, and
+// asynq's scheduled key of the queue.
 type FairArgs struct {
 	// Max is ARGV[2]: at most this many due moves per call.
 	Max int64
@@ -18,9 +18,11 @@ type FairArgs struct {
 	TTLms int64
 	// NowMs is ARGV[4]: ms since the epoch; 0 reads Redis TIME.
 	NowMs int64
+	// TaskPrefix is ARGV[5]: asynq's task key prefix of the queue.
+	TaskPrefix string
 }
 
-// FairTask is what park adds: ARGV[5..10].
+// FairTask is what park adds: ARGV[6..11].
 type FairTask struct {
 	ID     string
 	Key    string
@@ -39,19 +41,21 @@ type FairReply struct {
 	// fair order, 0 when it is not yet due).
 	Moved int64
 	// Parked and Later are the tasks waiting in fair order and not yet
-	// due after the call (feed). Park: Parked is 1; Later is -1. Resume:
+	// due after the call (feed). Park: Parked is 1, or 0 when the task
+	// was in neither pending nor scheduled (taken or deleted already);
+	// Later is -1. Resume:
 	// Parked is how many tasks went back to fair order.
 	Parked, Later int64
 	// Keys is how many admission keys have tasks waiting (feed).
 	Keys int64
-	// Ahead (park) is how many tasks go before this one (pending, and
-	// parked with an earlier turn); -1 when it is not yet due or its key
-	// is paused.
+	// Ahead (park) is how many tasks go before this one (parked with an
+	// earlier turn, and the tasks in pending not in fair order); -1 when
+	// it is not yet due or its key is paused.
 	Ahead int64
 }
 
-// FairPark parks task t (already scheduled in asynq beyond the horizon)
-// in fair order, or in later until it is due.
+// FairPark parks task t (just enqueued by asynq: pending, or scheduled
+// with a ProcessAt) in fair order, or in later until it is due.
 func (s *Store) FairPark(ctx context.Context, keys []string, a FairArgs, t FairTask) (FairReply, error) {
 	return s.fair(ctx, keys, a, "park", t.ID, t.Key, t.Cost, strconv.FormatFloat(t.Weight, 'g', -1, 64),
 		t.DueMs, strconv.FormatFloat(t.PerMs, 'g', -1, 64))
@@ -77,7 +81,7 @@ func (s *Store) FairTend(ctx context.Context, keys []string, a FairArgs) (FairRe
 }
 
 func (s *Store) fair(ctx context.Context, keys []string, a FairArgs, op string, more ...any) (FairReply, error) {
-	args := append([]any{op, a.Max, a.TTLms, a.NowMs}, more...)
+	args := append([]any{op, a.Max, a.TTLms, a.NowMs, a.TaskPrefix}, more...)
 	v, err := s.ints(ctx, fair, keys, 5, args...)
 	if err != nil {
 		return FairReply{}, err

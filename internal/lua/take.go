@@ -15,11 +15,11 @@ import (
 // The take engine's scripts (shaping/take): take a task with its slot, and
 // finish it in asynq's storage as asynq's own processor would.
 var (
-	takeScript    = script("take.lua")
+	takeScript    = script("prelude_fairpos.lua", "take.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
-	takeHold      = script("take_hold.lua")
+	takeHold      = script("prelude_fairpos.lua", "take_hold.lua")
 	takeExtend    = script("take_extend.lua")
 	maxInt64Field = int64(math.MaxInt64)
 )
@@ -154,7 +154,7 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 			ks = append(ks, a.Bucket)
 		}
 		f := a.Fair
-		ks, fair = append(ks, f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore, f.Controls, f.Held), 1
+		ks, fair = append(ks, f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore, f.Controls, f.Held, f.Pos), 1
 	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
 		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now,
@@ -318,21 +318,19 @@ type TakeHoldArgs struct {
 	Key    string
 	Cost   int64
 	Weight float64
-	// Until is its time in asynq's scheduled set (the fair horizon ahead).
-	Until time.Time
 	// TTL is the fair keys' TTL.
 	TTL time.Duration
 }
 
 // TakeHold moves a taken task of a paused key from active to the fair
-// index's held set, waiting in asynq's scheduled set as a parked task
+// index's held set, waiting in asynq's pending list as a parked task
 // does, no attempt consumed. It reports false when the task was not
 // active any more (nothing written).
 func (s *Store) TakeHold(ctx context.Context, a TakeHoldArgs) (bool, error) {
 	q := a.Queue
-	ks := []string{q.Active(), q.Lease(), q.Scheduled(), q.TaskPrefix() + a.ID, a.Fair.State, a.Fair.Counts, a.Fair.Held}
+	ks := []string{q.Active(), q.Lease(), q.Pending(), q.TaskPrefix() + a.ID, a.Fair.State, a.Fair.Counts, a.Fair.Held, a.Fair.Pos}
 	n, err := takeHold.Run(ctx, s.rdb, ks, a.ID, a.Key, max(a.Cost, 1), strconv.FormatFloat(a.Weight, 'g', -1, 64),
-		a.Until.Unix(), max(a.TTL.Milliseconds(), 1)).Int64()
+		max(a.TTL.Milliseconds(), 1)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("take: hold: %w", err)
 	}

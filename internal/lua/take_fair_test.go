@@ -24,11 +24,12 @@ func fairRig(t *testing.T) (redis.UniversalClient, string, keys.Space, keys.Asyn
 	return rdb, prefix, sp, sp.Asynq("d1"), sp.Fair("d1"), fairindex.New(rdb, prefix), asynq.NewClientFromRedisClient(rdb)
 }
 
-// take.lua on a fair downstream: pending first (a task given back), then
-// the parked tasks by start tag (ties: by key), each moved from asynq's
-// scheduled set to active under a lease; a paused key's task goes to
-// held; V follows the tags; a take that runs out with nothing left in
-// fair order lets the fair keys expire within a minute.
+// take.lua on a fair downstream: the task at the tail of pending not in
+// fair order first (a task given back), then the parked tasks by start
+// tag (ties: by key), each moved from asynq's pending list to active
+// under a lease; a paused key's task goes to held, pending still; V
+// follows the tags; a take that runs out with nothing left in fair order
+// lets the fair keys expire within a minute.
 func TestTakeFairOrder(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix, sp, q, fk, fq, cl := fairRig(t)
@@ -44,7 +45,7 @@ func TestTakeFairOrder(t *testing.T) {
 	}
 	park := func(key string, n int) {
 		for i := range n {
-			id := enqueue(fmt.Sprint(key, i), asynq.ProcessIn(fairindex.Horizon))
+			id := enqueue(fmt.Sprint(key, i))
 			if _, err := fq.Park(ctx, "d1", f, id, key, 1, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
@@ -81,8 +82,8 @@ func TestTakeFairOrder(t *testing.T) {
 	if !rep.Drained {
 		t.Errorf("take did not say it ran out")
 	}
-	if n := rdb.ZCard(ctx, q.Scheduled()).Val(); n != 2 {
-		t.Errorf("%d tasks still scheduled, want C's 2", n)
+	if n := rdb.LLen(ctx, q.Pending()).Val(); n != 2 {
+		t.Errorf("%d tasks still pending, want C's 2", n)
 	}
 	if n := rdb.ZCard(ctx, fk.Held).Val(); n != 2 {
 		t.Errorf("held %d, want the paused C's 2", n)
@@ -115,7 +116,7 @@ func TestTakeFairOrder(t *testing.T) {
 
 // take_hold.lua: a fair task taken before its key was paused leaves
 // active and its lease for the key's held set (at V), waits in asynq's
-// scheduled set as parked tasks do, counted again; a second hold of it
+// pending list, numbered, as parked tasks do, counted again; a second hold of it
 // writes nothing; a resume brings it back to parked and the next take
 // takes it.
 func TestTakeHold(t *testing.T) {
@@ -124,7 +125,7 @@ func TestTakeHold(t *testing.T) {
 	f := &fairindex.Fairness{}
 	var ids []string
 	for i := range 2 {
-		info, err := cl.Enqueue(asynq.NewTask("job", []byte(fmt.Sprint("A", i))), asynq.Queue(sp.Queue("d1")), asynq.ProcessIn(fairindex.Horizon))
+		info, err := cl.Enqueue(asynq.NewTask("job", []byte(fmt.Sprint("A", i))), asynq.Queue(sp.Queue("d1")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,19 +154,21 @@ func TestTakeHold(t *testing.T) {
 	if n := rdb.HGet(ctx, fk.Counts, "A").Val(); n != "1" {
 		t.Fatalf("counts of A %q after the take, want 1", n)
 	}
-	a := lua.TakeHoldArgs{Queue: q, Fair: fk, ID: ids[0], Key: "A", Cost: 2, Weight: 1,
-		Until: time.Now().Add(fairindex.Horizon), TTL: fairindex.KeyTTL}
+	a := lua.TakeHoldArgs{Queue: q, Fair: fk, ID: ids[0], Key: "A", Cost: 2, Weight: 1, TTL: fairindex.KeyTTL}
 	if ok, err := st.TakeHold(ctx, a); err != nil || !ok {
 		t.Fatalf("hold: %v %v, want held", ok, err)
 	}
 	if n := rdb.LLen(ctx, q.Active()).Val() + rdb.ZCard(ctx, q.Lease()).Val(); n != 0 {
 		t.Errorf("%d entries left in active and lease, want 0", n)
 	}
-	if s := rdb.ZScore(ctx, q.Scheduled(), ids[0]).Val(); s < float64(time.Now().Add(fairindex.Horizon-time.Minute).Unix()) {
-		t.Errorf("held task scheduled at %v, want the horizon ahead", s)
+	if p := rdb.LRange(ctx, q.Pending(), 0, -1).Val(); fmt.Sprint(p) != fmt.Sprint([]string{ids[0], ids[1]}) {
+		t.Errorf("pending %v after the hold, want A0 back at the head %v", p, ids)
 	}
-	if s := rdb.HGet(ctx, q.Task(ids[0]), "state").Val(); s != "scheduled" {
-		t.Errorf("held task in state %q, want scheduled", s)
+	if !rdb.HExists(ctx, fk.Pos, ids[0]).Val() {
+		t.Errorf("held task not numbered in pending")
+	}
+	if s := rdb.HGet(ctx, q.Task(ids[0]), "state").Val(); s != "pending" {
+		t.Errorf("held task in state %q, want pending", s)
 	}
 	held := rdb.ZRange(ctx, fk.Held, 0, -1).Val()
 	if want := "1|A|0|2|1|1|A" + ids[0]; len(held) != 1 || held[0] != want {
@@ -174,7 +177,7 @@ func TestTakeHold(t *testing.T) {
 	if n := rdb.HGet(ctx, fk.Counts, "A").Val(); n != "2" {
 		t.Errorf("counts of A %q after the hold, want 2", n)
 	}
-	if ttl := rdb.PTTL(ctx, fk.Held).Val(); ttl < fairindex.Horizon {
+	if ttl := rdb.PTTL(ctx, fk.Held).Val(); ttl < fairindex.KeyTTL-time.Minute {
 		t.Errorf("held TTL %v, want the fair keys' TTL", ttl)
 	}
 	if ok, err := st.TakeHold(ctx, a); err != nil || ok {
