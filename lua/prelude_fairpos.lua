@@ -101,8 +101,8 @@ end
 local function fpTake(pending, pos, tprefix, id)
   local a = tonumber(redis.call('HGET', pos, id))
   if not a then return false end
-  redis.call('HDEL', pos, id)
   local m, rm, ra = fpFind(pending, pos, tprefix, id, a)
+  redis.call('HDEL', pos, id)
   if not m then return false end
   if m > 1 then
     local t = redis.call('LINDEX', pending, -1)

@@ -136,8 +136,8 @@ type Receipt struct {
 	// was collapsed into (also in ID).
 	CollapsedInto string
 	// FairWaiting is true for the task of a fair downstream: it waits in
-	// fair order until a dispatcher's take picks it, and asynq holds it
-	// as scheduled (far ahead) until then.
+	// asynq's pending list (scheduled until its ProcessAt, if any) for its
+	// turn in fair order, until a dispatcher's take picks it.
 	FairWaiting bool
 	// ExpectedStart is an estimate of when the task will be released:
 	// for a fair downstream, from its place in fair order; for another,

@@ -97,7 +97,7 @@ func TestCtlExplainKeyControls(t *testing.T) {
 		}
 		last = r
 	}
-	if out, err := ctl("explain", "api", last.ID); err != nil || !strings.Contains(out, "waits in fair order") {
+	if out, err := ctl("explain", "api", last.ID); err != nil || !strings.Contains(out, "is pending") || !strings.Contains(out, "in fair order, for its key's turn") {
 		t.Fatalf("explain of a parked task: %q, %v", out, err)
 	}
 	if _, err := ctl("key", "api", "bob", "rate", "1/2s"); err != nil {

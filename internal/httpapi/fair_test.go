@@ -9,7 +9,7 @@ import (
 )
 
 // The 202 of a fair downstream's task says where asynq holds it:
-// scheduled, with fair_turn, while it waits in fair order for a take to
+// pending, with fair_turn, while it waits in fair order for a take to
 // pick it (no dispatcher runs here); GET on a waiting one agrees.
 func TestAcceptedFairTaskState(t *testing.T) {
 	t.Parallel()
@@ -22,12 +22,12 @@ func TestAcceptedFairTaskState(t *testing.T) {
 		}
 		st, _ := r.body["state"].(string)
 		turn, _ := r.body["fair_turn"].(bool)
-		if !turn || st != "scheduled" {
-			t.Errorf("202 %s: fair_turn %v with state %q, want true and scheduled", r.raw, turn, st)
+		if !turn || st != "pending" {
+			t.Errorf("202 %s: fair_turn %v with state %q, want true and pending", r.raw, turn, st)
 		}
 		waiting, _ = r.body["id"].(string)
 	}
-	if r := b.do(t, "GET", "/v1/downstreams/api/tasks/"+waiting, nil); r.status != 200 || r.body["state"] != "scheduled" {
-		t.Errorf("GET the waiting task: %d %s, want scheduled as the 202 said", r.status, r.raw)
+	if r := b.do(t, "GET", "/v1/downstreams/api/tasks/"+waiting, nil); r.status != 200 || r.body["state"] != "pending" {
+		t.Errorf("GET the waiting task: %d %s, want pending as the 202 said", r.status, r.raw)
 	}
 }

@@ -124,9 +124,9 @@ type Accepted struct {
 	Downstream string `json:"downstream"`
 	Queue      string `json:"queue"`
 	// State is asynq's state of the task: "pending" (runs as soon as its
-	// downstream's rate allows) or "scheduled" (runs at ProcessAt:
-	// deferred, or "at"/"in" was set; or waits in fair order for its key's
-	// turn: FairTurn).
+	// downstream's rate allows, or, with FairTurn, its key's turn in fair
+	// order) or "scheduled" (runs at ProcessAt: deferred, or "at"/"in"
+	// was set).
 	State     string    `json:"state"`
 	Deferred  bool      `json:"deferred"`
 	ProcessAt time.Time `json:"process_at"`
@@ -138,8 +138,8 @@ type Accepted struct {
 	// seconds (the task runs no earlier than that).
 	RetryAfter float64 `json:"retry_after,omitempty"`
 	// FairTurn is true when the task waits in fair order for its key's
-	// turn (queue Receipt.FairWaiting): asynq shows it as scheduled until
-	// then; ExpectedStart says when it is expected to go.
+	// turn (queue Receipt.FairWaiting); ExpectedStart says when it is
+	// expected to go.
 	FairTurn bool `json:"fair_turn,omitempty"`
 	// ExpectedStart estimates when the task will be released (queue
 	// Receipt.ExpectedStart); absent when there is no estimate.
@@ -333,7 +333,7 @@ func (a *API) accepted(w http.ResponseWriter, rec queue.Receipt, failedOpen bool
 	now := a.cfg.Now()
 	body := Accepted{ID: rec.ID, Downstream: rec.Downstream, Queue: rec.Queue, State: "pending",
 		Deferred: rec.Deferred, ProcessAt: rec.ProcessAt, Priority: rec.Priority, Location: TaskPath(rec.Downstream, rec.ID)}
-	if rec.ProcessAt.After(now) || rec.FairWaiting {
+	if rec.ProcessAt.After(now) {
 		body.State = "scheduled"
 	}
 	body.FairTurn = rec.FairWaiting

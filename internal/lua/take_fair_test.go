@@ -3,6 +3,8 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +192,141 @@ func TestTakeHold(t *testing.T) {
 	if got := append(take(), take()...); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("took %v after the resume, want A0 then A1 %v", got, ids)
 	}
+}
+
+// A fair downstream's waiting tasks are pending to asynq's Inspector, and
+// takes move them out of the middle of the list in fair order without a
+// scan, even after the Inspector deleted and archived tasks from the
+// middle (the numbers of the tasks past them are then off, and a take
+// finds each in a window around its place: no LPOS). A task given back
+// (at the tail, not in fair order) goes first; one enqueued by asynq's
+// Client alone, not parked, goes once it reaches the tail. Every task is
+// taken once; nothing is left numbered.
+func TestFairTasksWaitPending(t *testing.T) {
+	ctx := context.Background()
+	rdb, _, sp, q, fk, fq, cl := fairRig(t)
+	f := &fairindex.Fairness{}
+	names := map[string]string{}
+	ids := map[string]string{}
+	enqueue := func(name string) string {
+		info, err := cl.Enqueue(asynq.NewTask("job", []byte(name)), asynq.Queue(sp.Queue("d1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[info.ID], ids[name] = name, info.ID
+		return info.ID
+	}
+	for _, key := range []string{"A", "B"} {
+		for i := range 20 {
+			id := enqueue(fmt.Sprint(key, i))
+			if _, err := fq.Park(ctx, "d1", f, id, key, 1, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	in := asynq.NewInspectorFromRedisClient(rdb)
+	qi, err := in.GetQueueInfo(sp.Queue("d1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qi.Pending != 40 || qi.Scheduled != 0 {
+		t.Errorf("Inspector: %d pending, %d scheduled; want the 40 fair tasks pending", qi.Pending, qi.Scheduled)
+	}
+	if ti, err := in.GetTaskInfo(sp.Queue("d1"), ids["B7"]); err != nil || ti.State != asynq.TaskStatePending {
+		t.Errorf("Inspector: B7 %v (%v), want pending", ti, err)
+	}
+	// from the middle, by hand: A5, B3 and A17 deleted, B10 archived
+	for _, n := range []string{"A5", "B3", "A17"} {
+		if err := in.DeleteTask(sp.Queue("d1"), ids[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := in.ArchiveTask(sp.Queue("d1"), ids["B10"]); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("X") // asynq's Client alone: not in fair order
+	g := enqueue("G")
+	if err := rdb.LRem(ctx, q.Pending(), 1, g).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.RPush(ctx, q.Pending(), g) // given back: at the tail
+
+	lposBefore := commandCalls(t, rdb, "lpos")
+	st := lua.New(rdb)
+	var order []string
+	for range 50 {
+		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 1, Budget: 100,
+			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+			Fair: &fk, FairTTL: fairindex.KeyTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Tasks) == 0 {
+			break
+		}
+		order = append(order, names[rep.Tasks[0].ID])
+	}
+	want := []string{"G"}
+	for i := range 20 {
+		for _, key := range []string{"A", "B"} {
+			if n := fmt.Sprint(key, i); n != "A5" && n != "B3" && n != "A17" && n != "B10" {
+				want = append(want, n)
+			}
+		}
+	}
+	want = append(want, "X")
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Errorf("taken\n %v\nwant\n %v", order, want)
+	}
+	if n := commandCalls(t, rdb, "lpos") - lposBefore; n != 0 {
+		t.Errorf("the takes scanned pending with LPOS %d times, want 0", n)
+	}
+	if n := rdb.LLen(ctx, q.Pending()).Val() + rdb.HLen(ctx, fk.Pos).Val(); n != 0 {
+		t.Errorf("%d entries left in pending and pos, want 0", n)
+	}
+	if n := rdb.LLen(ctx, q.Active()).Val(); n != int64(len(want)) {
+		t.Errorf("%d active, want %d", n, len(want))
+	}
+}
+
+// A task parked by an earlier version waits in asynq's scheduled set a day
+// ahead, not numbered: a take still takes it in its turn.
+func TestFairTakesTasksParkedBeforeTheyWaitedPending(t *testing.T) {
+	ctx := context.Background()
+	rdb, _, sp, q, fk, _, cl := fairRig(t)
+	info, err := cl.Enqueue(asynq.NewTask("job", nil), asynq.Queue(sp.Queue("d1")), asynq.ProcessIn(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, fk.Parked, redis.Z{Score: 0, Member: "1|1|1|L" + info.ID})
+	rdb.HSet(ctx, fk.Counts, "L", 1)
+	rep, err := lua.New(rdb).Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 5, Budget: 100,
+		Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+		Fair: &fk, FairTTL: fairindex.KeyTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tasks) != 1 || rep.Tasks[0].ID != info.ID {
+		t.Fatalf("took %+v, want the task parked in scheduled", rep.Tasks)
+	}
+	if n := rdb.ZCard(ctx, q.Scheduled()).Val(); n != 0 {
+		t.Errorf("%d left in scheduled, want 0", n)
+	}
+}
+
+// commandCalls is Redis's count of calls of cmd so far (INFO
+// commandstats), scripts' own calls included.
+func commandCalls(t *testing.T, rdb redis.UniversalClient, cmd string) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
