@@ -32,23 +32,33 @@ local FP_WINDOW = 32
 -- (1: the tail) and its number; nil when none of the last FP_WINDOW is
 -- numbered
 local function fpRef(pending, pos)
-  local ids = redis.call('LRANGE', pending, -FP_WINDOW, -1)
+  local a = redis.call('HGET', pos, redis.call('LINDEX', pending, -1) or '')
+  if a then return 1, tonumber(a) end
+  local ids = redis.call('LRANGE', pending, -FP_WINDOW, -2)
   for j = #ids, 1, -1 do
-    local a = redis.call('HGET', pos, ids[j])
-    if a then return #ids - j + 1, tonumber(a) end
+    a = redis.call('HGET', pos, ids[j])
+    if a then return #ids - j + 2, tonumber(a) end
   end
   return nil
 end
 
 local function fpPlace(pending, pos, id, i)
+  -- the task just behind it, toward the tail, is numbered (the common
+  -- case): one more
+  local o = redis.call('LINDEX', pending, i + 1)
+  local a = o and redis.call('HGET', pos, o)
+  if a then
+    redis.call('HSET', pos, id, tonumber(a) + 1)
+    return
+  end
   local n = redis.call('LLEN', pending)
   local m = n - i
-  -- a numbered task just behind it, toward the tail (j places behind)
-  local ids = redis.call('LRANGE', pending, i + 1, i + FP_WINDOW)
+  -- a numbered task a little further behind it (j places behind)
+  local ids = redis.call('LRANGE', pending, i + 2, i + FP_WINDOW)
   for j, o in ipairs(ids) do
-    local a = redis.call('HGET', pos, o)
+    a = redis.call('HGET', pos, o)
     if a then
-      redis.call('HSET', pos, id, tonumber(a) + j)
+      redis.call('HSET', pos, id, tonumber(a) + j + 1)
       return
     end
   end
@@ -62,7 +72,7 @@ local function fpPlace(pending, pos, id, i)
     local from = i + FP_WINDOW + 1
     while from < n - FP_WINDOW do
       for j, o in ipairs(redis.call('LRANGE', pending, from, from + 511)) do
-        local a = redis.call('HGET', pos, o)
+        a = redis.call('HGET', pos, o)
         if a then
           redis.call('HSET', pos, id, tonumber(a) + from + j - 1 - i)
           return
@@ -74,16 +84,18 @@ local function fpPlace(pending, pos, id, i)
   redis.call('HSET', pos, id, m)
 end
 
--- fpFind: id's distance from the tail, and the reference it was found
--- from (distance, number), or nil when id is not in pending
-local function fpFind(pending, pos, tprefix, id, a)
-  local n = redis.call('LLEN', pending)
-  local rm, ra = fpRef(pending, pos)
+-- fpFind: where numbered task id (number a) is: its distance from the
+-- tail and the reference it was found from (distance, number), or nil
+-- when id is not in pending. ra, when given, is the tail's number.
+local function fpFind(pending, pos, tprefix, id, a, ra)
+  local rm = 1
+  if not ra then rm, ra = fpRef(pending, pos) end
   if rm then
     local m = a - ra + rm
-    if m >= 1 and m <= n and redis.call('LINDEX', pending, -m) == id then return m, rm, ra end
+    if m >= 1 and redis.call('LINDEX', pending, -m) == id then return m, rm, ra end
     -- someone removed a task from the middle: look around its place
     if redis.call('HGET', tprefix .. id, 'state') ~= 'pending' then return nil end
+    local n = redis.call('LLEN', pending)
     local lo, hi = math.max(m - FP_WINDOW, 1), math.min(m + FP_WINDOW, n)
     if lo <= hi then
       for j, o in ipairs(redis.call('LRANGE', pending, -hi, -lo)) do
@@ -95,24 +107,25 @@ local function fpFind(pending, pos, tprefix, id, a)
   end
   local i = redis.call('LPOS', pending, id, 'RANK', -1)
   if not i then return nil end
-  return n - i, rm, ra
+  return redis.call('LLEN', pending) - i, rm, ra
 end
 
-local function fpTake(pending, pos, tprefix, id)
+-- fpTake: tail and ta, when given, are the tail task and its number
+local function fpTake(pending, pos, tprefix, id, tail, ta)
   local a = tonumber(redis.call('HGET', pos, id))
   if not a then return false end
-  local m, rm, ra = fpFind(pending, pos, tprefix, id, a)
+  local m, rm, ra = fpFind(pending, pos, tprefix, id, a, ta)
   redis.call('HDEL', pos, id)
   if not m then return false end
   if m > 1 then
-    local t = redis.call('LINDEX', pending, -1)
-    if not rm or redis.call('HEXISTS', pos, t) == 0 then
+    if rm ~= 1 then
       -- the tail is served first (not in fair order): it stays there
       redis.call('LREM', pending, -1, id)
       return true
     end
+    local t = tail or redis.call('LINDEX', pending, -1)
     redis.call('LSET', pending, -m, t)
-    redis.call('HSET', pos, t, ra + m - rm)
+    redis.call('HSET', pos, t, ra + m - 1)
   end
   redis.call('RPOP', pending)
   return true

@@ -241,9 +241,10 @@ local fv, fv0, fctl
 local fttl = tonumber(ARGV[15]) or 0
 local function fmt(x) return string.format('%.17g', x) end
 -- popFair moves the parked task with the least start tag to active and
--- returns its id, or nil when none is parked. A member is
+-- returns its id, or nil when none is parked (tail, ta: pending's tail
+-- and its number, nil when pending is empty). A member is
 -- "<cost>|<weight>|<len(key)>|<key><id>" (fair.lua).
-local function popFair()
+local function popFair(tail, ta)
   if fv == nil then
     fv = tonumber(redis.call('HGET', KEYS[17], 'v') or '0') or 0
     fv0, fctl = fv, redis.call('EXISTS', KEYS[21]) == 1
@@ -264,7 +265,7 @@ local function popFair()
       if s > fv then fv = s end
       if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
       -- not found: deleted, archived or quarantined by someone else
-      if fpTake(KEYS[2], KEYS[23], tprefix, id) or redis.call('ZREM', KEYS[6], id) == 1 then
+      if fpTake(KEYS[2], KEYS[23], tprefix, id, tail, ta) or redis.call('ZREM', KEYS[6], id) == 1 then
         redis.call('LPUSH', KEYS[3], id)
         return id
       end
@@ -293,10 +294,11 @@ local function popList(k)
   if fair and k == KEYS[2] then
     if pendingOut then return nil, true end
     local tail = redis.call('LINDEX', k, -1)
-    if tail and redis.call('HEXISTS', KEYS[23], tail) == 0 then
+    local ta = tail and tonumber(redis.call('HGET', KEYS[23], tail))
+    if tail and not ta then
       return redis.call('RPOPLPUSH', k, KEYS[3]), true
     end
-    local id = popFair()
+    local id = popFair(tail, ta)
     pendingOut = not id
     return id, true
   end
