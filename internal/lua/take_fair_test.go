@@ -20,7 +20,7 @@ import (
 
 // fairRig is a fair downstream "d1" under a prefix of the test's own: the
 // client and prefix, its keys, its fair queue and an asynq client.
-func fairRig(t *testing.T) (redis.UniversalClient, string, keys.Space, keys.AsynqQueue, keys.FairKeys, *fairindex.Queue, *asynq.Client) {
+func fairRig(t testing.TB) (redis.UniversalClient, string, keys.Space, keys.AsynqQueue, keys.FairKeys, *fairindex.Queue, *asynq.Client) {
 	rdb, prefix := redistest.Client(t), redistest.Prefix(t)
 	sp := keys.New(prefix)
 	return rdb, prefix, sp, sp.Asynq("d1"), sp.Fair("d1"), fairindex.New(rdb, prefix), asynq.NewClientFromRedisClient(rdb)
