@@ -12,7 +12,10 @@
 --
 -- With ARGV[9] = 1 the call first does what asynq's forwarder, recoverer
 -- and janitor would do for this queue: due tasks of the scheduled and
--- retry ZSETs become pending (asynq's forwardCmd, at most 100 each), tasks
+-- retry ZSETs become pending (asynq's forwardCmd, at most 100 each; on a
+-- fair downstream, a task that was in fair order goes back to it at its
+-- key's turn: a take from fair order sets the task hash's field
+-- "shaper_fair" to its member without the id), tasks
 -- whose lease expired go back to the head of pending in state "pending"
 -- with no attempt consumed (at most 100), and completed tasks past their
 -- retention are deleted (at most 100).
@@ -176,7 +179,42 @@ if now == nil or now <= 0 then
 end
 local now_s = math.floor(now / 1000000)
 
--- forward: asynq's forwardCmd for one delayed ZSET
+-- fair order (ARGV[14]): V is fair.lua's state, read at the first task
+-- taken from parked or parked here, and written back after the last
+local fv, fv0, fctl
+local fttl = tonumber(ARGV[15]) or 0
+local function fmt(x) return string.format('%.17g', x) end
+local function fairInit()
+  if fv == nil then
+    fv = tonumber(redis.call('HGET', KEYS[17], 'v') or '0') or 0
+    fv0, fctl = fv, redis.call('EXISTS', KEYS[21]) == 1
+  end
+end
+
+-- parkFair puts task id, just pushed to the head of pending, in fair
+-- order at its key's turn, as fair.lua's park does (a per-key ceiling is
+-- left to the reservation): pre is its hash's "shaper_fair", its member
+-- without the id, "<cost>|<weight>|<len(key)>|<key>"
+local function parkFair(id, pre)
+  fairInit()
+  local c, w, nk, rest = string.match(pre, '^([^|]+)|([^|]+)|(%d+)|(.*)$')
+  local key = string.sub(rest or '', 1, tonumber(nk) or 0)
+  w = tonumber(w)
+  if fctl then
+    local o = tonumber(redis.call('HGET', KEYS[21], 'w:' .. key) or '')
+    if o and o > 0 then w = o end
+  end
+  if not (tonumber(c) and w and w > 0) then return end
+  fpPlace(KEYS[2], KEYS[23], id, 0)
+  local s = math.max(tonumber(redis.call('HGET', KEYS[16], key) or '0') or 0, fv)
+  redis.call('HSET', KEYS[16], key, fmt(s + tonumber(c) / w))
+  redis.call('ZADD', KEYS[15], fmt(s), pre .. id)
+  redis.call('HINCRBY', KEYS[19], key, 1)
+  for _, k in ipairs({KEYS[15], KEYS[16], KEYS[19], KEYS[23]}) do redis.call('PEXPIRE', k, fttl) end
+end
+
+-- forward: asynq's forwardCmd for one delayed ZSET (a task of a fair
+-- downstream that was in fair order before goes back to it)
 local function forward(src)
   local ids = redis.call('ZRANGEBYSCORE', src, '-inf', now_s, 'LIMIT', 0, 100)
   for _, id in ipairs(ids) do
@@ -190,6 +228,8 @@ local function forward(src)
       redis.call('LPUSH', home(id), id)
       redis.call('ZREM', src, id)
       redis.call('HSET', tk, 'state', 'pending', 'pending_since', string.format('%d', now * 1000))
+      local pre = fair and redis.call('HGET', tk, 'shaper_fair')
+      if pre then parkFair(id, pre) end
     end
   end
   return #ids
@@ -235,20 +275,13 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 
--- fair order (ARGV[14]): V is fair.lua's state, read at the first task
--- taken from parked and written back after the last
-local fv, fv0, fctl
-local fttl = tonumber(ARGV[15]) or 0
-local function fmt(x) return string.format('%.17g', x) end
 -- popFair moves the parked task with the least start tag to active and
 -- returns its id, or nil when none is parked (tail, ta: pending's tail
 -- and its number, nil when pending is empty). A member is
 -- "<cost>|<weight>|<len(key)>|<key><id>" (fair.lua).
+local fairPre -- the member without the id of the task popFair took last
 local function popFair(tail, ta)
-  if fv == nil then
-    fv = tonumber(redis.call('HGET', KEYS[17], 'v') or '0') or 0
-    fv0, fctl = fv, redis.call('EXISTS', KEYS[21]) == 1
-  end
+  fairInit()
   while true do
     local p = redis.call('ZPOPMIN', KEYS[15])
     if #p == 0 then return nil end
@@ -267,6 +300,7 @@ local function popFair(tail, ta)
       -- not found: deleted, archived or quarantined by someone else
       if fpTake(KEYS[2], KEYS[23], tprefix, id, tail, ta) or redis.call('ZREM', KEYS[6], id) == 1 then
         redis.call('LPUSH', KEYS[3], id)
+        fairPre = string.sub(m, 1, #m - #id)
         return id
       end
     end
@@ -365,13 +399,19 @@ for j = 0, n - 1 do
   local s = base + j * interval
   if s < now then s = now end
   if s - now > ahead then break end
+  fairPre = nil
   local id = pick()
   if not id then
     drained = 1
     break
   end
   local tk = tprefix .. id
-  redis.call('HSET', tk, 'state', 'active')
+  if fairPre then
+    -- so that a retry of it goes back to fair order (forward)
+    redis.call('HSET', tk, 'state', 'active', 'shaper_fair', fairPre)
+  else
+    redis.call('HSET', tk, 'state', 'active')
+  end
   redis.call('HDEL', tk, 'pending_since')
   redis.call('ZADD', KEYS[4], exp, id)
   out[#out + 1] = id

@@ -330,3 +330,64 @@ func commandCalls(t *testing.T, rdb redis.UniversalClient, cmd string) int64 {
 	}
 	return 0
 }
+
+// A retry of a task that was in fair order goes back to fair order at its
+// key's turn when the take's maintenance forwards it (its hash's
+// shaper_fair), not behind the whole backlog of pending.
+func TestFairRetryGoesBackToFairOrder(t *testing.T) {
+	ctx := context.Background()
+	rdb, _, sp, q, fk, fq, cl := fairRig(t)
+	f := &fairindex.Fairness{}
+	names := map[string]string{}
+	park := func(key string, n int) {
+		for i := range n {
+			info, err := cl.Enqueue(asynq.NewTask("job", nil), asynq.Queue(sp.Queue("d1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			names[info.ID] = fmt.Sprint(key, i)
+			if _, err := fq.Park(ctx, "d1", f, info.ID, key, 1, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	park("A", 20)
+	park("B", 1)
+	st := lua.New(rdb)
+	take := func(n int64, maintain bool) []string {
+		a := lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: n, Budget: 100, Lease: 30 * time.Second,
+			Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour, Maintain: maintain,
+			Fair: &fk, FairTTL: fairindex.KeyTTL}
+		rep, err := st.Take(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tk := range rep.Tasks {
+			out = append(out, names[tk.ID])
+		}
+		return out
+	}
+	if got := fmt.Sprint(take(2, false)); got != "[A0 B0]" {
+		t.Fatalf("took %s, want [A0 B0]", got)
+	}
+	var b0 string
+	for id, n := range names {
+		if n == "B0" {
+			b0 = id
+		}
+	}
+	if rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val() != "1|1|1|B" {
+		t.Fatalf("B0 taken with shaper_fair %q, want its member without the id", rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val())
+	}
+	// B0's call failed: asynq's retry, due now
+	rdb.LRem(ctx, q.Active(), 1, b0)
+	rdb.ZRem(ctx, q.Lease(), b0)
+	rdb.ZAdd(ctx, q.Retry(), redis.Z{Score: float64(time.Now().Unix() - 1), Member: b0})
+	rdb.HSet(ctx, q.Task(b0), "state", "retry")
+	rdb.Del(ctx, sp.TakeMaintained("d1")) // this take maintains
+	// B's turn is at 1 (after B0's first try), with A1's: ties by key
+	if got := fmt.Sprint(take(3, true)); got != "[A1 B0 A2]" {
+		t.Errorf("took %s after the retry was due, want [A1 B0 A2]: B0 back in fair order", got)
+	}
+}
