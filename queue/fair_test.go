@@ -41,8 +41,8 @@ func TestFairLateRejectAtEnqueue(t *testing.T) {
 		t.Errorf("expected start in %v, want about 10s (100 tasks ahead at 10/s)", d)
 	}
 	b, err := queue.NewInspector(rdb, prefix).Backlog("api")
-	if err != nil || b.Total() != 100 {
-		t.Errorf("backlog %+v (%v), want the 100 tasks and not the refused one", b, err)
+	if err != nil || b.Total() != 100 || b.Pending != 100 {
+		t.Errorf("backlog %+v (%v), want the 100 tasks pending (waiting in fair order) and not the refused one", b, err)
 	}
 	rec, err = p.Enqueue(ctx, queue.Task{Downstream: "api", Key: "B", Payload: []byte("{}"), TTL: 2 * time.Second})
 	if err != nil || rec.Outcome != queue.Accepted {
