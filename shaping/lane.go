@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // lane reserves slots for one downstream's waiting workers in this
@@ -109,7 +107,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 			l.fair.served(key, cost, l.r.d.cfg.Clock.Now())
 		}
 		l.mu.Unlock()
-		take.InLine(ctx)
+		inLine(ctx)
 		return g, g.err
 	}
 	var e *list.Element
@@ -122,7 +120,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		e = l.pushInOrder(w)
 	}
 	l.mu.Unlock()
-	take.InLine(ctx) // the next task of the take may queue behind w now
+	inLine(ctx) // the next task of the take may queue behind w now
 	select {
 	case l.kick <- struct{}{}:
 	default:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // Concurrency caps: at most Downstream.Concurrency calls in flight across
@@ -36,11 +37,25 @@ type leaseLane struct {
 	q    *list.List // of *leaseWaiter
 	held map[string]struct{}
 	kick chan struct{}
+	// last is the placed channel of the waiter granted last
+	last chan struct{}
 }
 
 type leaseWaiter struct {
-	member string
 	done   chan struct{} // closed when granted
+	leaseTurn
+}
+
+// leaseTurn is a granted lease (member, for release) and the waiter's
+// turn at the slot lane: the waiters granted leases queue for their slots
+// in the order they were granted, so that two granted at once do not race
+// to the lane (a stocked slot goes to whoever comes first). prev closes
+// once the waiter granted before it has its place in the slot lane or
+// left; close placed (once) when this one has.
+type leaseTurn struct {
+	member string
+	prev   <-chan struct{}
+	placed chan struct{}
 }
 
 func newLeaseLane(svc *services, ds Downstream) *leaseLane {
@@ -61,16 +76,19 @@ func newToken() string {
 }
 
 // acquire waits for a lease for a call of admission key key and returns
-// its member, to be given to release.
-func (l *leaseLane) acquire(ctx context.Context, key string) (string, error) {
-	w := &leaseWaiter{member: newToken() + "|" + key, done: make(chan struct{})}
+// it; its member is to be given to release. The waiters are granted in
+// the order they asked, skipping keys at their cap, so once this one is
+// queued the next task of its take may ask (take.InLine).
+func (l *leaseLane) acquire(ctx context.Context, key string) (leaseTurn, error) {
+	w := &leaseWaiter{leaseTurn: leaseTurn{member: newToken() + "|" + key}, done: make(chan struct{})}
 	l.mu.Lock()
 	e := l.q.PushBack(w)
 	l.mu.Unlock()
+	take.InLine(ctx)
 	l.nudge()
 	select {
 	case <-w.done:
-		return w.member, nil
+		return w.leaseTurn, nil
 	case <-ctx.Done():
 	case <-l.svc.stopping:
 	}
@@ -78,14 +96,15 @@ func (l *leaseLane) acquire(ctx context.Context, key string) (string, error) {
 	l.q.Remove(e)
 	l.mu.Unlock()
 	select {
-	case <-w.done: // granted meanwhile: give it back
+	case <-w.done: // granted meanwhile: give it back, and its turn
+		close(w.placed)
 		l.release(w.member)
 	default:
 	}
 	if ctx.Err() != nil {
-		return "", ctx.Err()
+		return leaseTurn{}, ctx.Err()
 	}
-	return "", errStopping
+	return leaseTurn{}, errStopping
 }
 
 // release gives a lease back (at once, so another process's waiter can
@@ -218,6 +237,8 @@ func (l *leaseLane) grant(ws []*leaseWaiter, flags []int64) int {
 			continue
 		}
 		l.held[w.member] = struct{}{}
+		w.prev, w.placed = l.last, make(chan struct{})
+		l.last = w.placed
 		close(w.done)
 	}
 	l.gauge()
@@ -260,5 +281,18 @@ func (l *leaseLane) renewLoop() {
 func (l *leaseLane) gauge() {
 	if m := l.svc.m; m != nil {
 		m.LeasesInUse.WithLabelValues(l.ds.Name).Set(float64(len(l.held)))
+	}
+}
+
+type placedKey struct{}
+
+// inLine says the task whose handler got ctx has its place in the slot
+// lane (or its shadow slot): the next task of its take may go on
+// (take.InLine), and so may the task granted a lease after it
+// (leaseTurn).
+func inLine(ctx context.Context) {
+	take.InLine(ctx)
+	if f, ok := ctx.Value(placedKey{}).(func()); ok {
+		f()
 	}
 }

@@ -132,3 +132,50 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 		t.Errorf("priority 6: %v, want ErrInvalidTask", err)
 	}
 }
+
+// Under a concurrency cap per key the order holds too: a take's tasks
+// queue for their leases in take order (take.InLine at the lease lane),
+// and tasks granted leases together queue for their slots in the order
+// they were granted (leaseTurn), so none of a lower priority races past
+// one of a higher to a stocked slot.
+func TestPriorityOrderUnderLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb, prefix, d := e.rdb, e.prefix, e.d
+	var mu sync.Mutex
+	var order []string
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},
+		KeyConcurrency: 1, Handler: func(ctx context.Context, task *shaping.Task) error {
+			mu.Lock()
+			order = append(order, string(task.Payload))
+			mu.Unlock()
+			return nil
+		}}))
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Priority: map[string]int{"api": 0}})
+	defer p.Close()
+	prios := []int{5, 3, 1, 4, 2, 5, 1, 3, 2, 4}
+	var want []string
+	for i, pr := range prios {
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: fmt.Sprint("k", i),
+			Payload: []byte(fmt.Sprintf("t%02d-p%d", i, pr)), Priority: pr})
+		must(t, err)
+	}
+	for lv := 1; lv <= 5; lv++ {
+		for i, pr := range prios {
+			if pr == lv {
+				want = append(want, fmt.Sprintf("t%02d-p%d", i, lv))
+			}
+		}
+	}
+	must(t, d.Start())
+	waitFor(t, 10*time.Second, "the backlog released", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= len(want)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, want) {
+		t.Errorf("released %v, want %v", order, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -117,10 +118,10 @@ func poke(c chan struct{}) {
 // cap per key takes up to the budget: its lane passes over the tasks of
 // keys at their cap, which would otherwise fill the look-ahead.
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
-	// InLine: a take's tasks queue at the lane in take order (a waiter
-	// for a lease says nothing: the next task, of another key, must not
-	// wait behind that lease)
-	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1, InLine: r.leases == nil,
+	// InLine: a take's tasks queue at the lane in take order (under a
+	// concurrency cap, in the lease lane's queue: the next task, of
+	// another key, must not wait behind a lease)
+	d := take.Downstream{Name: r.ds.Name, InFlight: r.ds.Workers, LateTolerance: -1, InLine: true,
 		Handler: r.serveTake, Gate: r.takeGate, Priority: r.ds.Priority != nil, Fair: r.ds.Fairness != nil, Malformed: func(id string, msg []byte) bool { return q.taken(r.ds.Name, id, msg) },
 		BudgetNow: func() int { return r.ds.Workers * int(max(r.d.procs.Load(), 1)) }}
 	if r.ds.Priority != nil {
@@ -306,7 +307,17 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 		if err != nil {
 			return r.giveBack(ctx)
 		}
-		defer r.leases.release(lease)
+		defer r.leases.release(lease.member)
+		placed := sync.OnceFunc(func() { close(lease.placed) })
+		defer placed()
+		ctx = context.WithValue(ctx, placedKey{}, placed)
+		if lease.prev != nil {
+			select {
+			case <-lease.prev:
+			case <-ctx.Done():
+				return r.giveBack(ctx)
+			}
+		}
 	}
 	front := false // queue at the front: this task's last slot was wasted
 	for {

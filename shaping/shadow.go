@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/limiters"
-	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // inShadow reports whether the downstream's shaping runs in shadow now.
@@ -64,7 +63,7 @@ func (r *runner) shadowSlot(ctx context.Context, cost int64) (Reservation, brkTo
 				continue // the breaker moved meanwhile: ask it again
 			}
 		}
-		take.InLine(ctx) // its slot is decided: the next task of its take may ask
+		inLine(ctx) // its slot is decided: the next task of its take may ask
 		return Reservation{OK: true, Count: 1, Now: res.Now}, tok, nil
 	}
 }
