@@ -42,7 +42,7 @@ type leaseLane struct {
 }
 
 type leaseWaiter struct {
-	done   chan struct{} // closed when granted
+	done chan struct{} // closed when granted
 	leaseTurn
 }
 
