@@ -35,7 +35,9 @@
 --                      (prelude_fairpos.lua)
 -- KEYS[11] -> asynq:{q}:scheduled  ZSET (a due task leaves it)
 -- A member is "<cost>|<weight>|<len(key)>|<key><id>": the task carries
--- what a take and a due move need, so no per-task hash is kept.
+-- what a take and a due move need, so no per-task hash is kept. Parked,
+-- it starts with "!" when its key started at V (a key that arrives): tied
+-- turns go in member order, and "!" sorts first.
 -- ARGV[1] -> op: "park" | "feed" | "tend" | "resume" (tend: a feed
 --            when later or held has tasks; else it reads only how many
 --            keys have tasks waiting, and replies {0, -1, -1, keys, -1})
@@ -133,17 +135,27 @@ local refreshed = tonumber(st[2]) or 0
 local function enc(id, key, cost, w) return cost .. '|' .. w .. '|' .. #key .. '|' .. key .. id end
 
 local function dec(m)
-  local c, w, n, rest = string.match(m, '^([^|]+)|([^|]+)|(%d+)|(.*)$')
+  local c, w, n, rest = string.match(m, '^!?([^|]+)|([^|]+)|(%d+)|(.*)$')
   n = tonumber(n)
   return string.sub(rest, n + 1), string.sub(rest, 1, n), tonumber(c), tonumber(w)
 end
 
--- turn: the start tag of key's next task, and its finish is recorded
+-- turn: the start tag of key's next task, and its finish is recorded;
+-- fresh when the key starts at V (it had no turn at or past V)
 local function turn(key, cost, w)
   w = weightOf(key, w)
-  local s = math.max(tonumber(redis.call('HGET', KEYS[2], key) or '0') or 0, v)
+  local f = tonumber(redis.call('HGET', KEYS[2], key) or '')
+  local s = math.max(f or 0, v)
   redis.call('HSET', KEYS[2], key, fmt(s + cost / w))
-  return s
+  return s, f == nil or f < v
+end
+
+-- inTurn is member m as parked at its turn s: a key that starts at V
+-- goes before the tasks tied with it ("!" sorts before a digit), so a key
+-- that arrives is not passed by a round of keys whose turns are all V
+local function inTurn(m, fresh)
+  if fresh then return '!' .. m end
+  return m
 end
 
 local ahead, moved = -1, 0
@@ -190,8 +202,8 @@ if op == 'park' then
   if due > now or not at then
     redis.call('ZADD', KEYS[4], due, member)
   else
-    local s = turn(key, cost, w)
-    redis.call('ZADD', KEYS[1], fmt(s), member)
+    local s, fresh = turn(key, cost, w)
+    redis.call('ZADD', KEYS[1], fmt(s), inTurn(member, fresh))
     moved = 1
     -- before it: the parked tasks with earlier turns, and the tasks in
     -- pending not in fair order (given back or recovered: a take serves
@@ -232,7 +244,8 @@ else
     redis.call('ZREM', KEYS[4], m)
     local id, key, cost, w = dec(m)
     if arrived(id) then
-      redis.call('ZADD', KEYS[1], fmt(turn(key, cost, w)), m)
+      local s, fresh = turn(key, cost, w)
+      redis.call('ZADD', KEYS[1], fmt(s), inTurn(m, fresh))
       moved = moved + 1
     elseif redis.call('HINCRBY', KEYS[5], key, -1) <= 0 then
       redis.call('HDEL', KEYS[5], key)

@@ -197,17 +197,22 @@ end
 -- without the id, "<cost>|<weight>|<len(key)>|<key>"
 local function parkFair(id, pre)
   fairInit()
-  local c, w, nk, rest = string.match(pre, '^([^|]+)|([^|]+)|(%d+)|(.*)$')
-  local key = string.sub(rest or '', 1, tonumber(nk) or 0)
-  w = tonumber(w)
+  local c, ws, nk, rest = string.match(pre, '^!?([^|]+)|([^|]+)|(%d+)|(.*)$')
+  if not rest then return end
+  pre = c .. '|' .. ws .. '|' .. nk .. '|' .. rest
+  local key = string.sub(rest, 1, tonumber(nk))
+  local w = tonumber(ws)
   if fctl then
     local o = tonumber(redis.call('HGET', KEYS[21], 'w:' .. key) or '')
     if o and o > 0 then w = o end
   end
   if not (tonumber(c) and w and w > 0) then return end
   fpPlace(KEYS[2], KEYS[23], id, 0)
-  local s = math.max(tonumber(redis.call('HGET', KEYS[16], key) or '0') or 0, fv)
+  local f = tonumber(redis.call('HGET', KEYS[16], key) or '')
+  local s = math.max(f or 0, fv)
   redis.call('HSET', KEYS[16], key, fmt(s + tonumber(c) / w))
+  -- a key that starts at V goes before the turns tied with it (fair.lua)
+  if f == nil or f < fv then pre = '!' .. pre end
   redis.call('ZADD', KEYS[15], fmt(s), pre .. id)
   redis.call('HINCRBY', KEYS[19], key, 1)
   for _, k in ipairs({KEYS[15], KEYS[16], KEYS[19], KEYS[23]}) do redis.call('PEXPIRE', k, fttl) end
@@ -278,7 +283,8 @@ if start - now > ahead then return reply(4, start, 0) end
 -- popFair moves the parked task with the least start tag to active and
 -- returns its id, or nil when none is parked (tail, ta: pending's tail
 -- and its number, nil when pending is empty). A member is
--- "<cost>|<weight>|<len(key)>|<key><id>" (fair.lua).
+-- "<cost>|<weight>|<len(key)>|<key><id>", after a "!" when its key
+-- started at V (fair.lua).
 local fairPre -- the member without the id of the task popFair took last
 local function popFair(tail, ta)
   fairInit()
@@ -286,7 +292,7 @@ local function popFair(tail, ta)
     local p = redis.call('ZPOPMIN', KEYS[15])
     if #p == 0 then return nil end
     local m, s = p[1], tonumber(p[2])
-    local nk, rest = string.match(m, '^[^|]+|[^|]+|(%d+)|(.*)$')
+    local nk, rest = string.match(m, '^!?[^|]+|[^|]+|(%d+)|(.*)$')
     local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
     if fctl and redis.call('HEXISTS', KEYS[21], 'p:' .. key) == 1 then
       -- a paused key's task waits in held, at its tag, until it resumes

@@ -377,7 +377,7 @@ func TestFairRetryGoesBackToFairOrder(t *testing.T) {
 			b0 = id
 		}
 	}
-	if rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val() != "1|1|1|B" {
+	if rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val() != "!1|1|1|B" {
 		t.Fatalf("B0 taken with shaper_fair %q, want its member without the id", rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val())
 	}
 	// B0's call failed: asynq's retry, due now
@@ -389,5 +389,53 @@ func TestFairRetryGoesBackToFairOrder(t *testing.T) {
 	// B's turn is at 1 (after B0's first try), with A1's: ties by key
 	if got := fmt.Sprint(take(3, true)); got != "[A1 B0 A2]" {
 		t.Errorf("took %s after the retry was due, want [A1 B0 A2]: B0 back in fair order", got)
+	}
+}
+
+// A key that arrives while the backlog's keys all have turns at V goes
+// before them: its task is parked with "!" and tied turns go in member
+// order. A, B and C each have tasks at 0, 1, 2; after A0 B0 C0 A1, V is
+// 1 and B1, C1 wait at 1; D's first task starts at 1 too and is taken
+// next, not after B1 and C1 (by key, B and C sort before D).
+func TestFairNewcomerWinsTies(t *testing.T) {
+	ctx := context.Background()
+	rdb, _, sp, q, fk, fq, cl := fairRig(t)
+	f := &fairindex.Fairness{}
+	names := map[string]string{}
+	park := func(key string, n int) {
+		for i := range n {
+			info, err := cl.Enqueue(asynq.NewTask("job", nil), asynq.Queue(sp.Queue("d1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			names[info.ID] = fmt.Sprint(key, i)
+			if _, err := fq.Park(ctx, "d1", f, info.ID, key, 1, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := lua.New(rdb)
+	take := func(n int64) string {
+		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: n, Budget: 100,
+			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+			Fair: &fk, FairTTL: fairindex.KeyTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tk := range rep.Tasks {
+			out = append(out, names[tk.ID])
+		}
+		return fmt.Sprint(out)
+	}
+	park("A", 3)
+	park("B", 3)
+	park("C", 3)
+	if got := take(4); got != "[A0 B0 C0 A1]" {
+		t.Fatalf("took %s, want [A0 B0 C0 A1]", got)
+	}
+	park("D", 1)
+	if got := take(3); got != "[D0 B1 C1]" {
+		t.Errorf("took %s after D arrived, want [D0 B1 C1]: D's first turn, at V, before the tied B1 and C1", got)
 	}
 }
