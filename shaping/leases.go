@@ -283,16 +283,3 @@ func (l *leaseLane) gauge() {
 		m.LeasesInUse.WithLabelValues(l.ds.Name).Set(float64(len(l.held)))
 	}
 }
-
-type placedKey struct{}
-
-// inLine says the task whose handler got ctx has its place in the slot
-// lane (or its shadow slot): the next task of its take may go on
-// (take.InLine), and so may the task granted a lease after it
-// (leaseTurn).
-func inLine(ctx context.Context) {
-	take.InLine(ctx)
-	if f, ok := ctx.Value(placedKey{}).(func()); ok {
-		f()
-	}
-}

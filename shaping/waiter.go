@@ -1,6 +1,11 @@
 package shaping
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/shaper-io/shaper/shaping/take"
+)
 
 // waiter is one worker waiting for its slot.
 type waiter struct {
@@ -29,4 +34,17 @@ type grant struct {
 	seq    uint64    // the breaker's seq before the reservation (0: no breaker)
 	issued int64     // the bucket's issued count just after the slot's units
 	err    error
+}
+
+type placedKey struct{}
+
+// inLine says the task whose handler got ctx has its place in the slot
+// lane (or its shadow slot): the next task of its take may go on
+// (take.InLine), and so may the task granted a lease after it
+// (leaseTurn).
+func inLine(ctx context.Context) {
+	take.InLine(ctx)
+	if f, ok := ctx.Value(placedKey{}).(func()); ok {
+		f()
+	}
 }
