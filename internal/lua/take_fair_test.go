@@ -331,52 +331,75 @@ func commandCalls(t *testing.T, rdb redis.UniversalClient, cmd string) int64 {
 	return 0
 }
 
+// fairPlay is a fair downstream's tasks by name: park enqueues n tasks of
+// key (named key0, key1, ...) and parks them; take takes up to n (with
+// the maintenance first when maintain) and names them.
+type fairPlay struct {
+	t     *testing.T
+	rdb   redis.UniversalClient
+	sp    keys.Space
+	q     keys.AsynqQueue
+	fk    keys.FairKeys
+	fq    *fairindex.Queue
+	cl    *asynq.Client
+	names map[string]string // id → name
+}
+
+func newFairPlay(t *testing.T) *fairPlay {
+	rdb, _, sp, q, fk, fq, cl := fairRig(t)
+	return &fairPlay{t: t, rdb: rdb, sp: sp, q: q, fk: fk, fq: fq, cl: cl, names: map[string]string{}}
+}
+
+func (p *fairPlay) park(key string, n int) {
+	for i := range n {
+		info, err := p.cl.Enqueue(asynq.NewTask("job", nil), asynq.Queue(p.sp.Queue("d1")))
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		p.names[info.ID] = fmt.Sprint(key, i)
+		if _, err := p.fq.Park(context.Background(), "d1", &fairindex.Fairness{}, info.ID, key, 1, time.Time{}); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+func (p *fairPlay) take(n int64, maintain bool) string {
+	rep, err := lua.New(p.rdb).Take(context.Background(), lua.TakeArgs{Bucket: p.sp.TakeBucket("d1"), Queue: p.q, Slots: n,
+		Budget: 100, Lease: 30 * time.Second, Maintained: p.sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+		Maintain: maintain, Fair: &p.fk, FairTTL: fairindex.KeyTTL})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var out []string
+	for _, tk := range rep.Tasks {
+		out = append(out, p.names[tk.ID])
+	}
+	return fmt.Sprint(out)
+}
+
+func (p *fairPlay) id(name string) string {
+	for id, n := range p.names {
+		if n == name {
+			return id
+		}
+	}
+	p.t.Fatalf("no task %s", name)
+	return ""
+}
+
 // A retry of a task that was in fair order goes back to fair order at its
 // key's turn when the take's maintenance forwards it (its hash's
 // shaper_fair), not behind the whole backlog of pending.
 func TestFairRetryGoesBackToFairOrder(t *testing.T) {
 	ctx := context.Background()
-	rdb, _, sp, q, fk, fq, cl := fairRig(t)
-	f := &fairindex.Fairness{}
-	names := map[string]string{}
-	park := func(key string, n int) {
-		for i := range n {
-			info, err := cl.Enqueue(asynq.NewTask("job", nil), asynq.Queue(sp.Queue("d1")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			names[info.ID] = fmt.Sprint(key, i)
-			if _, err := fq.Park(ctx, "d1", f, info.ID, key, 1, time.Time{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	park("A", 20)
-	park("B", 1)
-	st := lua.New(rdb)
-	take := func(n int64, maintain bool) []string {
-		a := lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: n, Budget: 100, Lease: 30 * time.Second,
-			Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour, Maintain: maintain,
-			Fair: &fk, FairTTL: fairindex.KeyTTL}
-		rep, err := st.Take(ctx, a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, tk := range rep.Tasks {
-			out = append(out, names[tk.ID])
-		}
-		return out
-	}
-	if got := fmt.Sprint(take(2, false)); got != "[A0 B0]" {
+	p := newFairPlay(t)
+	rdb, q := p.rdb, p.q
+	p.park("A", 20)
+	p.park("B", 1)
+	if got := p.take(2, false); got != "[A0 B0]" {
 		t.Fatalf("took %s, want [A0 B0]", got)
 	}
-	var b0 string
-	for id, n := range names {
-		if n == "B0" {
-			b0 = id
-		}
-	}
+	b0 := p.id("B0")
 	if rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val() != "!1|1|1|B" {
 		t.Fatalf("B0 taken with shaper_fair %q, want its member without the id", rdb.HGet(ctx, q.Task(b0), "shaper_fair").Val())
 	}
@@ -385,9 +408,9 @@ func TestFairRetryGoesBackToFairOrder(t *testing.T) {
 	rdb.ZRem(ctx, q.Lease(), b0)
 	rdb.ZAdd(ctx, q.Retry(), redis.Z{Score: float64(time.Now().Unix() - 1), Member: b0})
 	rdb.HSet(ctx, q.Task(b0), "state", "retry")
-	rdb.Del(ctx, sp.TakeMaintained("d1")) // this take maintains
+	rdb.Del(ctx, p.sp.TakeMaintained("d1")) // this take maintains
 	// B's turn is at 1 (after B0's first try), with A1's: ties by key
-	if got := fmt.Sprint(take(3, true)); got != "[A1 B0 A2]" {
+	if got := p.take(3, true); got != "[A1 B0 A2]" {
 		t.Errorf("took %s after the retry was due, want [A1 B0 A2]: B0 back in fair order", got)
 	}
 }
@@ -398,44 +421,15 @@ func TestFairRetryGoesBackToFairOrder(t *testing.T) {
 // 1 and B1, C1 wait at 1; D's first task starts at 1 too and is taken
 // next, not after B1 and C1 (by key, B and C sort before D).
 func TestFairNewcomerWinsTies(t *testing.T) {
-	ctx := context.Background()
-	rdb, _, sp, q, fk, fq, cl := fairRig(t)
-	f := &fairindex.Fairness{}
-	names := map[string]string{}
-	park := func(key string, n int) {
-		for i := range n {
-			info, err := cl.Enqueue(asynq.NewTask("job", nil), asynq.Queue(sp.Queue("d1")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			names[info.ID] = fmt.Sprint(key, i)
-			if _, err := fq.Park(ctx, "d1", f, info.ID, key, 1, time.Time{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	st := lua.New(rdb)
-	take := func(n int64) string {
-		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: n, Budget: 100,
-			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
-			Fair: &fk, FairTTL: fairindex.KeyTTL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, tk := range rep.Tasks {
-			out = append(out, names[tk.ID])
-		}
-		return fmt.Sprint(out)
-	}
-	park("A", 3)
-	park("B", 3)
-	park("C", 3)
-	if got := take(4); got != "[A0 B0 C0 A1]" {
+	p := newFairPlay(t)
+	p.park("A", 3)
+	p.park("B", 3)
+	p.park("C", 3)
+	if got := p.take(4, false); got != "[A0 B0 C0 A1]" {
 		t.Fatalf("took %s, want [A0 B0 C0 A1]", got)
 	}
-	park("D", 1)
-	if got := take(3); got != "[D0 B1 C1]" {
+	p.park("D", 1)
+	if got := p.take(3, false); got != "[D0 B1 C1]" {
 		t.Errorf("took %s after D arrived, want [D0 B1 C1]: D's first turn, at V, before the tied B1 and C1", got)
 	}
 }
