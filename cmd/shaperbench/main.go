@@ -43,6 +43,8 @@ func main() {
 	idle := fs.String("idle-downstreams", "1,100,500", "downstream counts of the idle round")
 	econ := fs.String("economy-rates", "50,200,1000", "rates (per second) of the economy round")
 	keyControl := fs.Bool("keyrate-control", false, "round keyrate also runs the same load without key_rate (fair share alone), for comparison")
+	fsTenants := fs.Int("fairscale-tenants", 0, "tenants of round fairscale's equal run (default 10)")
+	fsTasks := fs.Int("fairscale-tasks", 0, "tasks per tenant of round fairscale's equal run (default 500, -quick 250)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -60,6 +62,7 @@ func main() {
 	opts.IdleLevels = counts("idle-downstreams", *idle, "a downstream count")
 	opts.EconomyRates = counts("economy-rates", *econ, "a rate")
 	opts.KeyRate.Control = *keyControl
+	opts.FairScale.Tenants, opts.FairScale.Tasks = *fsTenants, *fsTasks
 	if !*quiet {
 		opts.Progress = os.Stderr
 	}
