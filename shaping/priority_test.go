@@ -25,18 +25,12 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rdb, prefix, d := e.rdb, e.prefix, e.d
-	var mu sync.Mutex
-	var order []string
+	var rel released
 	// the default workers: a take brings several tasks, and they queue at
 	// the lane in the take's order (take.InLine), so a task of priority 1
 	// is not passed by one of priority 2 taken with it
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},
-		Handler: func(ctx context.Context, task *shaping.Task) error {
-			mu.Lock()
-			order = append(order, string(task.Payload))
-			mu.Unlock()
-			return nil
-		}}))
+		Handler: rel.handle}))
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Priority: map[string]int{"api": 0}})
 	defer p.Close()
 	enq := func(name string, prio int) string {
@@ -53,15 +47,8 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 		return rc.ID
 	}
 	prios := []int{5, 3, 0, 1, 4, 2, 5, 1, 3, 2, 4, 0}
-	var want []string
-	level := func(pr int) int { // a task that names none goes at 3
-		if pr == 0 {
-			return 3
-		}
-		return pr
-	}
 	for i, pr := range prios {
-		enq(fmt.Sprintf("t%02d-p%d", i, level(pr)), pr)
+		enq(taskName(i, pr), pr)
 	}
 	cancelled := enq("cancelled-p2", 2)
 	in := queue.NewInspector(rdb, prefix)
@@ -73,25 +60,10 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 	if st, err := in.Cancel("api", cancelled); err != nil || st.String() != "pending" {
 		t.Errorf("cancel of a task on a priority list: %v, %v; want pending, nil", st, err)
 	}
-	for lv := 1; lv <= 5; lv++ {
-		for i, pr := range prios {
-			if level(pr) == lv {
-				want = append(want, fmt.Sprintf("t%02d-p%d", i, lv))
-			}
-		}
-	}
 	must(t, d.Start())
-	waitFor(t, 10*time.Second, "the backlog released", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= len(want)
-	})
-	mu.Lock()
-	if !slices.Equal(order, want) {
-		t.Errorf("released %v, want %v", order, want)
+	if got, want := rel.await(t, "the backlog released", len(prios)), byPriority(prios); !slices.Equal(got, want) {
+		t.Errorf("released %v, want %v", got, want)
 	}
-	order = nil
-	mu.Unlock()
 
 	// a pause with work of priorities 3 and 5 waiting; a 1 comes meanwhile
 	ctl := shaping.NewControl(rdb, prefix)
@@ -105,14 +77,7 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 	}
 	enq("urgent-p1", 1)
 	must(t, ctl.Resume(context.Background(), "api"))
-	waitFor(t, 10*time.Second, "the second backlog released", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= 11
-	})
-	mu.Lock()
-	got := slices.Clone(order)
-	mu.Unlock()
+	got := rel.await(t, "the second backlog released", 11)
 	if got[0] != "urgent-p1" {
 		t.Errorf("after the resume: %v, want urgent-p1 first", got)
 	}
@@ -141,41 +106,69 @@ func TestPriorityOrderUnderRate(t *testing.T) {
 func TestPriorityOrderUnderLeases(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	rdb, prefix, d := e.rdb, e.prefix, e.d
-	var mu sync.Mutex
-	var order []string
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},
-		KeyConcurrency: 1, Handler: func(ctx context.Context, task *shaping.Task) error {
-			mu.Lock()
-			order = append(order, string(task.Payload))
-			mu.Unlock()
-			return nil
-		}}))
-	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Priority: map[string]int{"api": 0}})
+	var rel released
+	must(t, e.d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(20), Priority: &shaping.Priority{},
+		KeyConcurrency: 1, Handler: rel.handle}))
+	p := queue.NewProducer(e.rdb, queue.ProducerConfig{Prefix: e.prefix, Priority: map[string]int{"api": 0}})
 	defer p.Close()
 	prios := []int{5, 3, 1, 4, 2, 5, 1, 3, 2, 4}
-	var want []string
 	for i, pr := range prios {
 		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: fmt.Sprint("k", i),
-			Payload: []byte(fmt.Sprintf("t%02d-p%d", i, pr)), Priority: pr})
+			Payload: []byte(taskName(i, pr)), Priority: pr})
 		must(t, err)
 	}
+	must(t, e.d.Start())
+	if got, want := rel.await(t, "the backlog released", len(prios)), byPriority(prios); !slices.Equal(got, want) {
+		t.Errorf("released %v, want %v", got, want)
+	}
+}
+
+// released records the payloads a handler gets, in call order.
+type released struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *released) handle(ctx context.Context, task *shaping.Task) error {
+	r.mu.Lock()
+	r.names = append(r.names, string(task.Payload))
+	r.mu.Unlock()
+	return nil
+}
+
+// await waits for n releases and returns them all, then forgets them.
+func (r *released) await(t *testing.T, what string, n int) []string {
+	t.Helper()
+	waitFor(t, 10*time.Second, what, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.names) >= n
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.names
+	r.names = nil
+	return got
+}
+
+// byPriority names the tasks of prios ("t00-p5", ...) in the order strict
+// priority releases them: by priority, then as enqueued; a task that
+// names none (0) goes at 3.
+func byPriority(prios []int) []string {
+	var want []string
 	for lv := 1; lv <= 5; lv++ {
 		for i, pr := range prios {
-			if pr == lv {
-				want = append(want, fmt.Sprintf("t%02d-p%d", i, lv))
+			if pr == lv || pr == 0 && lv == 3 {
+				want = append(want, taskName(i, pr))
 			}
 		}
 	}
-	must(t, d.Start())
-	waitFor(t, 10*time.Second, "the backlog released", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= len(want)
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(order, want) {
-		t.Errorf("released %v, want %v", order, want)
+	return want
+}
+
+func taskName(i, pr int) string {
+	if pr == 0 {
+		pr = 3
 	}
+	return fmt.Sprintf("t%02d-p%d", i, pr)
 }
