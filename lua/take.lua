@@ -339,6 +339,13 @@ local function popList(k)
       return redis.call('RPOPLPUSH', k, KEYS[3]), true
     end
     local id = popFair(tail, ta)
+    if not id and tail and redis.call('EXISTS', KEYS[18], KEYS[22]) == 0 then
+      -- numbered, with nothing left in fair order: its member is gone
+      -- (a take of an earlier version, which served pending first,
+      -- dropped it), so it goes as the tail
+      redis.call('HDEL', KEYS[23], tail)
+      return redis.call('RPOPLPUSH', k, KEYS[3]), true
+    end
     pendingOut = not id
     return id, true
   end

@@ -433,3 +433,21 @@ func TestFairNewcomerWinsTies(t *testing.T) {
 		t.Errorf("took %s after D arrived, want [D0 B1 C1]: D's first turn, at V, before the tied B1 and C1", got)
 	}
 }
+
+// A numbered task whose member is gone from fair order (a take of an
+// earlier version, which served pending first and found the member's task
+// not in the scheduled set, dropped it) goes once fair order has nothing
+// left, not after the fair keys' TTL.
+func TestFairOrphanGoesWhenFairOrderIsEmpty(t *testing.T) {
+	p := newFairPlay(t)
+	p.park("A", 2)
+	ms := p.rdb.ZRange(context.Background(), p.fk.Parked, 1, 1).Val() // A1's member
+	p.rdb.ZRem(context.Background(), p.fk.Parked, ms[0])
+	p.rdb.HIncrBy(context.Background(), p.fk.Counts, "A", -1)
+	if got := p.take(5, false); got != "[A0 A1]" {
+		t.Errorf("took %s, want A0 in fair order, then A1 with nothing left in it", got)
+	}
+	if n := p.rdb.HLen(context.Background(), p.fk.Pos).Val(); n != 0 {
+		t.Errorf("%d numbers left, want 0", n)
+	}
+}
