@@ -221,10 +221,13 @@ type Stats struct {
 	Errors int64
 	// Cancelled counts tasks removed by Cancel.
 	Cancelled int64
+	// Retaken counts tasks taken again while a job for them was still
+	// here (retaken in loop.go).
+	Retaken int64
 }
 
 type counters struct {
-	takes, taken, probes, done, retried, archived, requeued, lost, recovered, forwarded, lateSkips, errors, cancelled atomic.Int64
+	takes, taken, probes, done, retried, archived, requeued, lost, recovered, forwarded, lateSkips, errors, cancelled, retaken atomic.Int64
 }
 
 // Stats returns the engine's counts.
@@ -233,5 +236,5 @@ func (e *Engine) Stats() Stats {
 	return Stats{Takes: c.takes.Load(), Taken: c.taken.Load(), Probes: c.probes.Load(), Done: c.done.Load(),
 		Retried: c.retried.Load(), Archived: c.archived.Load(), Requeued: c.requeued.Load(), Lost: c.lost.Load(),
 		Recovered: c.recovered.Load(), Forwarded: c.forwarded.Load(), LateSkips: c.lateSkips.Load(), Errors: c.errors.Load(),
-		Cancelled: c.cancelled.Load()}
+		Cancelled: c.cancelled.Load(), Retaken: c.retaken.Load()}
 }

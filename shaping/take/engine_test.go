@@ -465,3 +465,39 @@ func TestTakeEngineJanitor(t *testing.T) {
 		return r.rdb.ZCard(ctx, q.Completed()).Val() == 0 && r.rdb.Exists(ctx, q.Task(id)).Val() == 0
 	})
 }
+
+// TestTakeEngineRetaken: a task taken again while the job that took it
+// first still waits for its slot (here its lease was lost and it went
+// back to pending) is called once, by the new job; the old job is dropped
+// (Stats.Retaken), and the shutdown does not wait for it.
+func TestTakeEngineRetaken(t *testing.T) {
+	r := newRig(t)
+	ids := r.enqueue("d", "job", 8)
+	rec := newRecorder()
+	d := Downstream{Name: "d", Rate: 2, InFlight: 10, Handler: func(ctx context.Context, t *Task) error {
+		rec.add(t.ID)
+		return nil
+	}}
+	e := r.engine(nil, Config{LookAhead: 3 * time.Second}, d)
+	stop := start(t, e)
+	ctx := context.Background()
+	q := r.sp.Asynq("d")
+	waitFor(t, 5*time.Second, "tasks taken ahead", func() bool { return r.queueInfo("d").Active >= 5 })
+	// the last taken, its slot seconds ahead: its lease is lost and it is
+	// back at the front of pending
+	last := r.rdb.LIndex(ctx, q.Active(), 0).Val()
+	r.rdb.LRem(ctx, q.Active(), 1, last)
+	r.rdb.ZRem(ctx, q.Lease(), last)
+	r.rdb.HSet(ctx, q.Task(last), "state", "pending")
+	r.rdb.RPush(ctx, q.Pending(), last)
+	waitFor(t, 10*time.Second, "the task taken again", func() bool { return e.Stats().Retaken == 1 })
+	waitFor(t, 15*time.Second, "every task called", func() bool { return rec.calls() >= len(ids) })
+	stop()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, id := range ids {
+		if n := rec.count[id]; n != 1 {
+			t.Errorf("task %s called %d times, want 1", id, n)
+		}
+	}
+}

@@ -62,7 +62,7 @@ func (j *job) run() {
 		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
 	}
 	j.l.unstarted.Add(-1)
-	defer j.e.post(func() { j.e.finished(j.l, j.tt.ID) })
+	defer j.e.post(func() { j.e.finished(j.l, j) })
 	if tol := j.l.d.LateTolerance; tol >= 0 && time.Since(j.slot) > tol && !j.cancelled() {
 		j.e.stats.lateSkips.Add(1)
 		j.requeue() // the slot is wasted; the task goes again at a slot of its own

@@ -204,6 +204,7 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 		if len(l.held) == 0 {
 			l.nextExtend = at.Add(e.cfg.Extend)
 		}
+		e.retaken(l, tt.ID)
 		l.held[tt.ID] = j
 		e.held.Store(tt.ID, j)
 		l.unstarted.Add(1)
@@ -246,8 +247,8 @@ func (e *Engine) requeueUnstarted(l *lane) {
 				e.warnRedis("take: requeue at shutdown failed; the leases will expire", "downstream", l.d.Name, "err", err)
 			}
 			e.stats.requeued.Add(n)
-			for _, id := range ids {
-				e.finished(l, id)
+			for _, j := range js {
+				e.finished(l, j)
 			}
 		})
 	}
@@ -256,14 +257,37 @@ func (e *Engine) requeueUnstarted(l *lane) {
 	}
 }
 
-// finished runs in the loop when a job of l is over.
-func (e *Engine) finished(l *lane, id string) {
-	if j := l.held[id]; j != nil {
-		e.held.CompareAndDelete(id, j)
-		j.cut(nil)
+// finished runs in the loop when job j of l is over. The task may be
+// held by a newer job by then (retaken): that one stays.
+func (e *Engine) finished(l *lane, j *job) {
+	id := j.tt.ID
+	if l.held[id] == j {
+		delete(l.held, id)
 	}
-	delete(l.held, id)
+	e.held.CompareAndDelete(id, j)
+	j.cut(nil)
 	e.jobs.Done()
+}
+
+// retaken settles the job of l that still holds task id, if any, before a
+// new take's job for it replaces it: the task went back to its queue and
+// was taken again before the old job's end reached the loop (a job gives
+// a task back and then returns), or while the old job was still waiting
+// for its slot (its lease was lost and recovered). The new job holds the
+// task now. An old job not yet started is dropped here (it must not call
+// the task too, and the loop could no longer claim it at shutdown); one
+// already started ends as it will, and its end leaves the new job be.
+func (e *Engine) retaken(l *lane, id string) {
+	old := l.held[id]
+	if old == nil {
+		return
+	}
+	e.stats.retaken.Add(1)
+	if old.state.CompareAndSwap(jobWaiting, jobClaimed) {
+		l.unstarted.Add(-1)
+		old.cut(nil)
+		e.jobs.Done()
+	}
 }
 
 func (e *Engine) startProbes(ls []*lane) {
