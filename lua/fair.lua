@@ -112,13 +112,7 @@ local function fmt(x) return string.format('%.17g', x) end
 -- the operator's controls (one EXISTS per call when there are none)
 local hasctl = redis.call('EXISTS', ctl) == 1
 local function paused(key) return hasctl and redis.call('HEXISTS', ctl, 'p:' .. key) == 1 end
-local function weightOf(key, w)
-  if hasctl then
-    local o = redis.call('HGET', ctl, 'w:' .. key)
-    if o and tonumber(o) and tonumber(o) > 0 then return tonumber(o), o end
-  end
-  return tonumber(w), w
-end
+local function weightOf(key, w) return fairWeight(ctl, hasctl, key, w) end
 local function perOf(key, per)
   if hasctl then
     local rr, pp = string.match(redis.call('HGET', ctl, 'r:' .. key) or '', '^(%d+)/(%d+)$')
@@ -140,23 +134,8 @@ local function dec(m)
   return string.sub(rest, n + 1), string.sub(rest, 1, n), tonumber(c), tonumber(w)
 end
 
--- turn: the start tag of key's next task, and its finish is recorded;
--- fresh when the key starts at V (it had no turn at or past V)
-local function turn(key, cost, w)
-  w = weightOf(key, w)
-  local f = tonumber(redis.call('HGET', KEYS[2], key) or '')
-  local s = math.max(f or 0, v)
-  redis.call('HSET', KEYS[2], key, fmt(s + cost / w))
-  return s, f == nil or f < v
-end
-
--- inTurn is member m as parked at its turn s: a key that starts at V
--- goes before the tasks tied with it ("!" sorts before a digit), so a key
--- that arrives is not passed by a round of keys whose turns are all V
-local function inTurn(m, fresh)
-  if fresh then return '!' .. m end
-  return m
-end
+-- turn: the start tag of key's next task at weight w (prelude_fairturn.lua)
+local function turn(key, cost, w) return fairTurn(KEYS[2], key, cost, w, v) end
 
 local ahead, moved = -1, 0
 -- arrived numbers due task id in pending: moved there from scheduled,
@@ -203,7 +182,7 @@ if op == 'park' then
     redis.call('ZADD', KEYS[4], due, member)
   else
     local s, fresh = turn(key, cost, w)
-    redis.call('ZADD', KEYS[1], fmt(s), inTurn(member, fresh))
+    redis.call('ZADD', KEYS[1], fmt(s), fairInTurn(member, fresh))
     moved = 1
     -- before it: the parked tasks with earlier turns, and the tasks in
     -- pending not in fair order (given back or recovered: a take serves
@@ -244,8 +223,8 @@ else
     redis.call('ZREM', KEYS[4], m)
     local id, key, cost, w = dec(m)
     if arrived(id) then
-      local s, fresh = turn(key, cost, w)
-      redis.call('ZADD', KEYS[1], fmt(s), inTurn(m, fresh))
+      local s, fresh = turn(key, cost, weightOf(key, w))
+      redis.call('ZADD', KEYS[1], fmt(s), fairInTurn(m, fresh))
       moved = moved + 1
     elseif redis.call('HINCRBY', KEYS[5], key, -1) <= 0 then
       redis.call('HDEL', KEYS[5], key)

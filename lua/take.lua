@@ -201,19 +201,11 @@ local function parkFair(id, pre)
   if not rest then return end
   pre = c .. '|' .. ws .. '|' .. nk .. '|' .. rest
   local key = string.sub(rest, 1, tonumber(nk))
-  local w = tonumber(ws)
-  if fctl then
-    local o = tonumber(redis.call('HGET', KEYS[21], 'w:' .. key) or '')
-    if o and o > 0 then w = o end
-  end
+  local w = fairWeight(KEYS[21], fctl, key, ws)
   if not (tonumber(c) and w and w > 0) then return end
   fpPlace(KEYS[2], KEYS[23], id, 0)
-  local f = tonumber(redis.call('HGET', KEYS[16], key) or '')
-  local s = math.max(f or 0, fv)
-  redis.call('HSET', KEYS[16], key, fmt(s + tonumber(c) / w))
-  -- a key that starts at V goes before the turns tied with it (fair.lua)
-  if f == nil or f < fv then pre = '!' .. pre end
-  redis.call('ZADD', KEYS[15], fmt(s), pre .. id)
+  local s, fresh = fairTurn(KEYS[16], key, tonumber(c), w, fv)
+  redis.call('ZADD', KEYS[15], fmt(s), fairInTurn(pre .. id, fresh))
   redis.call('HINCRBY', KEYS[19], key, 1)
   for _, k in ipairs({KEYS[15], KEYS[16], KEYS[19], KEYS[23]}) do redis.call('PEXPIRE', k, fttl) end
 end

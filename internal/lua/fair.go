@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-var fair = script("prelude_fairpos.lua", "fair.lua")
+var fair = script("prelude_fairpos.lua", "prelude_fairturn.lua", "fair.lua")
 
 // FairArgs are fair.lua's arguments common to park, feed and resume. Its
 // KEYS are the six fair-share keys (keys.FairKeys.List), asynq's pending

@@ -15,7 +15,7 @@ import (
 // The take engine's scripts (shaping/take): take a task with its slot, and
 // finish it in asynq's storage as asynq's own processor would.
 var (
-	takeScript    = script("prelude_fairpos.lua", "take.lua")
+	takeScript    = script("prelude_fairpos.lua", "prelude_fairturn.lua", "take.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
