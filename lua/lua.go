@@ -3,8 +3,10 @@
 // embedded with go:embed and handed out by file name with Source.
 //
 // The admission scripts run after prelude_clock.lua and
-// prelude_admission.lua, and the scripts that read the time after
-// prelude_clock.lua; each prelude's header names what it defines. Package
+// prelude_admission.lua, the scripts that read the time after
+// prelude_clock.lua, and fair.lua and take.lua after prelude_fairpos.lua
+// and prelude_fairturn.lua (take_hold.lua after prelude_fairpos.lua);
+// each prelude's header names what it defines. Package
 // internal/lua does the concatenation and puts every script behind one
 // typed method of its Store (named arguments, a checked reply): nothing
 // else knows an ARGV position, a mode number or a reply's layout.
