@@ -10,6 +10,7 @@ import (
 
 	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/clocktest"
+	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/limiters"
@@ -47,7 +48,7 @@ func TestPauseHoldsAndResumeDrainsAtRate(t *testing.T) {
 	if !st.Paused {
 		t.Fatal("state not paused")
 	}
-	if ttl := e.rdb.PTTL(ctx, e.prefix+":ds:{ds:ds:}:state").Val(); ttl <= 0 {
+	if ttl := e.rdb.PTTL(ctx, keys.New(e.prefix).DownstreamState("ds")).Val(); ttl <= 0 {
 		t.Errorf("state key has no TTL (%v)", ttl)
 	}
 	must(t, e.d.Control().Resume(ctx, "ds"))

@@ -73,7 +73,7 @@ func (r *fairRig) take(n int) []string {
 	store := lua.New(r.rdb)
 	var out []string
 	for range n {
-		a := lua.TakeArgs{Bucket: sp.TakeBucket("api"), Queue: r.aq, Slots: 1, Budget: 1 << 20, Lease: time.Minute,
+		a := lua.TakeArgs{Bucket: sp.Bucket("api"), Queue: r.aq, Slots: 1, Budget: 1 << 20, Lease: time.Minute,
 			Maintained: sp.TakeMaintained("api"), MaintainEvery: time.Hour, Fair: &fk, FairTTL: 25 * time.Hour}
 		if !r.now.IsZero() {
 			a.Now = r.now.UnixMicro()

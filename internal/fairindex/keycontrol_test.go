@@ -46,7 +46,7 @@ func TestPausedKeyHeldAndResumed(t *testing.T) {
 	// them by key
 	store, fk := lua.New(rdb), sp.Fair("api")
 	take := func(n int64) map[string]int {
-		rep, err := store.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("api"), Queue: sp.Asynq("api"), Slots: n,
+		rep, err := store.Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("api"), Queue: sp.Asynq("api"), Slots: n,
 			Budget: 1 << 20, Lease: time.Minute, Maintained: sp.TakeMaintained("api"), MaintainEvery: time.Hour,
 			Fair: &fk, FairTTL: fairindex.KeyTTL})
 		if err != nil {

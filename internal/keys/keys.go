@@ -90,36 +90,46 @@ func (s Space) SubWindows(n int, name, key string) string {
 	return s.prefix() + ":lim:" + tag("swc"+strconv.Itoa(n), name, key)
 }
 
+// ds is the base of every key of downstream ds. Its hash tag is the queue
+// name, the tag of asynq's own keys ("asynq:{<queue>}:…"), so that one
+// script takes a task from asynq's lists and reserves its slot, quotas and
+// announced limit on one cluster slot. Keys of an earlier layout
+// (LegacyDownstream) hashed by "{ds:<name>:}".
+func (s Space) ds(ds string) string {
+	return s.prefix() + ":ds:{" + s.Queue(ds) + "}"
+}
+
 // Bucket is the shaping bucket of downstream ds: a STRING holding next_free
-// in microseconds since the Unix epoch.
+// in microseconds since the Unix epoch, shared by the take (take.lua) and
+// every lane's reservation (shaping.lua).
 func (s Space) Bucket(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":next_free"
+	return s.ds(ds) + ":next_free"
 }
 
 // DownstreamState is a HASH of runtime control for downstream ds
 // (paused flag, rate override, adaptive rate). Same slot as its bucket.
 func (s Space) DownstreamState(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":state"
+	return s.ds(ds) + ":state"
 }
 
 // Leases is the ZSET of leases for calls in flight to downstream ds
 // (member "<token>|<admission key>", score: expiry in µs). Same slot as
 // its bucket.
 func (s Space) Leases(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":leases"
+	return s.ds(ds) + ":leases"
 }
 
 // LeaseCounts is the HASH of calls in flight per admission key of
 // downstream ds (for a per-key concurrency cap). Same slot as Leases.
 func (s Space) LeaseCounts(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":lease_counts"
+	return s.ds(ds) + ":lease_counts"
 }
 
 // Breaker is the HASH of downstream ds's circuit breaker: its state, the
 // cool-down, the half-open probe pace and the sliding window's call and
 // error counts per bucket. Same slot as its bucket.
 func (s Space) Breaker(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":breaker"
+	return s.ds(ds) + ":breaker"
 }
 
 // Quota is the HASH of one release quota of downstream ds: units used,
@@ -129,7 +139,7 @@ func (s Space) Breaker(ds string) string {
 // changes starts afresh instead of misreading fields numbered for
 // another. Same slot as its bucket.
 func (s Space) Quota(ds, shape string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":quota:" + shape
+	return s.ds(ds) + ":quota:" + shape
 }
 
 // Announced is the HASH of the limit downstream ds's answers announced
@@ -137,7 +147,7 @@ func (s Space) Quota(ds, shape string) string {
 // announced window, when it resets, and which answer said so. Same slot as
 // its bucket.
 func (s Space) Announced(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":announced"
+	return s.ds(ds) + ":announced"
 }
 
 // Issued is the STRING count of units reserved on downstream ds's bucket,
@@ -145,7 +155,7 @@ func (s Space) Announced(ds string) string {
 // (the downstream had not seen those when it counted what was left). Same
 // slot as its bucket.
 func (s Space) Issued(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":issued"
+	return s.ds(ds) + ":issued"
 }
 
 // PriorityClaims is the HASH of downstream ds's priority claims (level
@@ -153,7 +163,7 @@ func (s Space) Issued(ds string) string {
 // keeps the others' lower ones from reserving (shaping.lua). Same slot as
 // its bucket.
 func (s Space) PriorityClaims(ds string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":claims"
+	return s.ds(ds) + ":claims"
 }
 
 // KeyCeiling is the STRING tat of admission key key under downstream ds's
@@ -161,7 +171,27 @@ func (s Space) PriorityClaims(ds string) string {
 // Redis clock) its next release may take. Same slot as its bucket, so a
 // key's ceiling and the bucket live on one node and one clock.
 func (s Space) KeyCeiling(ds, key string) string {
-	return s.prefix() + ":ds:" + tag("ds", ds, "") + ":kc:" + key
+	return s.ds(ds) + ":kc:" + key
+}
+
+// Moved is a key of a downstream whose name changed with the layout:
+// Old is its name when the downstream's keys hashed by "{ds:<name>:}",
+// New its name now.
+type Moved struct{ Old, New string }
+
+// LegacyDownstream lists downstream ds's keys that hold state worth
+// carrying over from that layout: its runtime state (pause, rate
+// override, adaptive rate), breaker, announced limit and one quota HASH
+// per shape. The bucket, leases, claims and key ceilings hold seconds of
+// state and start afresh.
+func (s Space) LegacyDownstream(ds string, shapes ...string) []Moved {
+	old := s.prefix() + ":ds:" + tag("ds", ds, "")
+	out := []Moved{{old + ":state", s.DownstreamState(ds)}, {old + ":breaker", s.Breaker(ds)},
+		{old + ":announced", s.Announced(ds)}}
+	for _, sh := range shapes {
+		out = append(out, Moved{old + ":quota:" + sh, s.Quota(ds, sh)})
+	}
+	return out
 }
 
 // ControlVersions is a HASH of downstream name → a counter bumped on

@@ -37,17 +37,6 @@ func (a AsynqQueue) Failed(t time.Time) string {
 // forwarder moves a due task that names a group there, as asynq's does.
 func (a AsynqQueue) GroupPrefix() string { return a.base() + "g:" }
 
-// TakeBucket is the next_free STRING (µs since the epoch, the format of
-// Bucket and shaping.lua) that the take engine reserves slots on for
-// downstream ds. It carries the queue's hash tag, as asynq's keys do, so
-// that take.lua reserves the slot and moves the task on one cluster
-// slot. Bucket's tag ({ds:<name>:}) hashes elsewhere, so a downstream
-// served by the take engine keeps its bucket here; shaping.lua's Store
-// methods (Reserve, PushBack, Reset) work on this key unchanged.
-func (s Space) TakeBucket(ds string) string {
-	return s.prefix() + ":take:{" + s.Queue(ds) + "}:next_free"
-}
-
 // TakeMaintained is the STRING whose presence says a process did the
 // take engine's maintenance of downstream ds's queue (forwarding due
 // tasks, recovering expired leases) lately: one process's maintenance

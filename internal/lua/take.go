@@ -26,7 +26,7 @@ var (
 
 // TakeArgs are take.lua's arguments for one downstream's queue.
 type TakeArgs struct {
-	// Bucket is KEYS[1], the downstream's next_free (keys.Space.TakeBucket).
+	// Bucket is KEYS[1], the downstream's next_free (keys.Space.Bucket).
 	Bucket string
 	// Queue names asynq's keys of the downstream's queue (KEYS[2..7]).
 	Queue keys.AsynqQueue

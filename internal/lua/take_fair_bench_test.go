@@ -38,7 +38,7 @@ func BenchmarkFairTakeDeep(b *testing.B) {
 				}
 			}
 			st := lua.New(rdb)
-			args := lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 1, Budget: 1 << 30,
+			args := lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 1, Budget: 1 << 30,
 				Lease: time.Hour, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 				Fair: &fk, FairTTL: fairindex.KeyTTL}
 			back := func(id, key string) {

@@ -62,7 +62,7 @@ func TestTakeFairOrder(t *testing.T) {
 	park("C", 2)
 
 	st := lua.New(rdb)
-	rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 20, Budget: 100,
+	rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 20, Budget: 100,
 		Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 		Fair: &fk, FairTTL: fairindex.KeyTTL})
 	if err != nil {
@@ -103,7 +103,7 @@ func TestTakeFairOrder(t *testing.T) {
 	if n, err := fq.Resume(ctx, "d1", "C", 10); err != nil || n != 2 {
 		t.Fatalf("resume moved %d (%v), want 2", n, err)
 	}
-	rep, err = st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 20, Budget: 100,
+	rep, err = st.Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 20, Budget: 100,
 		Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 		Fair: &fk, FairTTL: fairindex.KeyTTL})
 	if err != nil || len(rep.Tasks) != 2 {
@@ -138,7 +138,7 @@ func TestTakeHold(t *testing.T) {
 	}
 	st := lua.New(rdb)
 	take := func() []string {
-		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 1, Budget: 100,
+		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 1, Budget: 100,
 			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 			Fair: &fk, FairTTL: fairindex.KeyTTL})
 		if err != nil {
@@ -255,7 +255,7 @@ func TestFairTasksWaitPending(t *testing.T) {
 	st := lua.New(rdb)
 	var order []string
 	for range 50 {
-		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 1, Budget: 100,
+		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 1, Budget: 100,
 			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 			Fair: &fk, FairTTL: fairindex.KeyTTL})
 		if err != nil {
@@ -300,7 +300,7 @@ func TestFairTakesTasksParkedBeforeTheyWaitedPending(t *testing.T) {
 	}
 	rdb.ZAdd(ctx, fk.Parked, redis.Z{Score: 0, Member: "1|1|1|L" + info.ID})
 	rdb.HSet(ctx, fk.Counts, "L", 1)
-	rep, err := lua.New(rdb).Take(ctx, lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: q, Slots: 5, Budget: 100,
+	rep, err := lua.New(rdb).Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 5, Budget: 100,
 		Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 		Fair: &fk, FairTTL: fairindex.KeyTTL})
 	if err != nil {
@@ -364,7 +364,7 @@ func (p *fairPlay) park(key string, n int) {
 }
 
 func (p *fairPlay) take(n int64, maintain bool) string {
-	rep, err := lua.New(p.rdb).Take(context.Background(), lua.TakeArgs{Bucket: p.sp.TakeBucket("d1"), Queue: p.q, Slots: n,
+	rep, err := lua.New(p.rdb).Take(context.Background(), lua.TakeArgs{Bucket: p.sp.Bucket("d1"), Queue: p.q, Slots: n,
 		Budget: 100, Lease: 30 * time.Second, Maintained: p.sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
 		Maintain: maintain, Fair: &p.fk, FairTTL: fairindex.KeyTTL})
 	if err != nil {

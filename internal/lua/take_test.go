@@ -29,7 +29,7 @@ func newTakeRig(t *testing.T, n int) *takeRig {
 	rdb := redistest.Client(t)
 	sp := keys.New(redistest.Prefix(t))
 	r := &takeRig{t: t, rdb: rdb, st: lua.New(rdb), q: sp.Asynq("d1"),
-		a: lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: sp.Asynq("d1"), Interval: 100000,
+		a: lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: sp.Asynq("d1"), Interval: 100000,
 			LookAhead: 150000, Slots: 10, Budget: 3, Lease: 30 * time.Second}}
 	cl := asynq.NewClientFromRedisClient(rdb)
 	for i := range n {

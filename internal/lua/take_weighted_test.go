@@ -37,7 +37,7 @@ func newWeightedRig(t *testing.T, rdb redis.UniversalClient) *weightedRig {
 		levels = append(levels, sp.TakePriority("d1", p))
 	}
 	return &weightedRig{t: t, sp: sp, cl: asynq.NewClientFromRedisClient(rdb), st: lua.New(rdb),
-		a: lua.TakeArgs{Bucket: sp.TakeBucket("d1"), Queue: sp.Asynq("d1"), Budget: 1000, Lease: 30 * time.Second,
+		a: lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: sp.Asynq("d1"), Budget: 1000, Lease: 30 * time.Second,
 			Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Second, Levels: levels,
 			Weights: testWeights, Turns: sp.TakeTurns("d1")}}
 }

@@ -19,7 +19,7 @@
 //
 //   - take.lua, once per LookAhead·Rate releases or so: on the Redis clock,
 //     it reserves consecutive slots on the downstream's bucket (shaping.lua's
-//     next_free format, under keys.Space.TakeBucket in the queue's hash
+//     next_free format, under keys.Space.Bucket in the queue's hash
 //     tag) that start within the look-ahead, at most as many as the budget
 //     of unexpired leases leaves room for, and moves one pending task to
 //     active under a lease per slot, exactly as asynq's dequeue does. When

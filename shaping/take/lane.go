@@ -75,7 +75,7 @@ func newLane(cfg Config, d Downstream) *lane {
 	}
 	l := &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
 		levels: levels, probe: append([]string{q.Pending()}, levels...),
-		args: lua.TakeArgs{Bucket: cfg.Keys.TakeBucket(d.Name), Queue: q, Interval: iv,
+		args: lua.TakeArgs{Bucket: cfg.Keys.Bucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
 			Maintained: cfg.Keys.TakeMaintained(d.Name), MaintainEvery: cfg.Maintain, Levels: levels,
 			Weights: weights, Turns: turns}}
