@@ -87,7 +87,21 @@
 --            (fair.lua's resume brings it back); the virtual time V
 --            (fair.lua's state "v") moves to the tag of each task taken.
 --
+-- ARGV[16] -> R, the number of reservation keys (0 or absent: none). With
+--            R > 0 the take reserves its tasks' slots as shaping.lua's
+--            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
+--            KEYS: next_free, announced, issued, claims, quotas) with
+--            ARGV[17..] (shaping.lua's ARGV; the take sets its max wait
+--            to the look-ahead, its mode to 0, its now and its slots to
+--            what pending and the budget allow), so the rate, the quotas
+--            and the announced limit are decided where the task moves. A
+--            FIFO queue only (no priority lists, no fair order); ARGV[1]
+--            and ARGV[2] must be 0 (KEYS[1] is not used), and the slots
+--            before KEYS[24] must be filled.
+--
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
+--          L, then L fields: shaping.lua's reply to the reservation (L = 0
+--          without one; with one, L >= 8 whenever the reservation ran),
 --          then per task taken: id, msg, slot_us, priority}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent), 4 early (the first slot starts
@@ -169,7 +183,7 @@ if maintain and KEYS[9] then
   local every = tonumber(ARGV[11])
   if every == nil or every < 1 then return redis.error_reply('take: maintenance spacing must be at least 1 ms') end
   maintain = redis.call('SET', KEYS[9], '1', 'PX', math.floor(every), 'NX') ~= false
-  if not maintain and waiting() == 0 then return {1, 0, 0, 1, 0, 0} end
+  if not maintain and waiting() == 0 then return {1, 0, 0, 1, 0, 0, 0} end
 end
 
 local now = tonumber(ARGV[10])
@@ -250,11 +264,29 @@ if maintain then
     redis.call('ZREM', KEYS[8], id)
   end
   -- an idle queue's periodic maintenance ends here, cheaply
-  if waiting() == 0 then return {1, now, 0, 1, recovered, forwarded} end
+  if waiting() == 0 then return {1, now, 0, 1, recovered, forwarded, 0} end
+end
+
+-- the reservation (ARGV[16]): shaping.lua's KEYS and ARGV, and its reply
+local rk, ra, rres
+local nres = tonumber(ARGV[16] or '0') or 0
+if nres > 0 then
+  if levels or fair or interval > 0 or burst > 0 then
+    return redis.error_reply('take: a reservation serves a FIFO queue without a rate of its own')
+  end
+  rk, ra = {}, {}
+  for i = 1, nres do rk[i] = KEYS[23 + i] end
+  for i = 17, #ARGV do ra[#ra + 1] = ARGV[i] end
+  if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
 end
 
 local function reply(status, nxt, drained)
-  return {status, now, nxt, drained, recovered, forwarded}
+  local out = {status, now, nxt, drained, recovered, forwarded, 0}
+  if rres then
+    out[7] = #rres
+    for _, v in ipairs(rres) do out[#out + 1] = v end
+  end
+  return out
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then return reply(2, 0, 0) end
 local free = budget - redis.call('ZCOUNT', KEYS[4], now_s, '+inf')
@@ -271,6 +303,21 @@ if base < now - burst then base = now - burst end
 local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
+if rk then
+  -- as many slots as the tasks waiting (FIFO: each is taken) and the
+  -- budget allow, starting within the look-ahead; none: nothing moves
+  local avail = redis.call('LLEN', KEYS[2])
+  if avail == 0 then return reply(1, 0, 1) end
+  if n > avail then n = avail end
+  ra[3], ra[4], ra[5], ra[6] = ahead, 0, now, n
+  rres = reserve(rk, ra)
+  if rres.err then return rres end
+  if rres[1] == 0 then
+    local wait = rres[2]
+    return reply(4, now + wait, 0)
+  end
+  n, base, interval = rres[1], rres[5], rres[6]
+end
 
 -- popFair moves the parked task with the least start tag to active and
 -- returns its id, or nil when none is parked (tail, ta: pending's tail
@@ -443,6 +490,7 @@ local nxt = base + count * interval
 if bucket then
   redis.call('SET', KEYS[1], nxt, 'PX', math.ceil((nxt - now + burst) / 1000) + MARGIN_MS)
 end
+if rres then nxt = rres[3] end
 if nxt < now then out[3] = now else out[3] = nxt end
 out[4] = drained
 return out

@@ -48,7 +48,7 @@ var (
 	tokenBucket       = admissionScript("token_bucket.lua")
 	leakyBucket       = admissionScript("leaky_bucket.lua")
 	adaptive          = script("prelude_clock.lua", "adaptive.lua")
-	shaping           = script("shaping.lua")
+	shaping           = script("prelude_reserve.lua", "shaping.lua")
 	control           = script("control.lua")
 	recoverScript     = script("recover.lua")
 	quarantine        = script("quarantine.lua")

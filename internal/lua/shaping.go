@@ -154,18 +154,27 @@ func (s *Store) bucket(ctx context.Context, key string, a BucketArgs, mode int) 
 	if a.Answers.Announced != "" && a.Claims == "" {
 		return BucketReply{}, errors.New("lua: shaping: a reservation with answer keys needs the claims key")
 	}
-	args := append([]any{a.Interval, a.Burst, a.MaxWait, mode, a.Now, max(a.Slots, 1), max(a.Cost, 1), a.Guard,
-		a.Claim.Level, a.Claim.TTL, a.Claim.Waiting}, quotaArgv(a.Quotas)...)
-	v, err := s.ints(ctx, shaping, a.keys(key), 8+2*len(a.Quotas), args...)
+	v, err := s.ints(ctx, shaping, a.keys(key), 8+2*len(a.Quotas), a.argv(mode)...)
 	if err != nil {
 		return BucketReply{}, err
 	}
+	return bucketReply(v, len(a.Quotas)), nil
+}
+
+// argv is shaping.lua's ARGV for a in mode.
+func (a BucketArgs) argv(mode int) []any {
+	return append([]any{a.Interval, a.Burst, a.MaxWait, mode, a.Now, max(a.Slots, 1), max(a.Cost, 1), a.Guard,
+		a.Claim.Level, a.Claim.TTL, a.Claim.Waiting}, quotaArgv(a.Quotas)...)
+}
+
+// bucketReply reads shaping.lua's reply v (8 + 2 × quotas integers).
+func bucketReply(v []int64, quotas int) BucketReply {
 	r := BucketReply{Reserved: v[0], Wait: v[1], NextFree: v[2], Now: v[3], Base: v[4], Interval: v[5],
 		Issued: v[6], HeldBy: v[7]}
-	for i := range a.Quotas {
+	for i := range quotas {
 		r.Quotas = append(r.Quotas, QuotaUse{Used: v[8+2*i], Reset: v[9+2*i]})
 	}
-	return r, nil
+	return r
 }
 
 // SettleArgs are answer.lua's arguments: a task's settled cost and the

@@ -15,7 +15,7 @@ import (
 // The take engine's scripts (shaping/take): take a task with its slot, and
 // finish it in asynq's storage as asynq's own processor would.
 var (
-	takeScript    = script("prelude_fairpos.lua", "prelude_fairturn.lua", "take.lua")
+	takeScript    = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "take.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
@@ -74,6 +74,13 @@ type TakeArgs struct {
 	// them. They need Maintained.
 	Fair    *keys.FairKeys
 	FairTTL time.Duration
+	// Reserve, when set, has the take reserve its tasks' slots as
+	// Store.Reserve does on Bucket (ARGV[16..]: the rate, burst, quotas,
+	// announced limit and cost of Reserve; its MaxWait, Now and Slots are
+	// the take's LookAhead, clock and the tasks it may take), so a task
+	// moves only with its slot. A FIFO queue only (no Levels, no Fair),
+	// and Interval and Burst must be 0.
+	Reserve *BucketArgs
 }
 
 // TakeStatus says what a take did.
@@ -102,6 +109,11 @@ type TakeReply struct {
 	// Recovered and Forwarded count the tasks Maintain put back from
 	// expired leases and moved from scheduled or retry to pending.
 	Recovered, Forwarded int64
+	// Reservation is what the reservation of TakeArgs.Reserve found, when
+	// it ran (nil without one, or when the take stopped before it: paused,
+	// budget spent, pending empty): slot j of Tasks issued units up to
+	// Reservation.Issued + (j+1) × cost.
+	Reservation *BucketReply
 	// Tasks are the tasks taken, in slot order.
 	Tasks []TakenTask
 }
@@ -156,13 +168,31 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		f := a.Fair
 		ks, fair = append(ks, f.Parked, f.Tags, f.State, f.Later, f.Counts, f.NotBefore, f.Controls, f.Held, f.Pos), 1
 	}
-	v, err := takeScript.Run(ctx, s.rdb, ks, a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
+	argv := []any{a.Interval, a.Burst, a.LookAhead, max(a.Slots, 1),
 		max(a.Budget, 1), lease, q.TaskPrefix(), q.GroupPrefix(), maintain, a.Now,
-		max(a.MaintainEvery.Milliseconds(), 1), levels, weights, fair, max(a.FairTTL.Milliseconds(), 1)).Slice()
+		max(a.MaintainEvery.Milliseconds(), 1), levels, weights, fair, max(a.FairTTL.Milliseconds(), 1)}
+	quotas := 0
+	if r := a.Reserve; r != nil {
+		if len(a.Levels) > 0 || a.Fair != nil || a.Interval != 0 || a.Burst != 0 {
+			return TakeReply{}, fmt.Errorf("take: a reservation serves a FIFO queue without a rate of its own")
+		}
+		rr := *r
+		if rr.Answers.Announced == "" {
+			rr.Quotas = nil // shaping.lua reads quotas only after the answer keys
+		}
+		for len(ks) < 23 {
+			ks = append(ks, a.Bucket) // unused slots: the same hash tag, not touched
+		}
+		rks := rr.keys(a.Bucket)
+		ks = append(ks, rks...)
+		argv = append(append(argv, len(rks)), rr.argv(modeCharge)...)
+		quotas = len(rr.Quotas)
+	}
+	v, err := takeScript.Run(ctx, s.rdb, ks, argv...).Slice()
 	if err != nil {
 		return TakeReply{}, fmt.Errorf("take: %w", err)
 	}
-	return parseTake(v)
+	return parseTake(v, quotas)
 }
 
 // takeWeights is ARGV[13] for a: "w1 w2 w3 w4 w5", or "" for strict
@@ -184,11 +214,13 @@ func takeWeights(a TakeArgs) (string, error) {
 	return strings.Join(ws, " "), nil
 }
 
-func parseTake(v []any) (TakeReply, error) {
-	if len(v) < 6 || (len(v)-6)%4 != 0 {
+// parseTake reads take.lua's reply; quotas is how many quotas the
+// reservation, if any, checked.
+func parseTake(v []any, quotas int) (TakeReply, error) {
+	if len(v) < 7 {
 		return TakeReply{}, fmt.Errorf("take: reply has %d fields", len(v))
 	}
-	var h [6]int64
+	var h [7]int64
 	for i := range h {
 		n, ok := v[i].(int64)
 		if !ok {
@@ -198,13 +230,29 @@ func parseTake(v []any) (TakeReply, error) {
 	}
 	r := TakeReply{Status: TakeStatus(h[0]), Now: h[1], Next: h[2], Drained: h[3] == 1,
 		Recovered: h[4], Forwarded: h[5]}
-	for i := 6; i < len(v); i += 4 {
+	nres := int(h[6])
+	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%4 != 0 || nres > 0 && nres != 8+2*quotas {
+		return TakeReply{}, fmt.Errorf("take: reply has %d fields with %d of a reservation", len(v), nres)
+	}
+	if nres > 0 {
+		rv := make([]int64, nres)
+		for i := range rv {
+			n, ok := v[7+i].(int64)
+			if !ok {
+				return TakeReply{}, fmt.Errorf("take: reservation field %d is %T, want an integer", i+1, v[7+i])
+			}
+			rv[i] = n
+		}
+		res := bucketReply(rv, quotas)
+		r.Reservation = &res
+	}
+	for i := 7 + nres; i < len(v); i += 4 {
 		id, ok1 := v[i].(string)
 		msg, ok2 := v[i+1].(string)
 		slot, ok3 := v[i+2].(int64)
 		prio, ok4 := v[i+3].(int64)
 		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-6)/4+1)
+			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/4+1)
 		}
 		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio)})
 	}

@@ -20,6 +20,7 @@ type takeRig struct {
 	t   *testing.T
 	rdb redis.UniversalClient
 	st  *lua.Store
+	sp  keys.Space
 	q   keys.AsynqQueue
 	a   lua.TakeArgs
 	ids []string // enqueued, in order
@@ -28,7 +29,7 @@ type takeRig struct {
 func newTakeRig(t *testing.T, n int) *takeRig {
 	rdb := redistest.Client(t)
 	sp := keys.New(redistest.Prefix(t))
-	r := &takeRig{t: t, rdb: rdb, st: lua.New(rdb), q: sp.Asynq("d1"),
+	r := &takeRig{t: t, rdb: rdb, st: lua.New(rdb), sp: sp, q: sp.Asynq("d1"),
 		a: lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: sp.Asynq("d1"), Interval: 100000,
 			LookAhead: 150000, Slots: 10, Budget: 3, Lease: 30 * time.Second}}
 	cl := asynq.NewClientFromRedisClient(rdb)

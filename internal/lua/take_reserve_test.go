@@ -1,0 +1,95 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/lua"
+)
+
+// A take with a reservation (TakeArgs.Reserve) moves a task only with its
+// slot, reserved as shaping.lua reserves: the rate, a quota and the
+// announced limit are decided in the same call, on one clock. Slots 100ms
+// apart, a 250ms look-ahead: 3 tasks go, each with its slot; a quota of 4
+// an hour lets one more go, and then holds the queue until its window
+// ends (nothing moves, the reply says when); an announced limit with one
+// unit left lets one task go.
+func TestTakeReservesTheSlots(t *testing.T) {
+	r := newTakeRig(t, 8)
+	sp := r.sp
+	hour := time.Hour.Microseconds()
+	quota := lua.QuotaArgs{Key: sp.Quota("d1", "q"), Limit: 4, Period: hour, Sub: hour, Align: 0}
+	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, 250000
+	r.a.Reserve = &lua.BucketArgs{Interval: 100000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"), Issued: sp.Issued("d1")},
+		Claims: sp.PriorityClaims("d1"), Quotas: []lua.QuotaArgs{quota}}
+	t0 := (time.Now().UnixMicro()/hour)*hour + 1000 // just after a window starts
+
+	rep := r.take(t0, false)
+	if rep.Status != lua.TakeTaken || fmt.Sprint(slots(rep, t0)) != "[0 100000 200000]" || rep.Next != t0+300000 {
+		t.Fatalf("first take: status %d slots %v next %d; want taken [0 100000 200000] next +300000",
+			rep.Status, slots(rep, t0), rep.Next-t0)
+	}
+	if res := rep.Reservation; res == nil || res.Reserved != 3 || res.Issued != 0 || len(res.Quotas) != 1 || res.Quotas[0].Used != 3 {
+		t.Fatalf("first take's reservation %+v; want 3 reserved, issued from 0, 3 units of the quota used", res)
+	}
+	if nf := r.rdb.Get(context.Background(), sp.Bucket("d1")).Val(); nf != fmt.Sprint(t0+300000) {
+		t.Errorf("next_free %s; want %d (the bucket shaping.lua and the lanes read)", nf, t0+300000)
+	}
+	// the quota has one unit left: one task goes at +300ms
+	rep = r.take(t0+100000, false)
+	if rep.Status != lua.TakeTaken || fmt.Sprint(slots(rep, t0)) != "[300000]" {
+		t.Fatalf("second take: status %d slots %v; want taken [300000]", rep.Status, slots(rep, t0))
+	}
+	// spent: early until the window's end, and nothing moves
+	rep = r.take(t0+300000, false)
+	end := t0 - 1000 + hour
+	if rep.Status != lua.TakeEarly || rep.Next != end || len(rep.Tasks) != 0 || rep.Reservation == nil || rep.Reservation.HeldBy != 1 {
+		t.Fatalf("third take: status %d next %d reservation %+v; want early until the window's end (+%d), held by quota 1",
+			rep.Status, rep.Next-t0, rep.Reservation, end-t0)
+	}
+	if pending, active, _ := r.lens(); pending != 4 || active != 4 {
+		t.Errorf("pending %d, active %d; want 4 and 4", pending, active)
+	}
+	// a new window (no quota now), with an announced limit of 1 unit left
+	r.a.Reserve.Quotas = nil
+	ctx := context.Background()
+	r.rdb.HSet(ctx, sp.Announced("d1"), "left", 1, "until", end+hour)
+	rep = r.take(end+1000, false)
+	if rep.Status != lua.TakeTaken || len(rep.Tasks) != 1 || rep.Reservation.Issued != 4 {
+		t.Fatalf("announced take: status %d tasks %d reservation %+v; want 1 taken, issued from 4",
+			rep.Status, len(rep.Tasks), rep.Reservation)
+	}
+	if left := r.rdb.HGet(ctx, sp.Announced("d1"), "left").Val(); left != "0" {
+		t.Errorf("announced left %s; want 0", left)
+	}
+	var taken []string
+	for _, id := range r.rdb.LRange(ctx, r.q.Active(), 0, -1).Val() {
+		taken = append([]string{id}, taken...)
+	}
+	if fmt.Sprint(taken) != fmt.Sprint(r.ids[:5]) {
+		t.Errorf("taken %v; want the first enqueued %v (FIFO)", taken, r.ids[:5])
+	}
+}
+
+// A reservation serves a FIFO queue only: with a rate of the take's own
+// or priority lists the call is refused, and nothing moves.
+func TestTakeReserveRefusesOtherModes(t *testing.T) {
+	r := newTakeRig(t, 2)
+	r.a.Reserve = &lua.BucketArgs{Interval: 100000}
+	if _, err := r.st.Take(context.Background(), r.a); err == nil {
+		t.Error("a reservation beside the take's own rate: no error")
+	}
+	if pending, _, _ := r.lens(); pending != 2 {
+		t.Errorf("pending %d; want 2", pending)
+	}
+}
+
+func slots(rep lua.TakeReply, t0 int64) []int64 {
+	var out []int64
+	for _, tt := range rep.Tasks {
+		out = append(out, tt.Slot-t0)
+	}
+	return out
+}
