@@ -91,13 +91,24 @@
 --            R > 0 the take reserves its tasks' slots as shaping.lua's
 --            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
 --            KEYS: next_free, announced, issued, claims, quotas) with
---            ARGV[17..] (shaping.lua's ARGV; the take sets its max wait
+--            ARGV[18..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
 --            what pending and the budget allow), so the rate, the quotas
---            and the announced limit are decided where the task moves. A
---            FIFO queue only (no priority lists, no fair order); ARGV[1]
+--            and the announced limit are decided where the task moves,
+--            for the run of tasks of one unit of cost (their msg's header
+--            "shaper-cost") at the tail; a task of more units at the tail
+--            is taken alone, and a run of tasks past their deadline
+--            ("shaper-deadline") together, without a slot or a
+--            reservation (the caller reserves for the one, archives the
+--            others), so that no slot goes to a task that cannot use it.
+--            A FIFO queue only (no priority lists, no fair order); ARGV[1]
 --            and ARGV[2] must be 0 (KEYS[1] is not used), and the slots
 --            before KEYS[24] must be filled.
+-- ARGV[17] -> with R > 0, the lead in µs (0: none): the take reserves
+--            nothing (early) while next_free is further than this ahead,
+--            so that the processes' takes each serve a run of slots from
+--            the lead to the look-ahead, not the few that entered the
+--            look-ahead since the last take.
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          L, then L fields: shaping.lua's reply to the reservation (L = 0
@@ -267,8 +278,50 @@ if maintain then
   if waiting() == 0 then return {1, now, 0, 1, recovered, forwarded, 0} end
 end
 
--- the reservation (ARGV[16]): shaping.lua's KEYS and ARGV, and its reply
-local rk, ra, rres
+-- the reservation (ARGV[16]): shaping.lua's KEYS and ARGV, its reply, and
+-- the msgs of the tasks it reserved for, read before it
+local rk, ra, rres, msgs
+
+-- header is the value of header name in a task's msg (asynq's
+-- TaskMessage: a headers map entry is key field 1, value field 2; the last
+-- such entry, as the headers come last), or nil. The Go side checks what
+-- the take made of it against the task's decoded headers.
+local function header(m, name)
+  local entry = '\10' .. string.char(#name) .. name .. '\18'
+  local at, from = nil, 1
+  while true do
+    local i = string.find(m, entry, from, true)
+    if not i then break end
+    at, from = i + #entry, i + 1
+  end
+  if not at then return nil end
+  local len = string.byte(m, at)
+  return len and string.sub(m, at + 1, at + len)
+end
+
+-- unitCost is 1 when the task costs one unit ("shaper-cost", 1 when
+-- absent), else false
+local function unitCost(m)
+  local c = header(m, 'shaper-cost')
+  return c == nil or c == '1'
+end
+
+-- deadline is the task's "shaper-deadline" (RFC 3339 in UTC, as the
+-- producer writes it) in µs since the epoch, or nil
+local function deadline(m)
+  local v = header(m, 'shaper-deadline')
+  if not v then return nil end
+  local y, mo, d, h, mi, sec, frac = string.match(v, '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)%.?(%d*)Z$')
+  if not y then return nil end
+  y, mo = tonumber(y), tonumber(mo)
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((mo + 9) % 12) + 2) / 5) + tonumber(d) - 1
+  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+  local us = tonumber(string.sub(frac .. '000000', 1, 6))
+  return ((days * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000000 + tonumber(sec) * 1000000 + us
+end
 local nres = tonumber(ARGV[16] or '0') or 0
 if nres > 0 then
   if levels or fair or interval > 0 or burst > 0 then
@@ -276,7 +329,7 @@ if nres > 0 then
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
-  for i = 17, #ARGV do ra[#ra + 1] = ARGV[i] end
+  for i = 18, #ARGV do ra[#ra + 1] = ARGV[i] end
   if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
 end
 
@@ -304,19 +357,47 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 if rk then
-  -- as many slots as the tasks waiting (FIFO: each is taken) and the
-  -- budget allow, starting within the look-ahead; none: nothing moves
-  local avail = redis.call('LLEN', KEYS[2])
-  if avail == 0 then return reply(1, 0, 1) end
-  if n > avail then n = avail end
-  ra[3], ra[4], ra[5], ra[6] = ahead, 0, now, n
-  rres = reserve(rk, ra)
-  if rres.err then return rres end
-  if rres[1] == 0 then
-    local wait = rres[2]
-    return reply(4, now + wait, 0)
+  local lead = tonumber(ARGV[17]) or 0
+  if lead > 0 then
+    local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
+    if nf - now > lead then return reply(4, nf, 0) end
   end
-  n, base, interval = rres[1], rres[5], rres[6]
+  -- the run of unit-cost tasks at the tail of pending (FIFO: each is
+  -- taken), at most what the budget allows: that many slots, starting
+  -- within the look-ahead; none: nothing moves. A task of more units at
+  -- the tail goes alone and without a slot: the lane reserves its units
+  -- (a slot here is one unit, and its release must come after all of
+  -- them).
+  local ids = redis.call('LRANGE', KEYS[2], -n, -1)
+  if #ids == 0 then return reply(1, 0, 1) end
+  msgs = {}
+  -- kind: 1 a unit task (a slot each), 2 past its deadline (archived
+  -- unsent: no slot), 3 more units (alone, no slot); the run at the tail
+  -- of the tail's kind goes (of kind 3, one task)
+  local k, kind = 0, nil
+  for i = #ids, 1, -1 do
+    local m = redis.call('HGET', tprefix .. ids[i], 'msg') or ''
+    local dl, kd = deadline(m), 1
+    if dl and dl <= now then
+      kd = 2
+    elseif not unitCost(m) then
+      kd = 3
+    end
+    if kind and (kd ~= kind or kind == 3) then break end
+    kind, msgs[ids[i]], k = kd, m, k + 1
+  end
+  if kind ~= 1 then
+    n = k
+  else
+    ra[3], ra[4], ra[5], ra[6] = ahead, 0, now, k
+    rres = reserve(rk, ra)
+    if rres.err then return rres end
+    if rres[1] == 0 then
+      local wait = rres[2]
+      return reply(4, now + wait, 0)
+    end
+    n, base, interval = rres[1], rres[5], rres[6]
+  end
 end
 
 -- popFair moves the parked task with the least start tag to active and
@@ -467,7 +548,7 @@ for j = 0, n - 1 do
   redis.call('HDEL', tk, 'pending_since')
   redis.call('ZADD', KEYS[4], exp, id)
   out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', tk, 'msg') or ''
+  out[#out + 1] = msgs and msgs[id] or redis.call('HGET', tk, 'msg') or ''
   out[#out + 1] = s
   local prio = 3
   if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end

@@ -63,7 +63,9 @@ func announcer(limit int, w time.Duration, format string) func(time.Time, []time
 // A stand-in API that only announces its limit (60 per 2 s window, no
 // quota configured in shaper), in each header format: three dispatchers
 // at 50/s never get a 429, because every answer paces all three through
-// Redis before the API runs out, and resume when its window resets.
+// Redis before the API runs out, and resume when its window resets. The
+// API answers in 100ms and each process holds one task, so that all three
+// take part (one process's takes would otherwise serve every slot).
 func TestAnnouncedLimitsPaceEveryProcess(t *testing.T) {
 	t.Parallel()
 	for _, format := range []string{"x-ratelimit delta", "x-ratelimit epoch", "ietf"} {
@@ -75,13 +77,14 @@ func TestAnnouncedLimitsPaceEveryProcess(t *testing.T) {
 			}
 			const n, limit, w = 240, 60, 2 * time.Second
 			api := newStandIn(announcer(limit, w, format))
+			api.delay = 100 * time.Millisecond
 			defer api.Close()
 			rdb := redistest.Client(t)
 			prefix := redistest.Prefix(t)
 			reg := prometheus.NewRegistry()
 			for i := range 3 {
 				d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
-				must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), MaxWait: 500 * time.Millisecond,
+				must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(50), MaxWait: 500 * time.Millisecond, Workers: 1,
 					Handler: shaping.HTTPHandler(shaping.HTTPConfig{URL: api.URL(), Timeout: 5 * time.Second,
 						Headers: map[string]string{"X-Test-Process": fmt.Sprint(i)}})}))
 				defer d.Shutdown(context.Background())

@@ -228,30 +228,49 @@ func (b Bucket) interval(cost int64) int64 {
 }
 
 func (s *Buckets) call(ctx context.Context, b Bucket, cost int64, maxWait time.Duration, o bucket.Op, now int64, n int, c Claim) (Reservation, error) {
-	if err := bucket.Check(b.Name, b.Rate, cost); err != nil {
-		return Reservation{}, err
-	}
-	if b.MaxCost > 0 && cost > b.MaxCost {
-		return Reservation{}, fmt.Errorf("%w: cost %d > max cost %d of downstream %q", limiters.ErrCostExceedsCapacity, cost, b.MaxCost, b.Name)
-	}
-	for _, q := range b.Quotas {
-		if cost > q.Limit {
-			return Reservation{}, fmt.Errorf("%w: cost %d > quota %s of downstream %q", limiters.ErrCostExceedsCapacity, cost, q, b.Name)
-		}
-	}
-	a, err := bucket.Args(b.Name, b.Rate, b.Burst, cost, b.interval(cost), maxWait)
+	a, err := s.args(b, cost, maxWait, o, c)
 	if err != nil {
 		return Reservation{}, err
 	}
 	a.Now, a.Slots = now, int64(n)
+	if a.Claim.Level > 0 {
+		a.Claim.Waiting = max(a.Claim.Waiting, int64(n))
+	}
+	return s.run(ctx, b, o, a)
+}
+
+// TakeArgs are the reservation a take makes for b's tasks, one unit
+// each, in the call that moves them (take.Downstream.Reserve): its max
+// wait, now and slots are the take's.
+func (s *Buckets) TakeArgs(b Bucket) (lua.BucketArgs, error) {
+	return s.args(b, 1, 0, bucket.Reserve, Claim{})
+}
+
+// args are the script's arguments for op o on b for slots of cost.
+func (s *Buckets) args(b Bucket, cost int64, maxWait time.Duration, o bucket.Op, c Claim) (lua.BucketArgs, error) {
+	if err := bucket.Check(b.Name, b.Rate, cost); err != nil {
+		return lua.BucketArgs{}, err
+	}
+	if b.MaxCost > 0 && cost > b.MaxCost {
+		return lua.BucketArgs{}, fmt.Errorf("%w: cost %d > max cost %d of downstream %q", limiters.ErrCostExceedsCapacity, cost, b.MaxCost, b.Name)
+	}
+	for _, q := range b.Quotas {
+		if cost > q.Limit {
+			return lua.BucketArgs{}, fmt.Errorf("%w: cost %d > quota %s of downstream %q", limiters.ErrCostExceedsCapacity, cost, q, b.Name)
+		}
+	}
+	a, err := bucket.Args(b.Name, b.Rate, b.Burst, cost, b.interval(cost), maxWait)
+	if err != nil {
+		return lua.BucketArgs{}, err
+	}
 	if o == bucket.Reserve {
 		a.Answers, a.Cost, a.Guard, a.Quotas = s.answerKeys(b.Name), cost, b.quotaGuard(cost), s.quotaArgs(b)
 		a.Claims = s.claimsKey(b.Name)
 		if c.Level >= 1 && c.Level <= 5 {
-			a.Claim = lua.Claim{Level: int64(c.Level), TTL: claimTTL(b, cost), Waiting: int64(max(c.Waiting, n))}
+			a.Claim = lua.Claim{Level: int64(c.Level), TTL: claimTTL(b, cost), Waiting: int64(c.Waiting)}
 		}
 	}
-	return s.run(ctx, b, o, a)
+	return a, nil
 }
 
 func (s *Buckets) run(ctx context.Context, b Bucket, o bucket.Op, a lua.BucketArgs) (Reservation, error) {
@@ -259,6 +278,11 @@ func (s *Buckets) run(ctx context.Context, b Bucket, o bucket.Op, a lua.BucketAr
 	if err != nil {
 		return Reservation{}, err
 	}
+	return reservation(b, a, v), nil
+}
+
+// reservation reads the script's reply v to a reservation on b with a.
+func reservation(b Bucket, a lua.BucketArgs, v lua.BucketReply) Reservation {
 	res := Reservation{
 		OK:       v.Reserved >= 1,
 		Count:    int(v.Reserved),
@@ -278,7 +302,7 @@ func (s *Buckets) run(ctx context.Context, b Bucket, o bucket.Op, a lua.BucketAr
 		}
 		res.Quotas = append(res.Quotas, qu)
 	}
-	return res, nil
+	return res
 }
 
 // heldBy names the script's held_by.

@@ -32,10 +32,12 @@ type takenKey struct{}
 // lane: order queues FIFO waiters (take.Task.Order, with the priority in
 // its high bits), behind says how many tasks of the same take come right
 // after it (take.Task.Behind), so the lane reserves their slots in the
-// same call.
+// same call; slot is the slot the take reserved for it, if any
+// (takeslot.go).
 type taken struct {
 	order  int64
 	behind int
+	slot   *takeSlot
 }
 
 func withTaken(ctx context.Context, t taken) context.Context {

@@ -273,11 +273,12 @@ func TestShutdownReturnsHeldTasks(t *testing.T) {
 	zero := 0
 	e.enqueue("ds", 12, func(i int, t *queue.Task) { t.MaxRetry = &zero })
 	must(t, e.d.Start())
-	// taken and waiting for their slots: the look-ahead's 2 at 2/s (a
-	// FIFO downstream takes no more than it keeps ahead)
-	waitFor(t, 10*time.Second, "tasks held", func() bool {
+	// taken and waiting for its slot: the take's look-ahead (150ms) holds
+	// one slot at 2/s (a FIFO downstream's take moves a task only with
+	// its slot)
+	waitFor(t, 10*time.Second, "a task held", func() bool {
 		b, _ := e.in.Backlog("ds")
-		return b.Active >= 2
+		return b.Active >= 1 && rec.count() >= 1
 	})
 	start := time.Now()
 	must(t, e.d.Shutdown(context.Background()))

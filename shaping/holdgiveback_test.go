@@ -19,19 +19,35 @@ import (
 	"github.com/shaper-io/shaper/shaping"
 )
 
-// A downstream whose hourly quota is spent holds no task: once its lane
-// finds the next slot an hour away, the tasks it had taken go back to the
-// head of the queue with no attempt consumed, the engine takes none (no
-// release, nothing active, all pending in asynq's view), and a reset of the
-// quota lets every task go, each once.
+// A downstream whose hourly quota is spent holds no task (no release,
+// nothing active, all pending in asynq's view, no attempt consumed), and
+// a reset of the quota lets every task go, each once. A FIFO downstream's
+// take reserves the slots of what it moves, so past the quota it moves
+// nothing (no task is taken to be given back); one with priorities takes
+// ahead of its lane's reservation, and the lane, once it finds the next
+// slot an hour away, gives the tasks it holds back to the head of the
+// queue.
 func TestSpentQuotaHoldsNoTask(t *testing.T) {
 	t.Parallel()
+	for _, prio := range []bool{false, true} {
+		t.Run(map[bool]string{false: "take_reserves", true: "lane_gives_back"}[prio], func(t *testing.T) {
+			t.Parallel()
+			spentQuotaHoldsNoTask(t, prio)
+		})
+	}
+}
+
+func spentQuotaHoldsNoTask(t *testing.T, prio bool) {
 	rdb, prefix, reg := redistest.Client(t), redistest.Prefix(t), prometheus.NewRegistry()
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	rec := newRecorder()
 	quotas := []shaping.Quota{{Limit: 3, Per: time.Hour}}
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Handler: rec.handle}))
+	var pr *shaping.Priority
+	if prio {
+		pr = &shaping.Priority{}
+	}
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Priority: pr, Handler: rec.handle}))
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
 	defer p.Close()
 	in := queue.NewInspector(rdb, prefix)
@@ -53,7 +69,9 @@ func TestSpentQuotaHoldsNoTask(t *testing.T) {
 		must(t, err)
 		return b.Active == 0 && b.Pending == n-3
 	})
-	if got := gatherSum(t, reg, "shaper_shaping_hold_give_backs_total"); got < 1 {
+	if got := gatherSum(t, reg, "shaper_shaping_hold_give_backs_total"); !prio && got != 0 {
+		t.Errorf("shaper_shaping_hold_give_backs_total = %v, want 0 (nothing taken past the quota)", got)
+	} else if prio && got < 1 {
 		t.Errorf("shaper_shaping_hold_give_backs_total = %v, want at least 1", got)
 	}
 	// nothing is taken while the hold lasts (the engine asks its gate

@@ -21,7 +21,9 @@ type runner struct {
 	handlers map[string]HandlerFunc
 	srv      *asynq.Server
 	paced    bool // the engine takes only what keeps r a few tasks ahead (takeDownstream)
-	rate     atomic.Pointer[limiters.Limit]
+	// reserving: the engine's takes reserve r's slots (takeslot.go)
+	reserving bool
+	rate      atomic.Pointer[limiters.Limit]
 
 	pause pauseSwitch
 	gates gateChain // the take's gates (gates.go)
@@ -110,7 +112,7 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // says what breaker state the release goes out in.
 func (r *runner) acquire(ctx context.Context, cost int64, key string, front bool) (Reservation, brkToken, error) {
 	for {
-		g, err := r.lane.wait(ctx, cost, key, front)
+		g, err := r.grantOf(ctx, cost, key, front)
 		if err != nil {
 			return Reservation{}, brkToken{}, err
 		}

@@ -90,6 +90,11 @@ func (d *services) newEngine() (*take.Engine, error) {
 				d.m.FinishRetries.WithLabelValues(ds).Inc()
 			}
 		},
+		Cancelled: func(ds string) {
+			if d.m != nil {
+				d.m.Cancelled.WithLabelValues(ds, "before_call").Inc()
+			}
+		},
 	}
 	return take.New(take.Config{Redis: d.rdb, Keys: d.space, Lease: asynqLease, Extend: engineExtend,
 		IdlePoll: d.cfg.PollInterval, Maintain: d.cfg.ForwardInterval, ShutdownTimeout: d.cfg.ShutdownTimeout,
@@ -127,7 +132,13 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	if r.ds.Priority != nil {
 		d.Weights = r.ds.Priority.Weights
 	}
-	if r.ds.KeyConcurrency == 0 {
+	switch {
+	case r.reservesAtTake():
+		// the take reserves its tasks' slots: what it moves is the slots
+		// that start within the engine's look-ahead, wherever they are
+		d.Reserve, d.Reserved = r.takeReserve, r.takeReserved
+		r.paced, r.reserving = true, true
+	case r.ds.KeyConcurrency == 0:
 		d.Want = r.takeWant
 		r.paced = true
 	}
@@ -187,7 +198,7 @@ func (r *runner) takeWant() int {
 // leaves: the engine takes again once they are down to refill (with
 // priorities: at once).
 func (r *runner) roomMade() {
-	if r.paced && (r.waiting() <= r.refill() || r.ds.Priority != nil && r.waiting() < r.ahead()) {
+	if r.paced && !r.reserving && (r.waiting() <= r.refill() || r.ds.Priority != nil && r.waiting() < r.ahead()) {
 		r.wakeTake()
 	}
 }
@@ -206,7 +217,13 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if pr := r.ds.Priority; pr != nil && !pr.Weights.Strict() {
 		order = t.Order
 	}
-	err := r.serve(withTaken(ctx, taken{order: order, behind: t.Behind}), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
+	tk := taken{order: order, behind: t.Behind}
+	if t.Reservation != nil {
+		// its slot is reserved, and so are those of the tasks behind it:
+		// the lane reserves for none of them
+		tk.slot, tk.behind = &takeSlot{res: t.Reservation}, 0
+	}
+	err := r.serve(withTaken(ctx, tk), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
 		if errors.Is(context.Cause(ctx), ErrCancelled) {
 			r.cancelled("before_call")

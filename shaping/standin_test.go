@@ -14,6 +14,9 @@ import (
 type standIn struct {
 	srv    *httptest.Server
 	answer func(now time.Time, accepted []time.Time, h http.Header) int
+	// delay is how long an answer takes after the request arrived (set
+	// before the first request)
+	delay time.Duration
 
 	mu       sync.Mutex
 	accepted []time.Time     // 2xx arrivals, in order
@@ -45,6 +48,9 @@ func (s *standIn) serve(w http.ResponseWriter, r *http.Request) {
 		s.refused = append(s.refused, now)
 	}
 	s.mu.Unlock()
+	if s.delay > 0 {
+		time.Sleep(s.delay) // a slow API: the call stays in flight
+	}
 	w.WriteHeader(status)
 }
 

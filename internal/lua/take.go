@@ -79,8 +79,11 @@ type TakeArgs struct {
 	// announced limit and cost of Reserve; its MaxWait, Now and Slots are
 	// the take's LookAhead, clock and the tasks it may take), so a task
 	// moves only with its slot. A FIFO queue only (no Levels, no Fair),
-	// and Interval and Burst must be 0.
+	// and Interval and Burst must be 0. Lead, with Reserve, is ARGV[17]:
+	// the take reserves nothing (TakeEarly) while the bucket's next slot
+	// starts further ahead than this (0: any slot within LookAhead).
 	Reserve *BucketArgs
+	Lead    int64
 }
 
 // TakeStatus says what a take did.
@@ -185,7 +188,7 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		}
 		rks := rr.keys(a.Bucket)
 		ks = append(ks, rks...)
-		argv = append(append(argv, len(rks)), rr.argv(modeCharge)...)
+		argv = append(append(argv, len(rks), max(a.Lead, 0)), rr.argv(modeCharge)...)
 		quotas = len(rr.Quotas)
 	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, argv...).Slice()

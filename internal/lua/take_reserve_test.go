@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
@@ -92,4 +94,53 @@ func slots(rep lua.TakeReply, t0 int64) []int64 {
 		out = append(out, tt.Slot-t0)
 	}
 	return out
+}
+
+// The take reserves one unit a slot, for the run of unit-cost tasks at the
+// tail of pending (their msg's header "shaper-cost", read in the script);
+// a task of more units at the tail goes alone, and a run of tasks past
+// their deadline ("shaper-deadline", to the µs) together, with no slot
+// reserved (the lane reserves the one's units, the others are archived
+// unsent), and the run after them is reserved again.
+func TestTakeReservesUnitTasksOnly(t *testing.T) {
+	r := newTakeRig(t, 0)
+	cl := asynq.NewClientFromRedisClient(r.rdb)
+	t0 := time.Now().UnixMicro()
+	at := func(us int64) string { return time.UnixMicro(us).UTC().Format(time.RFC3339Nano) }
+	for i, h := range []map[string]string{
+		{"shaper-cost": "1"}, {}, {"shaper-cost": "5"},
+		{"shaper-deadline": at(t0 - 1)}, {"shaper-deadline": at(t0 - 1), "shaper-cost": "5"},
+		{"shaper-deadline": at(t0 + 1)},
+	} {
+		h["shaper-key"] = "shaper-cost\x12\x015" // not a header entry: ignored
+		info, err := cl.Enqueue(asynq.NewTaskWithHeaders("job", []byte(fmt.Sprint(i)), h), asynq.Queue(r.sp.Queue("d1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ids = append(r.ids, info.ID)
+	}
+	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, 1000000
+	r.a.Reserve = &lua.BucketArgs{Interval: 100000}
+	var got []string
+	for i, want := range []struct {
+		tasks    int
+		reserved bool
+	}{{2, true}, {1, false}, {2, false}, {1, true}} {
+		rep := r.take(t0, false)
+		if len(rep.Tasks) != want.tasks || (rep.Reservation != nil) != want.reserved {
+			t.Fatalf("take %d: %d tasks, reservation %+v; want %d, reserved %v", i, len(rep.Tasks), rep.Reservation, want.tasks, want.reserved)
+		}
+		for _, tt := range rep.Tasks {
+			got = append(got, tt.ID)
+			if !want.reserved && tt.Slot != t0 {
+				t.Errorf("take %d: task %s without a reservation has slot %d, want now (%d)", i, tt.ID, tt.Slot, t0)
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(r.ids) {
+		t.Errorf("taken %v; want %v (FIFO)", got, r.ids)
+	}
+	if nf := r.rdb.Get(context.Background(), r.sp.Bucket("d1")).Val(); nf != fmt.Sprint(t0+300000) {
+		t.Errorf("next_free %s; want %d: 3 units reserved, none for the others", nf, t0+300000)
+	}
 }

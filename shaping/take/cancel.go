@@ -87,5 +87,8 @@ func (j *job) cancelled() bool { return context.Cause(j.cutCtx) == ErrCancelled 
 func (j *job) remove(m *asynqmsg.Message, inCall bool) {
 	a := lua.TakeDoneArgs{Queue: j.l.q, ID: j.tt.ID, Day: time.Now(), UniqueKey: m.UniqueKey}
 	j.e.cfg.Logger.Info("take: task cancelled", "downstream", j.l.d.Name, "task", j.tt.ID, "handler_called", inCall)
+	if h := j.e.cfg.Hooks.Cancelled; h != nil && !inCall {
+		h(j.l.d.Name)
+	}
 	j.settle("cancel", &j.e.stats.cancelled, func(ctx context.Context) (bool, error) { return j.e.store.TakeDone(ctx, a) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-io/shaper/internal/keys"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/priority"
 )
 
@@ -73,6 +74,10 @@ type Hooks struct {
 	// FinishRetry: a finishing write of downstream's task failed and is
 	// tried again.
 	FinishRetry func(downstream string)
+	// Cancelled: a task of downstream was cancelled (asynq's cancellation
+	// channel) before its handler was called, while it waited for its
+	// slot, and removed unsent.
+	Cancelled func(downstream string)
 }
 
 func (c Config) withDefaults() Config {
@@ -183,6 +188,19 @@ type Downstream struct {
 	// announced), and nothing leaves the queue meanwhile. Wake asks again
 	// at once. It runs on the loop goroutine and must not block.
 	Gate func(now time.Time) time.Time
+	// Reserve, when set, is asked at each take for the reservation the
+	// take makes (shaping's bucket: the rate, burst, quotas and announced
+	// limit, a unit of cost per task; its max wait, now and slots are the
+	// take's): with ok, a task leaves pending only with its slot reserved
+	// on keys.Space.Bucket, in the same script, and Task.Reservation says
+	// so; Rate and Burst are not used for that take. Without ok the take
+	// reserves nothing (Rate, if any, paces it). Not with Priority or
+	// Fair. It runs on the loop goroutine and must not block.
+	Reserve func() (lua.BucketArgs, bool)
+	// Reserved, when set, is told what each take's reservation found
+	// (the slots, what held them, the quotas' use), on the loop
+	// goroutine; it must not block.
+	Reserved func(lua.BucketReply)
 }
 
 // interval is the µs between two slots (0: no rate limit).
@@ -222,6 +240,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Burst must be in [0, 1000] and InFlight in [0, 100000]", d.Name)
 	case !d.Weights.Strict() && !d.Priority:
 		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
+	case d.Reserve != nil && (d.Priority || d.Fair):
+		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves a FIFO queue (not with Priority or Fair)", d.Name)
 	}
 	if err := d.Weights.Validate(); err != nil {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights: %w", d.Name, err)

@@ -37,6 +37,7 @@ type job struct {
 	// order their goroutines run in
 	prev, calling chan struct{}
 	once          sync.Once
+	res           *Reservation // the slot the take reserved, or nil
 }
 
 // called closes calling, once.
@@ -78,6 +79,7 @@ func (j *job) run() {
 		return
 	}
 	t := newTask(m, j.slot, j.order, j.tt.Priority, j.behind)
+	t.Reservation = j.res
 	ctx, cancel := context.WithDeadline(j.e.callCtx, deadline(m, time.Now()))
 	ctx, cancelCall := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(j.cutCtx, func() {

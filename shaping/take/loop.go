@@ -155,7 +155,14 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 	}
 	a.Slots = int64(min(l.slots, l.free(), want))
 	a.Maintain = maintain
-	if a.Interval == 0 && a.Burst == 0 {
+	if l.d.Reserve != nil {
+		if ra, ok := l.d.Reserve(); ok {
+			ra.Cost = 1 // a unit a task (Reservation.Issued counts so)
+			a.Reserve, a.Interval, a.Burst, a.Lead = &ra, 0, 0, l.lead.Microseconds()
+			a.Slots = int64(min(slotsFor(a.LookAhead, ra.Interval), l.free(), want))
+		}
+	}
+	if a.Interval == 0 && a.Burst == 0 && a.Reserve == nil {
 		// no bucket in this take: its times are leases and maintenance,
 		// which asynq's dequeue and forwarder take from the process's
 		// clock too (one TIME fewer per take)
@@ -197,9 +204,15 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 	if r.Recovered+r.Forwarded > 0 && l.state == idle {
 		l.wake(at)
 	}
+	if r.Reservation != nil && l.d.Reserved != nil {
+		l.d.Reserved(*r.Reservation)
+	}
 	var prev chan struct{}
 	for i, tt := range r.Tasks {
 		j := newJob(e, l, tt, local(tt.Slot), len(r.Tasks)-1-i)
+		if rs := r.Reservation; rs != nil {
+			j.res = &Reservation{Slot: tt.Slot, Now: r.Now, Issued: rs.Issued + int64(i+1)}
+		}
 		j.prev, prev = prev, j.calling
 		if len(l.held) == 0 {
 			l.nextExtend = at.Add(e.cfg.Extend)

@@ -63,8 +63,22 @@ type Task struct {
 	// handlers are called right after it, in take order, so a handler
 	// side that reserves for a run of tasks can reserve for them too.
 	Behind int
+	// Reservation is the slot the take reserved for this task on the
+	// downstream's bucket (Downstream.Reserve), nil when it reserved none.
+	Reservation *Reservation
 
 	msg *asynqmsg.Message
+}
+
+// Reservation is a task's slot as the take reserved it, on the Redis
+// clock: one unit of cost.
+type Reservation struct {
+	// Slot and Now are µs since the epoch: the slot's start and the take's
+	// now.
+	Slot, Now int64
+	// Issued is the bucket's count of units issued up to and including
+	// this task's (an answer compares it with what the downstream saw).
+	Issued int64
 }
 
 func newTask(m *asynqmsg.Message, slot time.Time, order int64, prio, behind int) *Task {

@@ -1,0 +1,85 @@
+package shaping
+
+import (
+	"context"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/shaping/take"
+)
+
+// A FIFO downstream's take reserves the slots of the tasks it moves, in
+// the same script (take.Downstream.Reserve): the bucket, the quotas and
+// the announced limit decide there, so a task leaves pending only with
+// its slot, and the lane is not asked. The lane still serves what the
+// take's slot cannot: a task of more than one unit (the take moves it
+// alone, without a slot), a slot wasted (woken late, a pushback, the
+// breaker) and every slot after a refused call.
+
+// reservesAtTake reports whether r's takes reserve its tasks' slots: a
+// downstream served by the engine in first-in first-out order whose slot
+// needs nothing but the bucket's word (no fair order or key ceilings, no
+// priority claims between processes, no lease to wait for after the slot).
+func (r *runner) reservesAtTake() bool {
+	ds := r.ds
+	return ds.Batch == nil && ds.Fairness == nil && ds.Priority == nil && ds.Concurrency == 0 && ds.KeyConcurrency == 0
+}
+
+// takeReserve is the reservation of r's next take; none in shadow mode,
+// where a release does not wait for its slot.
+func (r *runner) takeReserve() (lua.BucketArgs, bool) {
+	if r.inShadow() {
+		return lua.BucketArgs{}, false
+	}
+	a, err := r.d.buckets.TakeArgs(r.bucket())
+	return a, err == nil
+}
+
+// takeReserved records what a take's reservation found, as the lane
+// records its own (the status page's limits, the metrics, the clock
+// offset).
+func (r *runner) takeReserved(v lua.BucketReply) {
+	res := reservation(r.bucket(), lua.BucketArgs{Interval: v.Interval, Cost: 1}, v)
+	recv := r.d.cfg.Clock.Now()
+	r.offset.observe(recv.Sub(res.Now), recv)
+	r.observeReservation(res)
+	if res.Count > 0 {
+		r.observeWaits(res)
+	}
+}
+
+// takeSlot is the slot a task's take reserved, until the task uses it.
+type takeSlot struct {
+	res  *take.Reservation
+	used bool
+}
+
+// grantOf is the task's next slot: the first time, the one its take
+// reserved; else, or when a gate shut since the take, the lane's. (The
+// take reserves for tasks of one unit; a task of more units comes without
+// a slot and the lane reserves its units.)
+func (r *runner) grantOf(ctx context.Context, cost int64, key string, front bool) (grant, error) {
+	ts := takenOf(ctx).slot
+	if ts == nil || ts.used {
+		return r.lane.wait(ctx, cost, key, front)
+	}
+	ts.used = true
+	g := grant{slot: time.UnixMicro(ts.res.Slot), now: time.UnixMicro(ts.res.Now), issued: ts.res.Issued}
+	p := r.releaseGate()
+	if !p.ok {
+		// paused, or the breaker opened: the unit goes back to the
+		// quotas, and the lane serves the task as it serves its waiters
+		r.wasted(1, g)
+		return r.lane.wait(ctx, cost, key, front)
+	}
+	if cost != 1 {
+		// the take read one unit in the task's msg, its headers say
+		// otherwise: the unit goes back to the quotas (its slot of the
+		// rate is lost), and the lane reserves all the task's units
+		r.wasted(1, g)
+		return r.lane.wait(ctx, cost, key, front)
+	}
+	g.seq = p.seq
+	inLine(ctx) // its slot is decided: the next task of its take may go
+	return g, nil
+}
