@@ -4,8 +4,10 @@
 //
 // The admission scripts run after prelude_clock.lua and
 // prelude_admission.lua, the scripts that read the time after
-// prelude_clock.lua, and fair.lua and take.lua after prelude_fairpos.lua
-// and prelude_fairturn.lua (take_hold.lua after prelude_fairpos.lua);
+// prelude_clock.lua, fair.lua after prelude_fairpos.lua and
+// prelude_fairturn.lua, take.lua after those two and prelude_reserve.lua
+// (the bucket's reservation, which shaping.lua runs after too), and
+// take_hold.lua after prelude_fairpos.lua;
 // each prelude's header names what it defines. Package
 // internal/lua does the concatenation and puts every script behind one
 // typed method of its Store (named arguments, a checked reply): nothing

@@ -25,7 +25,11 @@
 //     active under a lease per slot, exactly as asynq's dequeue does. When
 //     nothing may go (paused, budget spent, next slot beyond the
 //     look-ahead, queue empty) nothing moves and the reply says which, and
-//     when the next slot enters the look-ahead.
+//     when the next slot enters the look-ahead. With Downstream.Reserve
+//     the slots are shaping.lua's reservation (prelude_reserve.lua: the
+//     rate, the quotas, the announced limit), made for the run of
+//     one-unit tasks at the tail of pending, once the next slot is within
+//     a third of the look-ahead.
 //   - take_done.lua, take_fail.lua, take_requeue.lua: asynq v0.26's doneCmd
 //     / markAsCompleteCmd (with the unique lock), retryCmd / archiveCmd
 //     (with asynq's archive trimming and daily counters) and requeueCmd,
@@ -81,12 +85,14 @@
 //
 // shaping.Dispatcher runs one Engine per process for every downstream but
 // batching ones (asynq's group aggregator runs only inside an
-// asynq.Server). It adds each downstream with Rate 0 (its own bucket,
-// shaping.lua, decides each slot after the take), InFlight its workers,
-// BudgetNow workers per live process, a Gate (pause, open breaker, a
-// pushback hold), Want (the engine takes what keeps about 200ms of
-// releases waiting), Fair for a fair downstream, and Malformed (shaper's
-// quarantine).
+// asynq.Server). It adds each downstream with Rate 0, InFlight its
+// workers, BudgetNow workers per live process, a Gate (pause, open
+// breaker, a pushback hold) and Malformed (shaper's quarantine). A FIFO
+// downstream also has Reserve: each take reserves the slots of the tasks
+// it moves on the downstream's bucket (rate, quotas, announced limit), in
+// the same script. The others (Fair, Priority, concurrency caps) have
+// Want (the engine takes what keeps about 200ms of releases waiting), and
+// their bucket (shaping.lua) decides each slot after the take.
 //
 // # Pickers
 //
@@ -98,8 +104,8 @@
 //
 // # Left to do
 //
-// Per-key ceilings and concurrency caps at the take (a fair downstream's
-// lane still decides them among the tasks it holds), quotas and announced
-// limits in take.lua itself (one script per release), and group
-// aggregation (batching downstreams keep an asynq.Server).
+// Reserving at the take for fair and priority downstreams and under
+// concurrency caps (their lanes still reserve after the take, and a fair
+// lane orders the tasks it holds), per-key ceilings at the take, and
+// group aggregation (batching downstreams keep an asynq.Server).
 package take
