@@ -35,8 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	redistest.Main(m)
+	redistest.Main(m, func() { os.RemoveAll(dir) })
 }
 
 // proc is a running shaper process.

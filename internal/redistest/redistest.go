@@ -33,12 +33,18 @@ var (
 	initErr error
 )
 
-// Main runs the tests of a package and stops the server it started. Call it
-// from TestMain: func TestMain(m *testing.M) { redistest.Main(m) }.
-func Main(m *testing.M) {
+// Main runs the tests of a package, stops the server it started and
+// removes its directory, then runs cleanups (a package's own temporary
+// files). Call it from TestMain: func TestMain(m *testing.M) {
+// redistest.Main(m) }.
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
 	if srv != nil {
 		srv.Stop()
+		srv.Cleanup()
+	}
+	for _, c := range cleanups {
+		c() // before os.Exit, which runs no deferred call
 	}
 	os.Exit(code)
 }

@@ -159,7 +159,8 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 		if ra, ok := l.d.Reserve(); ok {
 			ra.Cost = 1 // a unit a task (Reservation.Issued counts so)
 			a.Reserve, a.Interval, a.Burst, a.Lead = &ra, 0, 0, l.lead.Microseconds()
-			a.Slots = int64(min(slotsFor(a.LookAhead, ra.Interval), l.free(), want))
+			l.slots = slotsFor(a.LookAhead, ra.Interval) // at the rate in force
+			a.Slots = int64(min(l.slots, l.free(), want))
 		}
 	}
 	if a.Interval == 0 && a.Burst == 0 && a.Reserve == nil {
