@@ -93,17 +93,17 @@
 --            KEYS: next_free, announced, issued, claims, quotas) with
 --            ARGV[18..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
---            what pending and the budget allow), so the rate, the quotas
---            and the announced limit are decided where the task moves,
---            for the run of tasks of one unit of cost (their msg's header
---            "shaper-cost") at the tail; a task of more units at the tail
---            is taken alone, and a run of tasks past their deadline
---            ("shaper-deadline") together, without a slot or a
+--            what the lists and the budget allow), so the rate, the
+--            quotas and the announced limit are decided where the task
+--            moves, for the run of tasks of one unit of cost (their msg's
+--            header "shaper-cost") next in line; a task of more units next
+--            in line is taken alone, and a run of tasks past their
+--            deadline ("shaper-deadline") together, without a slot or a
 --            reservation (the caller reserves for the one, archives the
 --            others), so that no slot goes to a task that cannot use it.
---            A FIFO queue only (no priority lists, no fair order); ARGV[1]
---            and ARGV[2] must be 0 (KEYS[1] is not used), and the slots
---            before KEYS[24] must be filled.
+--            FIFO or strict priority only (no weights, no fair order);
+--            ARGV[1] and ARGV[2] must be 0 (KEYS[1] is not used), and the
+--            slots before KEYS[24] must be filled.
 -- ARGV[17] -> with R > 0, the lead in µs (0: none): the take reserves
 --            nothing (early) while next_free is further than this ahead,
 --            so that the processes' takes each serve a run of slots from
@@ -324,8 +324,8 @@ local function deadline(m)
 end
 local nres = tonumber(ARGV[16] or '0') or 0
 if nres > 0 then
-  if levels or fair or interval > 0 or burst > 0 then
-    return redis.error_reply('take: a reservation serves a FIFO queue without a rate of its own')
+  if weights or fair or interval > 0 or burst > 0 then
+    return redis.error_reply('take: a reservation serves a queue in FIFO or strict priority order, without a rate of its own')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
@@ -362,31 +362,43 @@ if rk then
     local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
     if nf - now > lead then return reply(4, nf, 0) end
   end
-  -- the run of unit-cost tasks at the tail of pending (FIFO: each is
-  -- taken), at most what the budget allows: that many slots, starting
-  -- within the look-ahead; none: nothing moves. A task of more units at
-  -- the tail goes alone and without a slot: the lane reserves its units
-  -- (a slot here is one unit, and its release must come after all of
-  -- them).
-  local ids = redis.call('LRANGE', KEYS[2], -n, -1)
+  -- the run of unit-cost tasks next in line (each is taken), at most
+  -- what the budget allows: that many slots, starting within the
+  -- look-ahead; none: nothing moves. A task of more units next in line
+  -- goes alone and without a slot: the lane reserves its units (a slot
+  -- here is one unit, and its release must come after all of them). In
+  -- line is the order pickStrict takes: each list's tasks from its tail,
+  -- the lists in priority order (an entry of a priority list whose hash
+  -- is gone is dropped by the pick, and passed over here).
+  local ids = {}
+  for _, l in ipairs(serve) do
+    if #ids >= n then break end
+    local got = redis.call('LRANGE', l, -(n - #ids), -1)
+    for i = #got, 1, -1 do ids[#ids + 1] = {got[i], l == KEYS[2]} end
+  end
   if #ids == 0 then return reply(1, 0, 1) end
   msgs = {}
   -- kind: 1 a unit task (a slot each), 2 past its deadline (archived
-  -- unsent: no slot), 3 more units (alone, no slot); the run at the tail
-  -- of the tail's kind goes (of kind 3, one task)
+  -- unsent: no slot), 3 more units (alone, no slot); the run at the head
+  -- of that order of the first's kind goes (of kind 3, one task)
   local k, kind = 0, nil
-  for i = #ids, 1, -1 do
-    local m = redis.call('HGET', tprefix .. ids[i], 'msg') or ''
-    local dl, kd = deadline(m), 1
-    if dl and dl <= now then
-      kd = 2
-    elseif not unitCost(m) then
-      kd = 3
+  for _, e in ipairs(ids) do
+    local m = redis.call('HGET', tprefix .. e[1], 'msg')
+    if m or e[2] then
+      m = m or ''
+      local dl, kd = deadline(m), 1
+      if dl and dl <= now then
+        kd = 2
+      elseif not unitCost(m) then
+        kd = 3
+      end
+      if kind and (kd ~= kind or kind == 3) then break end
+      kind, msgs[e[1]], k = kd, m, k + 1
     end
-    if kind and (kd ~= kind or kind == 3) then break end
-    kind, msgs[ids[i]], k = kd, m, k + 1
   end
-  if kind ~= 1 then
+  if kind == nil then
+    n = 1 -- only entries whose hash is gone: the pick drops them
+  elseif kind ~= 1 then
     n = k
   else
     ra[3], ra[4], ra[5], ra[6] = ahead, 0, now, k

@@ -23,10 +23,10 @@ import (
 // nothing active, all pending in asynq's view, no attempt consumed), and
 // a reset of the quota lets every task go, each once. A FIFO downstream's
 // take reserves the slots of what it moves, so past the quota it moves
-// nothing (no task is taken to be given back); one with priorities takes
-// ahead of its lane's reservation, and the lane, once it finds the next
-// slot an hour away, gives the tasks it holds back to the head of the
-// queue.
+// nothing (no task is taken to be given back); one with weighted
+// priorities takes ahead of its lane's reservation, and the lane, once it
+// finds the next slot an hour away, gives the tasks it holds back to the
+// head of the queue.
 func TestSpentQuotaHoldsNoTask(t *testing.T) {
 	t.Parallel()
 	for _, prio := range []bool{false, true} {
@@ -45,7 +45,7 @@ func spentQuotaHoldsNoTask(t *testing.T, prio bool) {
 	quotas := []shaping.Quota{{Limit: 3, Per: time.Hour}}
 	var pr *shaping.Priority
 	if prio {
-		pr = &shaping.Priority{}
+		pr = &shaping.Priority{Weights: laneWeights(t)}
 	}
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Priority: pr, Handler: rec.handle}))
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})

@@ -8,21 +8,24 @@ import (
 	"github.com/shaper-io/shaper/shaping/take"
 )
 
-// A FIFO downstream's take reserves the slots of the tasks it moves, in
-// the same script (take.Downstream.Reserve): the bucket, the quotas and
-// the announced limit decide there, so a task leaves pending only with
-// its slot, and the lane is not asked. The lane still serves what the
-// take's slot cannot: a task of more than one unit (the take moves it
-// alone, without a slot), a slot wasted (woken late, a pushback, the
-// breaker) and every slot after a refused call.
+// A FIFO or strict-priority downstream's take reserves the slots of the
+// tasks it moves, in the same script (take.Downstream.Reserve): the
+// bucket, the quotas and the announced limit decide there, so a task
+// leaves pending only with its slot, and the lane is not asked. The lane
+// still serves what the take's slot cannot: a task of more than one unit
+// (the take moves it alone, without a slot), a slot wasted (woken late, a
+// pushback, the breaker) and every slot after a refused call.
 
 // reservesAtTake reports whether r's takes reserve its tasks' slots: a
-// downstream served by the engine in first-in first-out order whose slot
-// needs nothing but the bucket's word (no fair order or key ceilings, no
-// priority claims between processes, no lease to wait for after the slot).
+// downstream served by the engine in first-in first-out or strict
+// priority order (the take picks the next task of the highest priority
+// waiting anywhere, so no claims between processes are needed) whose
+// slot needs nothing but the bucket's word (no fair order or key
+// ceilings, no weighted turns, no lease to wait for after the slot).
 func (r *runner) reservesAtTake() bool {
 	ds := r.ds
-	return ds.Batch == nil && ds.Fairness == nil && ds.Priority == nil && ds.Concurrency == 0 && ds.KeyConcurrency == 0
+	strict := ds.Priority == nil || ds.Priority.Weights.Strict()
+	return ds.Batch == nil && ds.Fairness == nil && strict && ds.Concurrency == 0 && ds.KeyConcurrency == 0
 }
 
 // takeReserve is the reservation of r's next take; none in shadow mode,

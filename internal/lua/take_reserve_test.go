@@ -9,6 +9,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/priority"
+	"github.com/shaper-io/shaper/internal/redistest"
 )
 
 // A take with a reservation (TakeArgs.Reserve) moves a task only with its
@@ -142,5 +144,56 @@ func TestTakeReservesUnitTasksOnly(t *testing.T) {
 	}
 	if nf := r.rdb.Get(context.Background(), r.sp.Bucket("d1")).Val(); nf != fmt.Sprint(t0+300000) {
 		t.Errorf("next_free %s; want %d: 3 units reserved, none for the others", nf, t0+300000)
+	}
+}
+
+// With strict priority the take reserves for the tasks in the order it
+// takes them: levels 1 and 2 before pending (3), then 4 and 5; an entry
+// of a priority list whose task hash is gone (deleted behind shaper's
+// back) gets no slot and is dropped. Slots 100ms apart, a 450ms
+// look-ahead: the first take moves the 5 next in priority order, each
+// with its slot, and the next the rest.
+func TestTakeReservesInPriorityOrder(t *testing.T) {
+	rdb := redistest.Client(t)
+	r := newWeightedRig(t, rdb)
+	r.a.Weights, r.a.Turns = priority.Weights{}, "" // strict
+	r.add(5, 2)
+	r.add(3, 2)
+	r.add(1, 2)
+	r.add(2, 1)
+	ctx := context.Background()
+	// the level-2 task's hash goes, as an Inspector delete would leave it
+	l2 := rdb.LRange(ctx, r.sp.TakePriority("d1", 2), 0, -1).Val()
+	must(t, rdb.Del(ctx, r.sp.Asynq("d1").Task(l2[0])).Err())
+	r.a.LookAhead, r.a.Slots = 450000, 10
+	r.a.Reserve = &lua.BucketArgs{Interval: 100000, Answers: lua.AnswerKeys{Announced: r.sp.Announced("d1"), Issued: r.sp.Issued("d1")},
+		Claims: r.sp.PriorityClaims("d1")}
+	t0 := time.Now().UnixMicro()
+	var prios, offs []int64
+	for _, want := range []int{5, 1} {
+		a := r.a
+		a.Now = t0
+		rep, err := r.st.Take(ctx, a)
+		must(t, err)
+		if len(rep.Tasks) != want || rep.Reservation == nil {
+			t.Fatalf("take: %d tasks, reservation %+v; want %d, reserved", len(rep.Tasks), rep.Reservation, want)
+		}
+		for _, tt := range rep.Tasks {
+			prios, offs = append(prios, int64(tt.Priority)), append(offs, (tt.Slot-t0)/1000)
+		}
+		t0 += 500000
+	}
+	if fmt.Sprint(prios) != "[1 1 3 3 5 5]" || fmt.Sprint(offs) != "[0 100 200 300 400 0]" {
+		t.Errorf("priorities %v at slots %v ms; want [1 1 3 3 5 5] at [0 100 200 300 400 0] (the second take at the sixth slot)", prios, offs)
+	}
+	if n := rdb.LLen(ctx, r.sp.TakePriority("d1", 2)).Val(); n != 0 {
+		t.Errorf("level 2 holds %d entries; want the deleted task's dropped", n)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -194,7 +194,7 @@ type Downstream struct {
 	// take's): with ok, a task leaves pending only with its slot reserved
 	// on keys.Space.Bucket, in the same script, and Task.Reservation says
 	// so; Rate and Burst are not used for that take. Without ok the take
-	// reserves nothing (Rate, if any, paces it). Not with Priority or
+	// reserves nothing (Rate, if any, paces it). Not with Weights or
 	// Fair. It runs on the loop goroutine and must not block.
 	Reserve func() (lua.BucketArgs, bool)
 	// Reserved, when set, is told what each take's reservation found
@@ -240,8 +240,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Burst must be in [0, 1000] and InFlight in [0, 100000]", d.Name)
 	case !d.Weights.Strict() && !d.Priority:
 		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
-	case d.Reserve != nil && (d.Priority || d.Fair):
-		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves a FIFO queue (not with Priority or Fair)", d.Name)
+	case d.Reserve != nil && (!d.Weights.Strict() || d.Fair):
+		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves FIFO or strict priority order (not with Weights or Fair)", d.Name)
 	}
 	if err := d.Weights.Validate(); err != nil {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights: %w", d.Name, err)

@@ -88,11 +88,12 @@
 // asynq.Server). It adds each downstream with Rate 0, InFlight its
 // workers, BudgetNow workers per live process, a Gate (pause, open
 // breaker, a pushback hold) and Malformed (shaper's quarantine). A FIFO
-// downstream also has Reserve: each take reserves the slots of the tasks
-// it moves on the downstream's bucket (rate, quotas, announced limit), in
-// the same script. The others (Fair, Priority, concurrency caps) have
-// Want (the engine takes what keeps about 200ms of releases waiting), and
-// their bucket (shaping.lua) decides each slot after the take.
+// or strict-priority downstream also has Reserve: each take reserves the
+// slots of the tasks it moves on the downstream's bucket (rate, quotas,
+// announced limit), in the same script. The others (Fair, Weights,
+// concurrency caps) have Want (the engine takes what keeps about 200ms of
+// releases waiting), and their bucket (shaping.lua) decides each slot
+// after the take.
 //
 // # Pickers
 //
@@ -104,8 +105,8 @@
 //
 // # Left to do
 //
-// Reserving at the take for fair and priority downstreams and under
-// concurrency caps (their lanes still reserve after the take, and a fair
-// lane orders the tasks it holds), per-key ceilings at the take, and
+// Reserving at the take for fair and weighted-priority downstreams and
+// under concurrency caps (their lanes still reserve after the take, and a
+// fair lane orders the tasks it holds), per-key ceilings at the take, and
 // group aggregation (batching downstreams keep an asynq.Server).
 package take
