@@ -358,9 +358,15 @@ if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 if rk then
   local lead = tonumber(ARGV[17]) or 0
-  if lead > 0 then
-    local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
-    if nf - now > lead then return reply(4, nf, 0) end
+  local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
+  if lead > 0 and nf - now > lead then return reply(4, nf, 0) end
+  -- no more tasks than the bucket's slots that start within the
+  -- look-ahead (the quotas and the announced limit may allow fewer), so
+  -- that no msg is read for a task that stays
+  local iv1, b1 = tonumber(ra[1]) or 0, tonumber(ra[2]) or 0
+  if iv1 > 0 then
+    local fit = math.floor((now + ahead - math.max(nf, now - b1)) / iv1) + 1
+    if n > fit then n = math.max(fit, 1) end
   end
   -- the run of unit-cost tasks next in line (each is taken), at most
   -- what the budget allows: that many slots, starting within the
