@@ -197,6 +197,10 @@ type Downstream struct {
 	// reserves nothing (Rate, if any, paces it). Not with Weights or
 	// Fair. It runs on the loop goroutine and must not block.
 	Reserve func() (lua.BucketArgs, bool)
+	// LookAhead, when set, is this downstream's look-ahead in place of
+	// Config.LookAhead (such as a shorter one, so that a task of a higher
+	// priority that arrives waits behind fewer slots already reserved).
+	LookAhead time.Duration
 	// Reserved, when set, is told what each take's reservation found
 	// (the slots, what held them, the quotas' use), on the loop
 	// goroutine; it must not block.
@@ -240,6 +244,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Burst must be in [0, 1000] and InFlight in [0, 100000]", d.Name)
 	case !d.Weights.Strict() && !d.Priority:
 		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
+	case d.LookAhead < 0 || d.LookAhead > time.Minute:
+		return fmt.Errorf("take: downstream %s: Downstream.LookAhead must be in [0, 1m], got %v", d.Name, d.LookAhead)
 	case d.Reserve != nil && (!d.Weights.Strict() || d.Fair):
 		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves FIFO or strict priority order (not with Weights or Fair)", d.Name)
 	}

@@ -1,6 +1,7 @@
 package take
 
 import (
+	"cmp"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +57,8 @@ func slotsFor(ahead, iv int64) int {
 
 func newLane(cfg Config, d Downstream) *lane {
 	iv := d.interval()
-	ahead := cfg.LookAhead.Microseconds()
+	la := cmp.Or(d.LookAhead, cfg.LookAhead)
+	ahead := la.Microseconds()
 	slots := slotsFor(ahead, iv)
 	// A lane that just emptied is checked again after about one slot
 	// (never more often than every 10ms), backing off to IdlePoll.
@@ -73,7 +75,7 @@ func newLane(cfg Config, d Downstream) *lane {
 			weights, turns = d.Weights, cfg.Keys.TakeTurns(d.Name)
 		}
 	}
-	l := &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cfg.LookAhead/3, 5*time.Millisecond), held: map[string]*job{},
+	l := &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(la/3, 5*time.Millisecond), held: map[string]*job{},
 		levels: levels, probe: append([]string{q.Pending()}, levels...),
 		args: lua.TakeArgs{Bucket: cfg.Keys.Bucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
