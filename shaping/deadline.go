@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // ErrDeadlinePassed: a task's deadline (envelope.HeaderDeadline, set from
@@ -65,4 +67,10 @@ func pastDeadline(d, at time.Time) bool { return !d.IsZero() && at.After(d) }
 func late(d, now time.Time) error {
 	return fmt.Errorf("%w (deadline %s, now %s): %w", ErrDeadlinePassed, d.UTC().Format(time.RFC3339Nano),
 		now.UTC().Format(time.RFC3339Nano), asynq.SkipRetry)
+}
+
+// takeSlot is the slot a task's take reserved, until the task uses it.
+type takeSlot struct {
+	res  *take.Reservation
+	used bool
 }

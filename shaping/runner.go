@@ -136,6 +136,36 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string, front bool
 	}
 }
 
+// grantOf is the task's next slot: the first time, the one its take
+// reserved; else, or when a gate shut since the take, the lane's. (The
+// take reserves for tasks of one unit; a task of more units comes without
+// a slot and the lane reserves its units.)
+func (r *runner) grantOf(ctx context.Context, cost int64, key string, front bool) (grant, error) {
+	ts := takenOf(ctx).slot
+	if ts == nil || ts.used {
+		return r.lane.wait(ctx, cost, key, front)
+	}
+	ts.used = true
+	g := grant{slot: time.UnixMicro(ts.res.Slot), now: time.UnixMicro(ts.res.Now), issued: ts.res.Issued}
+	p := r.releaseGate()
+	if !p.ok {
+		// paused, or the breaker opened: the unit goes back to the
+		// quotas, and the lane serves the task as it serves its waiters
+		r.wasted(1, g)
+		return r.lane.wait(ctx, cost, key, front)
+	}
+	if cost != 1 {
+		// the take read one unit in the task's msg, its headers say
+		// otherwise: the unit goes back to the quotas (its slot of the
+		// rate is lost), and the lane reserves all the task's units
+		r.wasted(1, g)
+		return r.lane.wait(ctx, cost, key, front)
+	}
+	g.seq = p.seq
+	inLine(ctx) // its slot is decided: the next task of its take may go
+	return g, nil
+}
+
 // skipLate reports whether a release reserved as res woke too far behind
 // its slot to go out now (late by more than the late tolerance, on the
 // local clock). A worker that wakes late (CPU starvation, a GC, a slow

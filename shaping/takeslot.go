@@ -1,11 +1,7 @@
 package shaping
 
 import (
-	"context"
-	"time"
-
 	"github.com/shaper-io/shaper/internal/lua"
-	"github.com/shaper-io/shaper/shaping/take"
 )
 
 // A FIFO or strict-priority downstream's take reserves the slots of the
@@ -49,40 +45,4 @@ func (r *runner) takeReserved(v lua.BucketReply) {
 	if res.Count > 0 {
 		r.observeWaits(res)
 	}
-}
-
-// takeSlot is the slot a task's take reserved, until the task uses it.
-type takeSlot struct {
-	res  *take.Reservation
-	used bool
-}
-
-// grantOf is the task's next slot: the first time, the one its take
-// reserved; else, or when a gate shut since the take, the lane's. (The
-// take reserves for tasks of one unit; a task of more units comes without
-// a slot and the lane reserves its units.)
-func (r *runner) grantOf(ctx context.Context, cost int64, key string, front bool) (grant, error) {
-	ts := takenOf(ctx).slot
-	if ts == nil || ts.used {
-		return r.lane.wait(ctx, cost, key, front)
-	}
-	ts.used = true
-	g := grant{slot: time.UnixMicro(ts.res.Slot), now: time.UnixMicro(ts.res.Now), issued: ts.res.Issued}
-	p := r.releaseGate()
-	if !p.ok {
-		// paused, or the breaker opened: the unit goes back to the
-		// quotas, and the lane serves the task as it serves its waiters
-		r.wasted(1, g)
-		return r.lane.wait(ctx, cost, key, front)
-	}
-	if cost != 1 {
-		// the take read one unit in the task's msg, its headers say
-		// otherwise: the unit goes back to the quotas (its slot of the
-		// rate is lost), and the lane reserves all the task's units
-		r.wasted(1, g)
-		return r.lane.wait(ctx, cost, key, front)
-	}
-	g.seq = p.seq
-	inLine(ctx) // its slot is decided: the next task of its take may go
-	return g, nil
 }
