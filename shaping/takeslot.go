@@ -10,7 +10,9 @@ import (
 // leaves pending only with its slot, and the lane is not asked. The lane
 // still serves what the take's slot cannot: a task of more than one unit
 // (the take moves it alone, without a slot), a slot wasted (woken late, a
-// pushback, the breaker) and every slot after a refused call.
+// pushback, the breaker) and every slot after a refused call. The task
+// carries its slot to the release path in taken.slot (deadline.go), and
+// runner.grantOf hands it out once.
 
 // reservesAtTake reports whether r's takes reserve its tasks' slots: a
 // downstream served by the engine in first-in first-out or strict
