@@ -101,9 +101,10 @@
 --            deadline ("shaper-deadline") together, without a slot or a
 --            reservation (the caller reserves for the one, archives the
 --            others), so that no slot goes to a task that cannot use it.
---            FIFO or strict priority only (no weights, no fair order);
---            ARGV[1] and ARGV[2] must be 0 (KEYS[1] is not used), and the
---            slots before KEYS[24] must be filled.
+--            In line is the order the take picks (FIFO, or priority,
+--            strict or weighted); not with fair order. ARGV[1] and ARGV[2]
+--            must be 0 (KEYS[1] is not used), and the slots before
+--            KEYS[24] must be filled.
 -- ARGV[17] -> with R > 0, the lead in µs (0: none): the take reserves
 --            nothing (early) while next_free is further than this ahead,
 --            so that the processes' takes each serve a run of slots from
@@ -324,8 +325,8 @@ local function deadline(m)
 end
 local nres = tonumber(ARGV[16] or '0') or 0
 if nres > 0 then
-  if weights or fair or interval > 0 or burst > 0 then
-    return redis.error_reply('take: a reservation serves a queue in FIFO or strict priority order, without a rate of its own')
+  if fair or interval > 0 or burst > 0 then
+    return redis.error_reply('take: a reservation serves a queue in FIFO or priority order, without a rate of its own')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
@@ -372,35 +373,82 @@ if rk then
   -- what the budget allows: that many slots, starting within the
   -- look-ahead; none: nothing moves. A task of more units next in line
   -- goes alone and without a slot: the lane reserves its units (a slot
-  -- here is one unit, and its release must come after all of them). In
-  -- line is the order pickStrict takes: each list's tasks from its tail,
-  -- the lists in priority order (an entry of a priority list whose hash
-  -- is gone is dropped by the pick, and passed over here).
-  local ids = {}
-  for _, l in ipairs(serve) do
-    if #ids >= n then break end
-    local got = redis.call('LRANGE', l, -(n - #ids), -1)
-    for i = #got, 1, -1 do ids[#ids + 1] = {got[i], l == KEYS[2]} end
+  -- here is one unit, and its release must come after all of them).
+  --
+  -- nextInLine returns the id and msg of the next task the pick takes,
+  -- one at a time, nil when none is left in view (an entry of a priority
+  -- list whose hash is gone is dropped by the pick, and passed over
+  -- here). Strict: each list's tasks from its tail, the lists in
+  -- priority order. Weighted: pickWeighted's turns, played on a copy of
+  -- its tags (KEYS[14]).
+  local nextInLine, inView
+  if weights then
+    local t, seen, at = {}, {}, {}
+    local j = 0
+    for v in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
+      j = j + 1
+      t[j] = math.max(tonumber(v) or 0, 0)
+    end
+    inView = 0
+    for l = 1, 5 do
+      t[l] = t[l] or 0
+      seen[l] = redis.call('LRANGE', serve[l], -n, -1)
+      at[l], inView = #seen[l], inView + #seen[l]
+    end
+    nextInLine = function()
+      while true do
+        local best
+        for l = 1, 5 do
+          if at[l] > 0 and (best == nil or t[l] < t[best]) then best = l end
+        end
+        if not best then return nil end
+        local id = seen[best][at[best]]
+        at[best] = at[best] - 1
+        local m = redis.call('HGET', tprefix .. id, 'msg')
+        if m or serve[best] == KEYS[2] then
+          local v = t[best]
+          t[best] = v + 1 / weights[best]
+          for l = 1, 5 do t[l] = math.max(t[l] - v, 0) end
+          return id, m or ''
+        end
+      end
+    end
+  else
+    local ids = {}
+    for _, l in ipairs(serve) do
+      if #ids >= n then break end
+      local got = redis.call('LRANGE', l, -(n - #ids), -1)
+      for i = #got, 1, -1 do ids[#ids + 1] = {got[i], l == KEYS[2]} end
+    end
+    inView = #ids
+    local i = 0
+    nextInLine = function()
+      while true do
+        i = i + 1
+        local e = ids[i]
+        if not e then return nil end
+        local m = redis.call('HGET', tprefix .. e[1], 'msg')
+        if m or e[2] then return e[1], m or '' end
+      end
+    end
   end
-  if #ids == 0 then return reply(1, 0, 1) end
+  if inView == 0 then return reply(1, 0, 1) end
   msgs = {}
   -- kind: 1 a unit task (a slot each), 2 past its deadline (archived
-  -- unsent: no slot), 3 more units (alone, no slot); the run at the head
-  -- of that order of the first's kind goes (of kind 3, one task)
+  -- unsent: no slot), 3 more units (alone, no slot); the run next in
+  -- line of the first's kind goes (of kind 3, one task)
   local k, kind = 0, nil
-  for _, e in ipairs(ids) do
-    local m = redis.call('HGET', tprefix .. e[1], 'msg')
-    if m or e[2] then
-      m = m or ''
-      local dl, kd = deadline(m), 1
-      if dl and dl <= now then
-        kd = 2
-      elseif not unitCost(m) then
-        kd = 3
-      end
-      if kind and (kd ~= kind or kind == 3) then break end
-      kind, msgs[e[1]], k = kd, m, k + 1
+  while k < n do
+    local id, m = nextInLine()
+    if not id then break end
+    local dl, kd = deadline(m), 1
+    if dl and dl <= now then
+      kd = 2
+    elseif not unitCost(m) then
+      kd = 3
     end
+    if kind and (kd ~= kind or kind == 3) then break end
+    kind, msgs[id], k = kd, m, k + 1
   end
   if kind == nil then
     n = 1 -- only entries whose hash is gone: the pick drops them

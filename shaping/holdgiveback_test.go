@@ -23,31 +23,31 @@ import (
 // nothing active, all pending in asynq's view, no attempt consumed), and
 // a reset of the quota lets every task go, each once. A FIFO downstream's
 // take reserves the slots of what it moves, so past the quota it moves
-// nothing (no task is taken to be given back); one with weighted
-// priorities takes ahead of its lane's reservation, and the lane, once it
-// finds the next slot an hour away, gives the tasks it holds back to the
-// head of the queue.
+// nothing (no task is taken to be given back); one with a concurrency
+// cap takes ahead of its lane's reservation, and the lane, once it finds
+// the next slot an hour away, gives the tasks it holds back to the head
+// of the queue.
 func TestSpentQuotaHoldsNoTask(t *testing.T) {
 	t.Parallel()
-	for _, prio := range []bool{false, true} {
-		t.Run(map[bool]string{false: "take_reserves", true: "lane_gives_back"}[prio], func(t *testing.T) {
+	for _, lane := range []bool{false, true} {
+		t.Run(map[bool]string{false: "take_reserves", true: "lane_gives_back"}[lane], func(t *testing.T) {
 			t.Parallel()
-			spentQuotaHoldsNoTask(t, prio)
+			spentQuotaHoldsNoTask(t, lane)
 		})
 	}
 }
 
-func spentQuotaHoldsNoTask(t *testing.T, prio bool) {
+func spentQuotaHoldsNoTask(t *testing.T, lane bool) {
 	rdb, prefix, reg := redistest.Client(t), redistest.Prefix(t), prometheus.NewRegistry()
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	rec := newRecorder()
 	quotas := []shaping.Quota{{Limit: 3, Per: time.Hour}}
-	var pr *shaping.Priority
-	if prio {
-		pr = &shaping.Priority{Weights: laneWeights(t)}
+	inFlight := 0
+	if lane {
+		inFlight = 10
 	}
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Priority: pr, Handler: rec.handle}))
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Concurrency: inFlight, Handler: rec.handle}))
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
 	defer p.Close()
 	in := queue.NewInspector(rdb, prefix)
@@ -69,9 +69,9 @@ func spentQuotaHoldsNoTask(t *testing.T, prio bool) {
 		must(t, err)
 		return b.Active == 0 && b.Pending == n-3
 	})
-	if got := gatherSum(t, reg, "shaper_shaping_hold_give_backs_total"); !prio && got != 0 {
+	if got := gatherSum(t, reg, "shaper_shaping_hold_give_backs_total"); !lane && got != 0 {
 		t.Errorf("shaper_shaping_hold_give_backs_total = %v, want 0 (nothing taken past the quota)", got)
-	} else if prio && got < 1 {
+	} else if lane && got < 1 {
 		t.Errorf("shaper_shaping_hold_give_backs_total = %v, want at least 1", got)
 	}
 	// nothing is taken while the hold lasts (the engine asks its gate

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-io/shaper/internal/clocktest"
-	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/queue"
@@ -21,8 +20,8 @@ import (
 // slot (shaper_shaping_late_skips_total, no release) and queues again; the
 // next slot, woken on time, is released. The fake clock makes the late
 // wake-up exact: nothing waits on the wall clock for a slot. The
-// downstream has weighted priorities, so that its lane reserves the
-// slots and the worker sleeps on the fake clock (a FIFO downstream's take
+// downstream has a concurrency cap, so that its lane reserves the slots
+// and the worker sleeps on the fake clock (a FIFO downstream's take
 // reserves them and the engine sleeps until each on the wall clock; the
 // same check, skipLate, then runs on the slot it reserved).
 func TestLateWakeUpSkipsItsSlot(t *testing.T) {
@@ -36,7 +35,7 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 		Registerer: reg, Clock: clk, ControlInterval: time.Hour, ShutdownTimeout: 5 * time.Second})
 	rec := newRecorder()
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(2), Workers: 1, MaxWait: 5 * time.Second,
-		LateTolerance: 100 * time.Millisecond, Priority: &shaping.Priority{Weights: laneWeights(t)}, Handler: rec.handle}))
+		LateTolerance: 100 * time.Millisecond, Concurrency: 1, Handler: rec.handle}))
 	defer d.Shutdown(context.Background())
 	e := &env{t: t, rdb: rdb, prefix: prefix, p: queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})}
 	e.enqueue("api", 2, nil)
@@ -94,13 +93,4 @@ func gatherSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
-}
-
-// laneWeights are weighted priorities, whose lane reserves the slots
-// after the take (the take reserves them for FIFO and strict priority).
-func laneWeights(t *testing.T) priority.Weights {
-	t.Helper()
-	w, err := priority.WeightsFrom(map[int]int{1: 2, 3: 1})
-	must(t, err)
-	return w
 }

@@ -4,7 +4,7 @@ import (
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
-// A FIFO or strict-priority downstream's take reserves the slots of the
+// A FIFO or priority downstream's take reserves the slots of the
 // tasks it moves, in the same script (take.Downstream.Reserve): the
 // bucket, the quotas and the announced limit decide there, so a task
 // leaves pending only with its slot, and the lane is not asked. The lane
@@ -15,15 +15,14 @@ import (
 // runner.grantOf hands it out once.
 
 // reservesAtTake reports whether r's takes reserve its tasks' slots: a
-// downstream served by the engine in first-in first-out or strict
-// priority order (the take picks the next task of the highest priority
-// waiting anywhere, so no claims between processes are needed) whose
-// slot needs nothing but the bucket's word (no fair order or key
-// ceilings, no weighted turns, no lease to wait for after the slot).
+// downstream served by the engine in first-in first-out or priority order
+// (the take picks the next task by priority among all waiting, so no
+// claims between processes are needed) whose slot needs nothing but the
+// bucket's word (no fair order or key ceilings, no lease to wait for
+// after the slot).
 func (r *runner) reservesAtTake() bool {
 	ds := r.ds
-	strict := ds.Priority == nil || ds.Priority.Weights.Strict()
-	return ds.Batch == nil && ds.Fairness == nil && strict && ds.Concurrency == 0 && ds.KeyConcurrency == 0
+	return ds.Batch == nil && ds.Fairness == nil && ds.Concurrency == 0 && ds.KeyConcurrency == 0
 }
 
 // takeReserve is the reservation of r's next take; none in shadow mode,

@@ -78,8 +78,8 @@ type TakeArgs struct {
 	// Store.Reserve does on Bucket (ARGV[16..]: the rate, burst, quotas,
 	// announced limit and cost of Reserve; its MaxWait, Now and Slots are
 	// the take's LookAhead, clock and the tasks it may take), so a task
-	// moves only with its slot. FIFO or strict priority only (no
-	// Weights, no Fair), and Interval and Burst must be 0. Lead, with Reserve, is ARGV[17]:
+	// moves only with its slot. FIFO or priority order only (not Fair),
+	// and Interval and Burst must be 0. Lead, with Reserve, is ARGV[17]:
 	// the take reserves nothing (TakeEarly) while the bucket's next slot
 	// starts further ahead than this (0: any slot within LookAhead).
 	Reserve *BucketArgs
@@ -176,8 +176,8 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		max(a.MaintainEvery.Milliseconds(), 1), levels, weights, fair, max(a.FairTTL.Milliseconds(), 1)}
 	quotas := 0
 	if r := a.Reserve; r != nil {
-		if weights != "" || a.Fair != nil || a.Interval != 0 || a.Burst != 0 {
-			return TakeReply{}, fmt.Errorf("take: a reservation serves a queue in FIFO or strict priority order, without a rate of its own")
+		if a.Fair != nil || a.Interval != 0 || a.Burst != 0 {
+			return TakeReply{}, fmt.Errorf("take: a reservation serves a queue in FIFO or priority order, without a rate of its own")
 		}
 		rr := *r
 		if rr.Answers.Announced == "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/shaper-io/shaper/internal/asynqmsg"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -196,5 +197,75 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With weighted priority the take reserves for the tasks in the order its
+// weighted turns take them, played on a copy of the turns' tags before
+// the pick: a take with a reservation moves the same tasks in the same
+// order as one without, each with its slot, and a task of 5 units in the
+// middle of that order ends the run before it and goes alone, without a
+// slot (so the played order matched the pick's).
+func TestTakeReservesInWeightedOrder(t *testing.T) {
+	rdb := redistest.Client(t)
+	plain, reserving := newWeightedRig(t, rdb), newWeightedRig(t, rdb)
+	for _, r := range []*weightedRig{plain, reserving} {
+		q := r.sp.Asynq("d1")
+		for _, lv := range []int{5, 3, 1} {
+			for i := range 5 {
+				h := map[string]string{}
+				if lv == 3 && i == 1 {
+					h["shaper-cost"] = "5"
+				}
+				info, err := r.cl.Enqueue(asynq.NewTaskWithHeaders("job", []byte(fmt.Sprintf("L%d-%d", lv, i)), h), asynq.Queue(q.Name))
+				must(t, err)
+				if lv != priority.Default {
+					if _, err := r.st.PlacePriority(context.Background(), q, r.sp.TakePriority("d1", lv), info.ID, lv); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	reserving.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: reserving.sp.Announced("d1"),
+		Issued: reserving.sp.Issued("d1")}, Claims: reserving.sp.PriorityClaims("d1")}
+	reserving.a.LookAhead = 1000000
+	payloads := func(rep lua.TakeReply) []string {
+		var out []string
+		for _, tt := range rep.Tasks {
+			m, err := asynqmsg.Decode(tt.Msg)
+			must(t, err)
+			out = append(out, string(m.Payload))
+		}
+		return out
+	}
+	take := func(r *weightedRig, n int) lua.TakeReply {
+		a := r.a
+		a.Slots = int64(n)
+		rep, err := r.st.Take(context.Background(), a)
+		must(t, err)
+		return rep
+	}
+	var want, got []string
+	for len(want) < 15 {
+		want = append(want, payloads(take(plain, 15))...)
+	}
+	alone := ""
+	for len(got) < 15 {
+		rep := take(reserving, 15)
+		p := payloads(rep)
+		if rep.Reservation == nil {
+			if len(p) != 1 {
+				t.Fatalf("a take without a reservation moved %v; want one task", p)
+			}
+			alone = p[0]
+		}
+		got = append(got, p...)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reserving takes moved %v; want the plain take's order %v", got, want)
+	}
+	if alone != "L3-1" {
+		t.Errorf("the task taken alone without a slot is %q; want L3-1 (5 units)", alone)
 	}
 }

@@ -194,8 +194,8 @@ type Downstream struct {
 	// take's): with ok, a task leaves pending only with its slot reserved
 	// on keys.Space.Bucket, in the same script, and Task.Reservation says
 	// so; Rate and Burst are not used for that take. Without ok the take
-	// reserves nothing (Rate, if any, paces it). Not with Weights or
-	// Fair. It runs on the loop goroutine and must not block.
+	// reserves nothing (Rate, if any, paces it). Not with Fair. It runs
+	// on the loop goroutine and must not block.
 	Reserve func() (lua.BucketArgs, bool)
 	// LookAhead, when set, is this downstream's look-ahead in place of
 	// Config.LookAhead (such as a shorter one, so that a task of a higher
@@ -246,8 +246,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
 	case d.LookAhead < 0 || d.LookAhead > time.Minute:
 		return fmt.Errorf("take: downstream %s: Downstream.LookAhead must be in [0, 1m], got %v", d.Name, d.LookAhead)
-	case d.Reserve != nil && (!d.Weights.Strict() || d.Fair):
-		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves FIFO or strict priority order (not with Weights or Fair)", d.Name)
+	case d.Reserve != nil && d.Fair:
+		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves FIFO or priority order (not with Fair)", d.Name)
 	}
 	if err := d.Weights.Validate(); err != nil {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights: %w", d.Name, err)

@@ -88,10 +88,10 @@
 // asynq.Server). It adds each downstream with Rate 0, InFlight its
 // workers, BudgetNow workers per live process, a Gate (pause, open
 // breaker, a pushback hold) and Malformed (shaper's quarantine). A FIFO
-// or strict-priority downstream also has Reserve: each take reserves the
-// slots of the tasks it moves on the downstream's bucket (rate, quotas,
-// announced limit), in the same script. The others (Fair, Weights,
-// concurrency caps) have Want (the engine takes what keeps about 200ms of
+// or priority downstream also has Reserve: each take reserves the slots
+// of the tasks it moves on the downstream's bucket (rate, quotas,
+// announced limit), in the same script. The others (Fair, concurrency
+// caps) have Want (the engine takes what keeps about 200ms of
 // releases waiting), and their bucket (shaping.lua) decides each slot
 // after the take.
 //
@@ -105,8 +105,8 @@
 //
 // # Left to do
 //
-// Reserving at the take for fair and weighted-priority downstreams and
-// under concurrency caps (their lanes still reserve after the take, and a
-// fair lane orders the tasks it holds), per-key ceilings at the take, and
-// group aggregation (batching downstreams keep an asynq.Server).
+// Reserving at the take for fair downstreams and under concurrency caps
+// (their lanes still reserve after the take, and a fair lane orders the
+// tasks it holds), per-key ceilings at the take, and group aggregation
+// (batching downstreams keep an asynq.Server).
 package take
