@@ -96,10 +96,11 @@
 --            what the lists and the budget allow), so the rate, the
 --            quotas and the announced limit are decided where the task
 --            moves, for the run of tasks of one unit of cost (their msg's
---            header "shaper-cost") next in line; a task of more units next
---            in line is taken alone, and a run of tasks past their
---            deadline ("shaper-deadline") together, without a slot or a
---            reservation (the caller reserves for the one, archives the
+--            header "shaper-cost") next in line; a run of tasks of more
+--            units next in line (as many as their units fit in the
+--            look-ahead's slots, at least one), or of tasks past their
+--            deadline ("shaper-deadline"), is taken without a slot or a
+--            reservation (the caller reserves for the ones, archives the
 --            others), so that no slot goes to a task that cannot use it.
 --            In line is the order the take picks (FIFO, or priority,
 --            strict or weighted); not with fair order. ARGV[1] and ARGV[2]
@@ -300,11 +301,11 @@ local function header(m, name)
   return len and string.sub(m, at + 1, at + len)
 end
 
--- unitCost is 1 when the task costs one unit ("shaper-cost", 1 when
--- absent), else false
-local function unitCost(m)
+-- cost is the units a task costs ("shaper-cost", 1 when absent; one
+-- unreadable counts as 1, and the caller's check of the headers finds it)
+local function cost(m)
   local c = header(m, 'shaper-cost')
-  return c == nil or c == '1'
+  return c and tonumber(c) or 1
 end
 
 -- deadline is the task's "shaper-deadline" (RFC 3339 in UTC, as the
@@ -371,9 +372,9 @@ if rk then
   end
   -- the run of unit-cost tasks next in line (each is taken), at most
   -- what the budget allows: that many slots, starting within the
-  -- look-ahead; none: nothing moves. A task of more units next in line
-  -- goes alone and without a slot: the lane reserves its units (a slot
-  -- here is one unit, and its release must come after all of them).
+  -- look-ahead; none: nothing moves. Tasks of more units next in line go
+  -- without a slot: the lane reserves their units (a slot here is one
+  -- unit, and a release must come after all of its units).
   --
   -- nextInLine returns the id and msg of the next task the pick takes,
   -- one at a time, nil when none is left in view (an entry of a priority
@@ -435,20 +436,23 @@ if rk then
   if inView == 0 then return reply(1, 0, 1) end
   msgs = {}
   -- kind: 1 a unit task (a slot each), 2 past its deadline (archived
-  -- unsent: no slot), 3 more units (alone, no slot); the run next in
-  -- line of the first's kind goes (of kind 3, one task)
-  local k, kind = 0, nil
+  -- unsent: no slot), 3 more units (no slot: the lane reserves them); the
+  -- run next in line of the first's kind goes
+  -- (kind 3: a run of them, whose units fit in the look-ahead's n
+  -- slots, at least one, so that the lane reserves their slots back to
+  -- back)
+  local k, kind, units = 0, nil, 0
   while k < n do
     local id, m = nextInLine()
     if not id then break end
-    local dl, kd = deadline(m), 1
+    local dl, kd, c = deadline(m), 1, cost(m)
     if dl and dl <= now then
       kd = 2
-    elseif not unitCost(m) then
+    elseif c ~= 1 then
       kd = 3
     end
-    if kind and (kd ~= kind or kind == 3) then break end
-    kind, msgs[id], k = kd, m, k + 1
+    if kind and (kd ~= kind or kd == 3 and units + c > n) then break end
+    kind, msgs[id], k, units = kd, m, k + 1, units + c
   end
   if kind == nil then
     n = 1 -- only entries whose hash is gone: the pick drops them

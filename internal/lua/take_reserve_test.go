@@ -269,3 +269,27 @@ func TestTakeReservesInWeightedOrder(t *testing.T) {
 		t.Errorf("the task taken alone without a slot is %q; want L3-1 (5 units)", alone)
 	}
 }
+
+// Tasks of more units next in line go together without slots, as many as
+// their units fit in the look-ahead's slots (the lane then reserves their
+// slots back to back): 3 tasks of 5 units with 11 slots in view go 2,
+// then 1.
+func TestTakeMovesARunOfCostlyTasks(t *testing.T) {
+	r := newTakeRig(t, 0)
+	cl := asynq.NewClientFromRedisClient(r.rdb)
+	for i := range 3 {
+		info, err := cl.Enqueue(asynq.NewTaskWithHeaders("job", []byte(fmt.Sprint(i)), map[string]string{"shaper-cost": "5"}),
+			asynq.Queue(r.sp.Queue("d1")))
+		must(t, err)
+		r.ids = append(r.ids, info.ID)
+	}
+	r.a.Interval, r.a.Budget, r.a.LookAhead, r.a.Slots = 0, 100, 1000000, 100
+	r.a.Reserve = &lua.BucketArgs{Interval: 100000}
+	t0 := time.Now().UnixMicro()
+	for i, want := range []int{2, 1} {
+		rep := r.take(t0, false)
+		if len(rep.Tasks) != want || rep.Reservation != nil {
+			t.Fatalf("take %d: %d tasks, reservation %+v; want %d without one", i, len(rep.Tasks), rep.Reservation, want)
+		}
+	}
+}

@@ -37,6 +37,7 @@ type lane struct {
 	gap          time.Duration // the idle probe's current backoff
 	errGap       time.Duration // the backoff after a failed call
 	lost         time.Duration // the backoff after takes that found the slots taken
+	early        int           // takes in a row that found the slots taken
 	pending      bool          // a take or probe of the lane is in flight
 	lastMaintain time.Time
 	nextExtend   time.Time
@@ -141,13 +142,18 @@ func (l *lane) applyTake(r lua.TakeReply, at time.Time, poll time.Duration) func
 	due := local(r.Next).Add(-l.lead)
 	switch r.Status {
 	case lua.TakeTaken:
-		l.state, l.next, l.lost = busy, due, 0
+		l.state, l.next, l.lost, l.early = busy, due, 0, 0
 		if r.Drained {
 			l.toIdle(at, poll)
 			l.next = later(l.next, due)
 		}
 	case lua.TakeEarly:
-		l.lost = min(max(2*l.lost, l.lead), poll/2)
+		// the first after a take of its own asks at the lead again: its
+		// own lane's reservations may have moved the slots on (a task of
+		// more units); the others back off
+		if l.early++; l.early > 1 {
+			l.lost = min(max(2*l.lost, l.lead), poll/2)
+		}
 		l.state, l.next = busy, due.Add(l.lost)
 	case lua.TakeEmpty:
 		l.toIdle(at, poll)
