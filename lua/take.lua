@@ -52,7 +52,9 @@
 -- ARGV[10] -> now in µs, or 0 to read Redis TIME (a take with a rate
 --            reads TIME, so every process's slots come from one clock;
 --            one without may pass its process's clock: leases and the
---            maintenance's due times are on it, as in asynq)
+--            maintenance's due times are on it, as in asynq; a take with
+--            a reservation (ARGV[16]) takes its slots' now from the
+--            reservation's own now argument, or TIME, once tasks wait)
 -- ARGV[11] -> with KEYS[9]: the maintenance's spacing in ms, >= 1
 -- ARGV[12] -> 1: KEYS[10..13] are the priority lists; else none
 -- ARGV[13] -> with ARGV[12] = 1: "w1 w2 w3 w4 w5", the weights of levels
@@ -359,6 +361,16 @@ local start = base
 if start < now then start = now end
 if start - now > ahead then return reply(4, start, 0) end
 if rk then
+  -- the slots are on the Redis clock (the reservation's now, ARGV[22],
+  -- or TIME), whatever clock the maintenance and the leases ran on (an
+  -- idle queue's maintenance reads no TIME)
+  local rn = tonumber(ra[5]) or 0
+  if rn > 0 then
+    now = rn
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
   local lead = tonumber(ARGV[17]) or 0
   local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
   if lead > 0 and nf - now > lead then return reply(4, nf, 0) end

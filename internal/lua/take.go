@@ -76,8 +76,9 @@ type TakeArgs struct {
 	FairTTL time.Duration
 	// Reserve, when set, has the take reserve its tasks' slots as
 	// Store.Reserve does on Bucket (ARGV[16..]: the rate, burst, quotas,
-	// announced limit and cost of Reserve; its MaxWait, Now and Slots are
-	// the take's LookAhead, clock and the tasks it may take), so a task
+	// announced limit, cost and Now of Reserve, 0 reading Redis TIME, not
+	// the take's Now; its MaxWait and Slots are the take's LookAhead and
+	// the tasks it may take), so a task
 	// moves only with its slot. FIFO or priority order only (not Fair),
 	// and Interval and Burst must be 0. Lead, with Reserve, is ARGV[17]:
 	// the take reserves nothing (TakeEarly) while the bucket's next slot

@@ -174,7 +174,8 @@ func TestTakeReservesInPriorityOrder(t *testing.T) {
 	var prios, offs []int64
 	for _, want := range []int{4, 2} {
 		a := r.a
-		a.Now = t0
+		ra := *a.Reserve
+		a.Now, ra.Now, a.Reserve = t0, t0, &ra
 		rep, err := r.st.Take(ctx, a)
 		must(t, err)
 		if len(rep.Tasks) != want || rep.Reservation == nil {

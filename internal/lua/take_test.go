@@ -47,6 +47,11 @@ func (r *takeRig) take(now int64, maintain bool) lua.TakeReply {
 	r.t.Helper()
 	a := r.a
 	a.Now, a.Maintain = now, maintain
+	if a.Reserve != nil {
+		ra := *a.Reserve
+		ra.Now = now
+		a.Reserve = &ra
+	}
 	rep, err := r.st.Take(context.Background(), a)
 	if err != nil {
 		r.t.Fatal(err)

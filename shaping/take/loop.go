@@ -163,10 +163,11 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 			a.Slots = int64(min(l.slots, l.free(), want))
 		}
 	}
-	if a.Interval == 0 && a.Burst == 0 && a.Reserve == nil {
-		// no bucket in this take: its times are leases and maintenance,
-		// which asynq's dequeue and forwarder take from the process's
-		// clock too (one TIME fewer per take)
+	if a.Interval == 0 && a.Burst == 0 {
+		// no bucket of the take's own: its times are leases and
+		// maintenance, which asynq's dequeue and forwarder take from the
+		// process's clock too (one TIME fewer per take; a reservation
+		// reads TIME itself, once tasks wait)
 		a.Now = now.UnixMicro()
 	}
 	ok := e.submit(func() {
