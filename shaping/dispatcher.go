@@ -176,17 +176,7 @@ func (d *Dispatcher) Start() error {
 	q := newQuarantine(d.cfg.Quarantine, d.order, quarantineEnv{rdb: d.rdb, store: d.store, space: d.space, log: d.log,
 		m: d.m, timeout: d.cfg.RedisTimeout, stopping: d.stopping})
 	d.spawn(q.loop)
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
-	dss := make([]Downstream, 0, len(d.order))
-	for _, name := range d.order {
-		dss = append(dss, d.runners[name].ds)
-	}
-	if n, err := carryOver(ctx, d.rdb, d.space, dss); err != nil {
-		d.log.Warn("shaping: cannot carry the downstreams' state over from the earlier key layout", "err", err)
-	} else if n > 0 {
-		d.log.Info("shaping: carried the downstreams' state over from the earlier key layout", "keys", n)
-	}
-	cancel()
+	d.upgradeLayout()
 	for _, name := range d.order {
 		r := d.runners[name]
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)

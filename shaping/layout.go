@@ -10,6 +10,27 @@ import (
 	"github.com/shaper-io/shaper/internal/keys"
 )
 
+// upgradeLayout carries the downstreams' lasting state over from the
+// earlier key layout, and warns when a process of that layout is
+// releasing them (it reserves on a bucket of its own).
+func (d *Dispatcher) upgradeLayout() {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+	defer cancel()
+	dss := make([]Downstream, 0, len(d.order))
+	for _, name := range d.order {
+		dss = append(dss, d.runners[name].ds)
+	}
+	if n, err := carryOver(ctx, d.rdb, d.space, dss); err != nil {
+		d.log.Warn("shaping: cannot carry the downstreams' state over from the earlier key layout", "err", err)
+	} else if n > 0 {
+		d.log.Info("shaping: carried the downstreams' state over from the earlier key layout", "keys", n)
+	}
+	if names, err := legacyReleasing(ctx, d.rdb, d.space, dss); err == nil && len(names) > 0 {
+		d.log.Warn("shaping: a shaper process of the earlier key layout is releasing these downstreams on a bucket and quotas of its own; stop it, or the fleet may release up to twice their rate",
+			"downstreams", names)
+	}
+}
+
 // carryOver copies each downstream's lasting state (keys.LegacyDownstream:
 // runtime state, breaker, announced limit, quotas) from the key layout
 // before its keys took the queue's hash tag, where a key of the new
@@ -64,4 +85,27 @@ func carryOver(ctx context.Context, rdb redis.UniversalClient, space keys.Space,
 		}
 	}
 	return n, nil
+}
+
+// legacyReleasing names the downstreams of dss whose bucket in the earlier
+// key layout exists (keys.LegacyBucket): a process of that version is
+// releasing them now, on a bucket and quotas of its own, so the fleet may
+// release up to twice the rate until it stops. One pipelined EXISTS per
+// downstream.
+func legacyReleasing(ctx context.Context, rdb redis.UniversalClient, space keys.Space, dss []Downstream) ([]string, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(dss))
+	for i, ds := range dss {
+		cmds[i] = pipe.Exists(ctx, space.LegacyBucket(ds.Name))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, c := range cmds {
+		if c.Val() > 0 {
+			out = append(out, dss[i].Name)
+		}
+	}
+	return out, nil
 }

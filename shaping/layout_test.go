@@ -2,13 +2,14 @@ package shaping_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
+	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping"
 )
@@ -17,7 +18,9 @@ import (
 // a task and reserves its slot): a process that starts on a Redis written
 // by the earlier layout carries the lasting state over. A paused
 // downstream stays paused and a quota keeps what it counted, with its
-// TTL; state already in the new layout is newer and is left as it is.
+// TTL; state already in the new layout is newer and is left as it is. A
+// process of the earlier layout still releasing (its bucket exists) is
+// warned of: it reserves on a bucket of its own.
 func TestStateCarriesOverFromTheEarlierKeyLayout(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
@@ -41,8 +44,10 @@ func TestStateCarriesOverFromTheEarlierKeyLayout(t *testing.T) {
 	must(t, rdb.HSet(ctx, sp.LegacyDownstream("web")[0].Old, "paused", "1").Err())
 	must(t, shaping.NewControl(rdb, prefix).SetRate(ctx, "web", limiters.PerSecond(5)))
 
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet})
+	// a process of the earlier layout is releasing api (its bucket exists)
+	must(t, rdb.Set(ctx, sp.LegacyBucket("api"), "1", time.Minute).Err())
+	var logs testutil.SyncBuffer
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	h := func(context.Context, *shaping.Task) error { return nil }
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(10), Quotas: []shaping.Quota{q}, Handler: h}))
 	must(t, d.Add(shaping.Downstream{Name: "web", Rate: limiters.PerSecond(10), Handler: h}))
@@ -60,5 +65,14 @@ func TestStateCarriesOverFromTheEarlierKeyLayout(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, quota.New).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
 		t.Errorf("quota TTL %v in the new layout; want the old one's, about 1h", ttl)
+	}
+	var warned string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "earlier key layout is releasing") {
+			warned = l
+		}
+	}
+	if !strings.Contains(warned, "api") || strings.Contains(warned, "web") {
+		t.Errorf("warning %q; want one naming api (its old bucket exists) and not web", warned)
 	}
 }

@@ -185,7 +185,7 @@ type Moved struct{ Old, New string }
 // per shape. The bucket, leases, claims and key ceilings hold seconds of
 // state and start afresh.
 func (s Space) LegacyDownstream(ds string, shapes ...string) []Moved {
-	old := s.prefix() + ":ds:" + tag("ds", ds, "")
+	old := s.legacyDS(ds)
 	out := []Moved{{old + ":state", s.DownstreamState(ds)}, {old + ":breaker", s.Breaker(ds)},
 		{old + ":announced", s.Announced(ds)}}
 	for _, sh := range shapes {
@@ -193,6 +193,13 @@ func (s Space) LegacyDownstream(ds string, shapes ...string) []Moved {
 	}
 	return out
 }
+
+// LegacyBucket is downstream ds's bucket as a process of the layout
+// before LegacyDownstream's writes it: while it exists, such a process is
+// releasing, on a bucket of its own.
+func (s Space) LegacyBucket(ds string) string { return s.legacyDS(ds) + ":next_free" }
+
+func (s Space) legacyDS(ds string) string { return s.prefix() + ":ds:" + tag("ds", ds, "") }
 
 // ControlVersions is a HASH of downstream name → a counter bumped on
 // every change of that downstream's runtime state, so each process reads
