@@ -26,13 +26,13 @@ func (d *Dispatcher) upgradeLayout() {
 		d.log.Info("shaping: carried the downstreams' state over from the earlier key layout", "keys", n)
 	}
 	if names, err := legacyReleasing(ctx, d.rdb, d.space, dss); err == nil && len(names) > 0 {
-		d.log.Warn("shaping: a shaper process of the earlier key layout is releasing these downstreams on a bucket and quotas of its own; stop it, or the fleet may release up to twice their rate",
+		d.log.Warn("shaping: the earlier key layout's bucket of these downstreams is in use: a shaper process of that version may be releasing them on a bucket and quotas of its own; stop it, or the fleet may release up to twice their rate",
 			"downstreams", names)
 	}
 }
 
 // carryOver copies each downstream's lasting state (keys.LegacyDownstream:
-// runtime state, breaker, announced limit, quotas) from the key layout
+// runtime state, breaker, bucket, announced limit, quotas) from the key layout
 // before its keys took the queue's hash tag, where a key of the new
 // layout does not exist yet, keeping its TTL. The old keys stay as they
 // were (a process of the earlier version may still read them); nothing

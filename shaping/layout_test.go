@@ -2,6 +2,7 @@ package shaping_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -19,8 +20,9 @@ import (
 // by the earlier layout carries the lasting state over. A paused
 // downstream stays paused and a quota keeps what it counted, with its
 // TTL; state already in the new layout is newer and is left as it is. A
-// process of the earlier layout still releasing (its bucket exists) is
-// warned of: it reserves on a bucket of its own.
+// bucket pushed an hour ahead keeps its pushback. A process of the
+// earlier layout still releasing (its bucket exists) is warned of: it
+// reserves on a bucket of its own.
 func TestStateCarriesOverFromTheEarlierKeyLayout(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
@@ -44,8 +46,10 @@ func TestStateCarriesOverFromTheEarlierKeyLayout(t *testing.T) {
 	must(t, rdb.HSet(ctx, sp.LegacyDownstream("web")[0].Old, "paused", "1").Err())
 	must(t, shaping.NewControl(rdb, prefix).SetRate(ctx, "web", limiters.PerSecond(5)))
 
-	// a process of the earlier layout is releasing api (its bucket exists)
-	must(t, rdb.Set(ctx, sp.LegacyBucket("api"), "1", time.Minute).Err())
+	// a process of the earlier layout is releasing api (its bucket
+	// exists), after a pushback of an hour
+	pushed := fmt.Sprint(time.Now().Add(time.Hour).UnixMicro())
+	must(t, rdb.Set(ctx, sp.LegacyBucket("api"), pushed, time.Hour).Err())
 	var logs testutil.SyncBuffer
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	h := func(context.Context, *shaping.Task) error { return nil }
@@ -66,9 +70,12 @@ func TestStateCarriesOverFromTheEarlierKeyLayout(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, quota.New).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
 		t.Errorf("quota TTL %v in the new layout; want the old one's, about 1h", ttl)
 	}
+	if got := rdb.Get(ctx, sp.Bucket("api")).Val(); got != pushed {
+		t.Errorf("api's bucket %q in the new layout; want the old one's pushback %s", got, pushed)
+	}
 	var warned string
 	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, "earlier key layout is releasing") {
+		if strings.Contains(l, "may be releasing them") {
 			warned = l
 		}
 	}

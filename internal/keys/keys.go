@@ -181,13 +181,13 @@ type Moved struct{ Old, New string }
 
 // LegacyDownstream lists downstream ds's keys that hold state worth
 // carrying over from that layout: its runtime state (pause, rate
-// override, adaptive rate), breaker, announced limit and one quota HASH
-// per shape. The bucket, leases, claims and key ceilings hold seconds of
-// state and start afresh.
+// override, adaptive rate), breaker, bucket (a pushback may hold it for
+// hours), announced limit and one quota HASH per shape. The leases,
+// claims and key ceilings hold seconds of state and start afresh.
 func (s Space) LegacyDownstream(ds string, shapes ...string) []Moved {
 	old := s.legacyDS(ds)
 	out := []Moved{{old + ":state", s.DownstreamState(ds)}, {old + ":breaker", s.Breaker(ds)},
-		{old + ":announced", s.Announced(ds)}}
+		{s.LegacyBucket(ds), s.Bucket(ds)}, {old + ":announced", s.Announced(ds)}}
 	for _, sh := range shapes {
 		out = append(out, Moved{old + ":quota:" + sh, s.Quota(ds, sh)})
 	}
