@@ -91,7 +91,7 @@ func TestPauseHoldsAcrossControlTicks(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clk := clocktest.New(start)
-	const iv = 250 * time.Millisecond
+	const iv = controlIV
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Clock: clk, ControlInterval: iv, ControlPoll: iv, ShutdownTimeout: 5 * time.Second})
 	defer d.Shutdown(context.Background())
@@ -215,7 +215,7 @@ func TestRateOverrideAppliedOnTheNextTick(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clk := clocktest.New(start)
-	const iv = 250 * time.Millisecond
+	const iv = controlIV
 	var ds []*shaping.Dispatcher
 	for i := 0; i < 3; i++ {
 		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv, ControlPoll: iv})
@@ -253,7 +253,7 @@ func TestScheduleSwitchesAtBoundary(t *testing.T) {
 	night, err := shaping.ParseRateChange("0 20 * * *", "40/s", time.UTC)
 	must(t, err)
 	clk := clocktest.New(time.Date(2026, 11, 30, 19, 59, 59, 0, time.UTC))
-	const iv = 250 * time.Millisecond
+	const iv = controlIV
 	var ds []*shaping.Dispatcher
 	for i := 0; i < 2; i++ {
 		d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: quiet, Clock: clk, ControlInterval: iv, ControlPoll: iv})
@@ -290,6 +290,12 @@ func controlTick(t *testing.T, clk *clocktest.Fake, at time.Time, iv time.Durati
 	clk.AdvanceTo(at)
 	controlArmed(t, clk, at.Add(iv), n)
 }
+
+// controlIV is the control interval of the tests that tick the control
+// loops on the fake clock: not a multiple of the liveness loop's first
+// timers (250ms, 500ms and 1s after the start), which controlArmed would
+// count as the control loops'.
+const controlIV = 300 * time.Millisecond
 
 // controlArmed waits until n control loops wait for a tick at due. Before
 // the first tick a test waits for the loops' first timers: Start returns
