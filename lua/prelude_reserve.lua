@@ -5,11 +5,13 @@
 -- rule lives once.
 --
 -- Defines:
---   reserve(KEYS, ARGV): shaping.lua's whole contract (its header says
---     it), on the tables given in place of the script's own KEYS and ARGV;
---     it returns shaping.lua's reply, or a redis.error_reply
+--   reserve(KEYS, ARGV, nf): shaping.lua's whole contract (its header
+--     says it), on the tables given in place of the script's own KEYS and
+--     ARGV; nf, when given, is next_free as the caller read it in this
+--     call (not read again). It returns shaping.lua's reply, or a
+--     redis.error_reply
 
-local function reserve(KEYS, ARGV)
+local function reserve(KEYS, ARGV, nf0)
 
   local MARGIN_MS = 1000
   local ISSUED_TTL_MS = 3600000
@@ -37,7 +39,7 @@ local function reserve(KEYS, ARGV)
     return {1, 0, 0, now, now, interval, 0, 0}
   end
 
-  local nf = tonumber(redis.call('GET', key) or '0')
+  local nf = nf0 or tonumber(redis.call('GET', key) or '0')
 
   if mode == 2 then
     local target = now + interval

@@ -472,7 +472,7 @@ if rk then
     n = k
   else
     ra[3], ra[4], ra[5], ra[6] = ahead, 0, now, k
-    rres = reserve(rk, ra)
+    rres = reserve(rk, ra, nf)
     if rres.err then return rres end
     if rres[1] == 0 then
       local wait = rres[2]

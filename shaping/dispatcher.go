@@ -176,7 +176,11 @@ func (d *Dispatcher) Start() error {
 	q := newQuarantine(d.cfg.Quarantine, d.order, quarantineEnv{rdb: d.rdb, store: d.store, space: d.space, log: d.log,
 		m: d.m, timeout: d.cfg.RedisTimeout, stopping: d.stopping})
 	d.spawn(q.loop)
-	d.upgradeLayout()
+	dss := make([]Downstream, 0, len(d.order))
+	for _, name := range d.order {
+		dss = append(dss, d.runners[name].ds)
+	}
+	upgradeLayout(d.rdb, d.space, dss, d.cfg.RedisTimeout, d.log)
 	for _, name := range d.order {
 		r := d.runners[name]
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)

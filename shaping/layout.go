@@ -3,7 +3,9 @@ package shaping
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,20 +15,16 @@ import (
 // upgradeLayout carries the downstreams' lasting state over from the
 // earlier key layout, and warns when a process of that layout is
 // releasing them (it reserves on a bucket of its own).
-func (d *Dispatcher) upgradeLayout() {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RedisTimeout)
+func upgradeLayout(rdb redis.UniversalClient, space keys.Space, dss []Downstream, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	dss := make([]Downstream, 0, len(d.order))
-	for _, name := range d.order {
-		dss = append(dss, d.runners[name].ds)
-	}
-	if n, err := carryOver(ctx, d.rdb, d.space, dss); err != nil {
-		d.log.Warn("shaping: cannot carry the downstreams' state over from the earlier key layout", "err", err)
+	if n, err := carryOver(ctx, rdb, space, dss); err != nil {
+		log.Warn("shaping: cannot carry the downstreams' state over from the earlier key layout", "err", err)
 	} else if n > 0 {
-		d.log.Info("shaping: carried the downstreams' state over from the earlier key layout", "keys", n)
+		log.Info("shaping: carried the downstreams' state over from the earlier key layout", "keys", n)
 	}
-	if names, err := legacyReleasing(ctx, d.rdb, d.space, dss); err == nil && len(names) > 0 {
-		d.log.Warn("shaping: the earlier key layout's bucket of these downstreams is in use: a shaper process of that version may be releasing them on a bucket and quotas of its own; stop it, or the fleet may release up to twice their rate",
+	if names, err := legacyReleasing(ctx, rdb, space, dss); err == nil && len(names) > 0 {
+		log.Warn("shaping: the earlier key layout's bucket of these downstreams is in use: a shaper process of that version may be releasing them on a bucket and quotas of its own; stop it, or the fleet may release up to twice their rate",
 			"downstreams", names)
 	}
 }

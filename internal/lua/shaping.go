@@ -148,17 +148,26 @@ func (s *Store) ResetBucket(ctx context.Context, key string) error {
 }
 
 func (s *Store) bucket(ctx context.Context, key string, a BucketArgs, mode int) (BucketReply, error) {
-	if a.Answers.Announced == "" {
-		a.Quotas = nil
-	}
-	if a.Answers.Announced != "" && a.Claims == "" {
-		return BucketReply{}, errors.New("lua: shaping: a reservation with answer keys needs the claims key")
+	a, err := a.checked()
+	if err != nil {
+		return BucketReply{}, err
 	}
 	v, err := s.ints(ctx, shaping, a.keys(key), 8+2*len(a.Quotas), a.argv(mode)...)
 	if err != nil {
 		return BucketReply{}, err
 	}
 	return bucketReply(v, len(a.Quotas)), nil
+}
+
+// checked is a as shaping.lua reads it: quotas only after the answer
+// keys (none without them), and the claims key with them.
+func (a BucketArgs) checked() (BucketArgs, error) {
+	if a.Answers.Announced == "" {
+		a.Quotas = nil
+	} else if a.Claims == "" {
+		return a, errors.New("lua: shaping: a reservation with answer keys needs the claims key")
+	}
+	return a, nil
 }
 
 // argv is shaping.lua's ARGV for a in mode.

@@ -180,9 +180,9 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		if a.Fair != nil || a.Interval != 0 || a.Burst != 0 {
 			return TakeReply{}, fmt.Errorf("take: a reservation serves a queue in FIFO or priority order, without a rate of its own")
 		}
-		rr := *r
-		if rr.Answers.Announced == "" {
-			rr.Quotas = nil // shaping.lua reads quotas only after the answer keys
+		rr, err := r.checked()
+		if err != nil {
+			return TakeReply{}, fmt.Errorf("take: %w", err)
 		}
 		for len(ks) < 23 {
 			ks = append(ks, a.Bucket) // unused slots: the same hash tag, not touched
