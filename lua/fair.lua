@@ -53,8 +53,9 @@
 -- ARGV[9] -> weight (> 0)
 -- ARGV[10] -> due time in ms (0: now)
 -- ARGV[11] -> per-key ceiling: ms per unit of cost (0: none)
--- resume only (a key no longer paused: its held tasks go back to parked,
--- at their tags):
+-- resume only (a key no longer paused, or whose ceiling changed: its held
+-- tasks go back to parked, at their tags, and its tasks a ceiling spaced
+-- in later are due now):
 -- ARGV[6] -> admission key
 -- ARGV[7] -> move at most this many tasks
 --
@@ -202,6 +203,23 @@ elseif op == 'resume' then
     redis.call('ZREM', held, hm)
   end
   moved = #ms
+  -- its tasks a ceiling spaced out in later (numbered: waiting in
+  -- pending, unlike one with a ProcessAt) are due now, and its spacing
+  -- starts afresh: a ceiling changed or cleared holds from its next task
+  -- on (the take spaces them again), not from the last one it spaced
+  local pat = '*|' .. #ARGV[6] .. '|' .. string.gsub(ARGV[6], '[%*%?%[%]\\]', '\\%0') .. '*'
+  local cur = '0'
+  repeat
+    local r = redis.call('ZSCAN', KEYS[4], cur, 'MATCH', pat, 'COUNT', 1000)
+    cur = r[1]
+    for i = 1, #r[2], 2 do
+      local m = r[2][i]
+      if tonumber(r[2][i + 1]) > now and redis.call('HEXISTS', pos, (dec(m))) == 1 then
+        redis.call('ZADD', KEYS[4], now, m)
+      end
+    end
+  until cur == '0'
+  redis.call('HDEL', KEYS[6], ARGV[6])
 else
   -- held tasks whose key is no longer paused (a resume that did not
   -- finish) go back, a few per call

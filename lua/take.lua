@@ -93,7 +93,7 @@
 --            R > 0 the take reserves its tasks' slots as shaping.lua's
 --            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
 --            KEYS: next_free, announced, issued, claims, quotas) with
---            ARGV[18..] (shaping.lua's ARGV; the take sets its max wait
+--            ARGV[22..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
 --            what the lists and the budget allow), so the rate, the
 --            quotas and the announced limit are decided where the task
@@ -104,15 +104,29 @@
 --            deadline ("shaper-deadline"), is taken without a slot or a
 --            reservation (the caller reserves for the ones, archives the
 --            others), so that no slot goes to a task that cannot use it.
---            In line is the order the take picks (FIFO, or priority,
---            strict or weighted); not with fair order. ARGV[1] and ARGV[2]
---            must be 0 (KEYS[1] is not used), and the slots before
---            KEYS[24] must be filled.
+--            In line is the order the take picks (FIFO, priority,
+--            strict or weighted, or fair order: the tasks at the tail not
+--            in fair order, then the parked ones by tag, passing over a
+--            task whose key is at its ceiling, ARGV[18..21]). ARGV[1] and
+--            ARGV[2] must be 0 (KEYS[1] is not used), and the slots
+--            before KEYS[24] must be filled.
 -- ARGV[17] -> with R > 0, the lead in µs (0: none): the take reserves
 --            nothing (early) while next_free is further than this ahead,
 --            so that the processes' takes each serve a run of slots from
 --            the lead to the look-ahead, not the few that entered the
 --            look-ahead since the last take.
+-- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
+--            key's slots at least its interval apart, across every
+--            process; keyceiling.lua's tat STRINGs, which a lane's claims
+--            share): [18] each key's interval in µs for one unit (0:
+--            none; an operator's rate for a key in the controls HASH,
+--            "r:<key>" = "<rate>/<period µs>", comes first), [19] the late
+--            tolerance in µs, which stretches an interval by that many µs
+--            per second of it, [20] the tat keys' prefix (the key name
+--            follows; "": no ceilings), [21] how long a tat key outlives
+--            its tat, ms. A ceilinged key takes at most one slot a take,
+--            one starting at or after its tat (or a lane's claim's end),
+--            and its tat becomes that slot plus its interval.
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          L, then L fields: shaping.lua's reply to the reservation (L = 0
@@ -120,7 +134,9 @@
 --          then per task taken: id, msg, slot_us, priority}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent), 4 early (the first slot starts
---           later than the look-ahead).
+--           later than the look-ahead; or, with a reservation on a fair
+--           downstream, every key waiting is at its ceiling: next_us is
+--           when the first may go).
 --   next_us: taken and early, when the next slot would start (so the
 --            next take can succeed from next_us - look-ahead on); 0 for
 --            the other statuses.
@@ -326,14 +342,190 @@ local function deadline(m)
   local us = tonumber(string.sub(frac .. '000000', 1, 6))
   return ((days * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000000 + tonumber(sec) * 1000000 + us
 end
+-- fairDone writes V back (state has its TTL from fair.lua's park) and,
+-- when the take ran out of tasks and nothing of the downstream waits in
+-- fair order any more, lets fair.lua's keys expire soon
+local function fairDone(drained)
+  if fv == nil then return end
+  if fv ~= fv0 then redis.call('HSET', KEYS[17], 'v', fmt(fv)) end
+  if drained == 1 and redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0 then
+    redis.call('HDEL', KEYS[17], 'x')
+    for _, k in ipairs({KEYS[16], KEYS[17], KEYS[20]}) do redis.call('PEXPIRE', k, math.min(fttl, 60000)) end
+  end
+end
+
+-- key ceilings of a fair downstream whose take reserves (ARGV[18..21]):
+-- a key's slots are at least its ceiling's interval apart, across every
+-- process (keyceiling.lua's tat STRINGs, which the lanes claim too)
+local kcPer, kcTol = tonumber(ARGV[18]) or 0, tonumber(ARGV[19]) or 0
+local kcPrefix, kcMargin = ARGV[20] or '', tonumber(ARGV[21]) or 1000
+
+-- ceilingOf is key's ceiling: µs between its slots of one unit,
+-- stretched by the late tolerance (µs per second of interval), as
+-- keyceiling.lua's callers stretch it; 0: none. An operator's rate for
+-- the key (controls "r:<key>", "<rate>/<period µs>") comes first.
+local function ceilingOf(key)
+  if kcPrefix == '' then return 0 end
+  local per = kcPer
+  if fctl then
+    local rr, pp = string.match(redis.call('HGET', KEYS[21], 'r:' .. key) or '', '^(%d+)/(%d+)$')
+    if rr and tonumber(rr) > 0 then per = tonumber(pp) / tonumber(rr) end
+  end
+  if per <= 0 then return 0 end
+  return per + math.ceil(per * kcTol / 1000000)
+end
+
+-- blockedUntil is the earliest start key's next slot may have (µs): its
+-- tat, or the end of a lane's claim on it ("lo:hi"); 0 when none
+local function blockedUntil(key)
+  local v = redis.call('GET', kcPrefix .. key)
+  if not v then return 0 end
+  local _, hi = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(hi or v) or 0
+end
+
+-- fairLine lines up a fair downstream's next tasks for a reserving take,
+-- in the order popList would take them: the tasks at the tail of pending
+-- not in fair order (all of the tail, numbered or not, when nothing is
+-- parked, later or held), then the parked tasks by start tag. A paused
+-- key's task goes to held on the way (as popFair moves it); an entry
+-- whose task is gone is dropped; a task whose key is at its ceiling at
+-- the slot it would get (est(j), the start of slot j) is passed over and
+-- stays parked (fairWake: when the first such key may go again). Each
+-- ceilinged key gets one slot a take, and its other tasks met go to
+-- later (toLater). It returns nextInLine and how many
+-- entries are in view; nextInLine(j) gives id, msg and the entry
+-- (pickChosen's).
+local chosen, fairWake
+local fairPre -- the member without the id of the task taken last from fair order
+local function fairLine(n, est)
+  fairInit()
+  local seen = {}
+  -- ceilinged: key's ceiling interval and whether its task may take slot
+  -- j. A ceilinged key is met once a take (seen: its tat after this
+  -- take, µs): the first task met goes, or stays parked until its tat
+  local function ceilinged(key, j)
+    local iv = ceilingOf(key)
+    if iv <= 0 then return 0, true end
+    if seen[key] then return iv, false end
+    local b, e = blockedUntil(key), est(j)
+    if b > e then
+      seen[key] = b
+      if fairWake == nil or b < fairWake then fairWake = b end
+      return iv, false
+    end
+    seen[key] = e + iv
+    return iv, true
+  end
+  -- toLater moves parked task m of a ceilinged key met again to later,
+  -- due when the key's ceiling lets it go after the slot this take gives
+  -- the key and after the key's tasks already there (nb, as fair.lua's
+  -- park spaces them), and gives its turn back (F[key] less its cost per
+  -- weight): fair.lua's feed gives it a new turn when due, so a capped
+  -- key's backlog does not sit in parked ahead of the other keys' tasks
+  local function toLater(m, key, iv)
+    local c, ws, rest = string.match(m, '^!?([^|]+)|([^|]+)|(.*)$')
+    redis.call('ZREM', KEYS[15], m)
+    local nb = tonumber(redis.call('HGET', KEYS[20], key) or '0') or 0
+    local due = math.max(nb, math.ceil(seen[key] / 1000))
+    redis.call('HSET', KEYS[20], key, fmt(due + tonumber(c) * iv / 1000))
+    redis.call('ZADD', KEYS[18], fmt(due), c .. '|' .. ws .. '|' .. rest)
+    redis.call('HINCRBYFLOAT', KEYS[16], key, -tonumber(c) / fairWeight(KEYS[21], fctl, key, ws))
+    for _, k in ipairs({KEYS[18], KEYS[20]}) do redis.call('PEXPIRE', k, fttl) end
+  end
+  local orphans = redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0
+  local tails = redis.call('LRANGE', KEYS[2], -n, -1)
+  local ti, tailsOut = #tails + 1, false
+  local ms, mi = nil, -1
+  local function nextParked(j)
+    if not ms then ms = redis.call('ZRANGE', KEYS[15], 0, 3 * n + 15, 'WITHSCORES') end
+    while true do
+      mi = mi + 2
+      local m, s = ms[mi], tonumber(ms[mi + 1])
+      if not m then return nil end
+      local nk, rest = string.match(m, '^!?[^|]+|[^|]+|(%d+)|(.*)$')
+      local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
+      local h = redis.call('HMGET', tprefix .. id, 'msg', 'state')
+      if fctl and redis.call('HEXISTS', KEYS[21], 'p:' .. key) == 1 then
+        redis.call('ZREM', KEYS[15], m)
+        redis.call('ZADD', KEYS[22], 0, #key .. '|' .. key .. '|' .. fmt(s) .. '|' .. m)
+        redis.call('PEXPIRE', KEYS[22], fttl)
+      elseif not h[1] or (h[2] ~= 'pending' and h[2] ~= 'scheduled') then
+        -- deleted, archived or quarantined by someone else
+        redis.call('ZREM', KEYS[15], m)
+        redis.call('HDEL', KEYS[23], id)
+        if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
+      else
+        local again = seen[key] ~= nil
+        local iv, ok = ceilinged(key, j)
+        if ok then return id, h[1], {id = id, m = m, s = s, key = key, iv = iv} end
+        if again then toLater(m, key, iv) end
+      end
+    end
+  end
+  local nextInLine = function(j)
+    while not tailsOut do
+      ti = ti - 1
+      local id = tails[ti]
+      if not id then break end
+      local numbered = redis.call('HEXISTS', KEYS[23], id) == 1
+      if numbered and not orphans then break end
+      local h = redis.call('HMGET', tprefix .. id, 'msg', 'shaper_fair')
+      local iv, ok = 0, true
+      local nk, rest = string.match(h[2] or '', '^!?[^|]+|[^|]+|(%d+)|(.*)$')
+      local key = rest and string.sub(rest, 1, tonumber(nk))
+      if key then iv, ok = ceilinged(key, j) end
+      if not ok then break end
+      return id, h[1] or '', {id = id, tail = true, numbered = numbered, key = key, iv = iv}
+    end
+    -- the tail stops here: one not taken now stays the tail, and a
+    -- parked task is taken from the middle of pending around it
+    tailsOut = true
+    return nextParked(j)
+  end
+  local inView = #tails + redis.call('ZCARD', KEYS[15])
+  return nextInLine, inView
+end
+
+-- pickChosen takes the next of the tasks fairLine lined up (chosen),
+-- nil when none is left, false when its task is no longer where it was
+-- (its slot goes unused), and sets its key's ceiling at slot s
+local ci = 0
+local function pickChosen(s)
+  ci = ci + 1
+  local e = chosen[ci]
+  if not e then return nil end
+  local id = nil
+  if e.tail then
+    id = redis.call('RPOPLPUSH', KEYS[2], KEYS[3])
+    if e.numbered then redis.call('HDEL', KEYS[23], id) end
+  else
+    redis.call('ZREM', KEYS[15], e.m)
+    if e.s > fv then fv = e.s end
+    if redis.call('HINCRBY', KEYS[19], e.key, -1) <= 0 then redis.call('HDEL', KEYS[19], e.key) end
+    local tail = redis.call('LINDEX', KEYS[2], -1)
+    local ta = tail and tonumber(redis.call('HGET', KEYS[23], tail))
+    if fpTake(KEYS[2], KEYS[23], tprefix, e.id, tail, ta) or redis.call('ZREM', KEYS[6], e.id) == 1 then
+      redis.call('LPUSH', KEYS[3], e.id)
+      fairPre, id = string.sub(e.m, 1, #e.m - #e.id), e.id
+    end
+  end
+  if not id then return false end
+  if e.iv > 0 and s then
+    local tat = s + e.iv
+    redis.call('SET', kcPrefix .. e.key, string.format('%.0f', tat), 'PX', math.max(math.ceil((tat - now) / 1000), 0) + kcMargin)
+  end
+  return id
+end
+
 local nres = tonumber(ARGV[16] or '0') or 0
 if nres > 0 then
-  if fair or interval > 0 or burst > 0 then
-    return redis.error_reply('take: a reservation serves a queue in FIFO or priority order, without a rate of its own')
+  if interval > 0 or burst > 0 then
+    return redis.error_reply('take: a reservation serves a queue without a rate of its own')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
-  for i = 18, #ARGV do ra[#ra + 1] = ARGV[i] end
+  for i = 22, #ARGV do ra[#ra + 1] = ARGV[i] end
   if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
 end
 
@@ -395,7 +587,12 @@ if rk then
   -- priority order. Weighted: pickWeighted's turns, played on a copy of
   -- its tags (KEYS[14]).
   local nextInLine, inView
-  if weights then
+  if fair then
+    chosen = {}
+    nextInLine, inView = fairLine(n, function(j)
+      return math.max(math.max(nf, now - b1) + j * iv1, now)
+    end)
+  elseif weights then
     local t, seen, at = {}, {}, {}
     local j = 0
     for v in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
@@ -455,7 +652,7 @@ if rk then
   -- back)
   local k, kind, units = 0, nil, 0
   while k < n do
-    local id, m = nextInLine()
+    local id, m, e = nextInLine(k)
     if not id then break end
     local dl, kd, c = deadline(m), 1, cost(m)
     if dl and dl <= now then
@@ -465,8 +662,15 @@ if rk then
     end
     if kind and (kd ~= kind or kd == 3 and units + c > n) then break end
     kind, msgs[id], k, units = kd, m, k + 1, units + c
+    if e then chosen[k] = e end
   end
-  if kind == nil then
+  if kind == nil and chosen then
+    -- nothing may go: every key waiting is at its ceiling (until wake)
+    -- or paused
+    fairDone(1)
+    if fairWake then return reply(4, fairWake, 0) end
+    return reply(1, 0, 1)
+  elseif kind == nil then
     n = 1 -- only entries whose hash is gone: the pick drops them
   elseif kind ~= 1 then
     n = k
@@ -487,7 +691,6 @@ end
 -- and its number, nil when pending is empty). A member is
 -- "<cost>|<weight>|<len(key)>|<key><id>", after a "!" when its key
 -- started at V (fair.lua).
-local fairPre -- the member without the id of the task popFair took last
 local function popFair(tail, ta)
   fairInit()
   while true do
@@ -512,18 +715,6 @@ local function popFair(tail, ta)
         return id
       end
     end
-  end
-end
-
--- fairDone writes V back (state has its TTL from fair.lua's park) and,
--- when the take ran out of tasks and nothing of the downstream waits in
--- fair order any more, lets fair.lua's keys expire soon
-local function fairDone(drained)
-  if fv == nil then return end
-  if fv ~= fv0 then redis.call('HSET', KEYS[17], 'v', fmt(fv)) end
-  if drained == 1 and redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0 then
-    redis.call('HDEL', KEYS[17], 'x')
-    for _, k in ipairs({KEYS[16], KEYS[17], KEYS[20]}) do redis.call('PEXPIRE', k, math.min(fttl, 60000)) end
   end
 end
 
@@ -615,27 +806,35 @@ for j = 0, n - 1 do
   if s < now then s = now end
   if s - now > ahead then break end
   fairPre = nil
-  local id = pick()
-  if not id then
+  local id
+  if chosen then
+    id = pickChosen(rres and s)
+  else
+    id = pick()
+  end
+  if id == nil then
     drained = 1
     break
   end
-  local tk = tprefix .. id
-  if fairPre then
-    -- so that a retry of it goes back to fair order (forward)
-    redis.call('HSET', tk, 'state', 'active', 'shaper_fair', fairPre)
-  else
-    redis.call('HSET', tk, 'state', 'active')
+  -- false: a lined-up task that left meanwhile (its slot goes unused)
+  if id then
+    local tk = tprefix .. id
+    if fairPre then
+      -- so that a retry of it goes back to fair order (forward)
+      redis.call('HSET', tk, 'state', 'active', 'shaper_fair', fairPre)
+    else
+      redis.call('HSET', tk, 'state', 'active')
+    end
+    redis.call('HDEL', tk, 'pending_since')
+    redis.call('ZADD', KEYS[4], exp, id)
+    out[#out + 1] = id
+    out[#out + 1] = msgs and msgs[id] or redis.call('HGET', tk, 'msg') or ''
+    out[#out + 1] = s
+    local prio = 3
+    if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end
+    out[#out + 1] = prio
+    count = count + 1
   end
-  redis.call('HDEL', tk, 'pending_since')
-  redis.call('ZADD', KEYS[4], exp, id)
-  out[#out + 1] = id
-  out[#out + 1] = msgs and msgs[id] or redis.call('HGET', tk, 'msg') or ''
-  out[#out + 1] = s
-  local prio = 3
-  if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end
-  out[#out + 1] = prio
-  count = count + 1
 end
 fairDone(drained)
 if tags then

@@ -61,6 +61,9 @@ func (r *runner) feed() {
 			full, waiting = now, st.Parked+st.Later > 0
 			r.fairSeen(st)
 		default: // a tend: the keys waiting, for the lane's newcomers
+			// (a take may have moved a capped key's tasks to later since
+			// the last feed: they are due at its ceiling's pace)
+			waiting = waiting || st.Keys > 0
 			r.smu.Lock()
 			r.fairSt.Keys = st.Keys
 			r.smu.Unlock()

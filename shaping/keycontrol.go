@@ -37,7 +37,11 @@ func (c *Control) SetKeyRate(ctx context.Context, ds, key string, l limiters.Lim
 			}
 		}
 	}
-	return c.st.SetKeyRate(ctx, ds, key, l)
+	if err := c.st.SetKeyRate(ctx, ds, key, l); err != nil {
+		return err
+	}
+	// its tasks the old ceiling spaced out go by the new one
+	return c.unhold(ctx, ds, key)
 }
 
 // SetKeyWeight sets key's fair-share weight on ds in every process, in
@@ -91,7 +95,8 @@ func (c *Control) KeyControls(ctx context.Context, ds string) (map[string]KeyCon
 // unholdBatch bounds the tasks one call moves back (fair.lua's resume).
 const unholdBatch = 1000
 
-// unhold moves key's held tasks back to fair order, a batch per call.
+// unhold moves key's held tasks back to fair order, a batch per call,
+// and makes its tasks a ceiling spaced out due now (fair.lua's resume).
 // Feeds also move a few per call, so one that fails leaves nothing stuck.
 func (c *Control) unhold(ctx context.Context, ds, key string) error {
 	for {

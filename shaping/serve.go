@@ -141,6 +141,9 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 		if r.ds.Priority != nil {
 			d.LookAhead = priorityLookAhead
 		}
+		if r.ds.Fairness != nil {
+			d.Ceiling, d.LookAhead = r.takeCeiling, fairLookAhead
+		}
 	case r.ds.KeyConcurrency == 0:
 		d.Want = r.takeWant
 		r.paced = true
@@ -154,6 +157,13 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 // bound for the first urgent task is 2 intervals + 100ms), where the
 // engine's 150ms would let it wait about 170ms at 50/s.
 const priorityLookAhead = 100 * time.Millisecond
+
+// fairLookAhead is the take's look-ahead on a fair downstream: a key that
+// arrives starts at the virtual time, so its first task is the next the
+// take picks, and it waits behind at most this of slots already reserved
+// (the bound for a newcomer's first release is 2 intervals +
+// 100ms).
+const fairLookAhead = 75 * time.Millisecond
 
 // takeAhead is how many releases' worth a FIFO downstream keeps taken
 // ahead of its slots, split between the live processes.

@@ -4,7 +4,7 @@ import (
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
-// A FIFO or priority downstream's take reserves the slots of the
+// A FIFO, priority or fair downstream's take reserves the slots of the
 // tasks it moves, in the same script (take.Downstream.Reserve): the
 // bucket, the quotas and the announced limit decide there, so a task
 // leaves pending only with its slot, and the lane is not asked. The lane
@@ -15,14 +15,31 @@ import (
 // runner.grantOf hands it out once.
 
 // reservesAtTake reports whether r's takes reserve its tasks' slots: a
-// downstream served by the engine in first-in first-out or priority order
-// (the take picks the next task by priority among all waiting, so no
-// claims between processes are needed) whose slot needs nothing but the
-// bucket's word (no fair order or key ceilings, no lease to wait for
-// after the slot).
+// downstream served by the engine in first-in first-out, priority or fair
+// order (the take picks the next task among all waiting, so no claims
+// between processes are needed) whose slot needs nothing but the bucket's
+// word and its key ceilings (no lease to wait for after the slot). A
+// ceiling per key of the file's key_rates stays with the lane, which
+// reads the map; key_rate and an operator's rate for a key go to the
+// take.
 func (r *runner) reservesAtTake() bool {
 	ds := r.ds
-	return ds.Batch == nil && ds.Fairness == nil && ds.Concurrency == 0 && ds.KeyConcurrency == 0
+	return ds.Batch == nil && ds.Concurrency == 0 && ds.KeyConcurrency == 0 &&
+		(ds.Fairness == nil || len(ds.Fairness.KeyRates) == 0)
+}
+
+// takeCeiling is the key ceilings of r's next take on a fair downstream:
+// key_rate (an operator's rate for a key comes first, in the script),
+// stretched by the late tolerance as keyCeiling.interval stretches it.
+func (r *runner) takeCeiling() *lua.TakeCeiling {
+	c := &lua.TakeCeiling{Prefix: r.d.space.KeyCeiling(r.ds.Name, ""), Margin: ceilingMargin}
+	if kr := r.ds.Fairness.KeyRate; kr.Rate > 0 {
+		c.Interval = kr.Interval(1)
+	}
+	if r.ds.LateTolerance >= 0 {
+		c.Tolerance = r.lateTolerance(1)
+	}
+	return c
 }
 
 // takeReserve is the reservation of r's next take; none in shadow mode,

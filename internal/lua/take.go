@@ -79,12 +79,41 @@ type TakeArgs struct {
 	// announced limit, cost and Now of Reserve, 0 reading Redis TIME, not
 	// the take's Now; its MaxWait and Slots are the take's LookAhead and
 	// the tasks it may take), so a task
-	// moves only with its slot. FIFO or priority order only (not Fair),
-	// and Interval and Burst must be 0. Lead, with Reserve, is ARGV[17]:
+	// moves only with its slot. Interval and Burst must be 0. Lead, with Reserve, is ARGV[17]:
 	// the take reserves nothing (TakeEarly) while the bucket's next slot
 	// starts further ahead than this (0: any slot within LookAhead).
 	Reserve *BucketArgs
 	Lead    int64
+	// Ceiling, with Reserve and Fair, caps each admission key's slots
+	// (ARGV[18..21]); nil: no key has a ceiling.
+	Ceiling *TakeCeiling
+}
+
+// TakeCeiling is a fair downstream's per-key ceiling, decided where the
+// take reserves: a key's slots of one unit are at least its interval
+// apart across every process, on the tat STRINGs keyceiling.lua's claims
+// share.
+type TakeCeiling struct {
+	// Prefix is the tat keys' name before the admission key
+	// (keys.Space.KeyCeiling(ds, "")).
+	Prefix string
+	// Interval is each key's interval for one unit; 0: none (a key's
+	// operator rate in the fair controls HASH still gives it one).
+	Interval time.Duration
+	// Tolerance stretches an interval by Tolerance per second of it, so
+	// that a release late by up to Tolerance keeps the ceiling.
+	Tolerance time.Duration
+	// Margin is how long a tat key outlives its tat (at least 1ms).
+	Margin time.Duration
+}
+
+// argv is ARGV[18..21].
+func (c *TakeCeiling) argv() []any {
+	if c == nil || c.Prefix == "" {
+		return []any{0, 0, "", 1}
+	}
+	return []any{max(c.Interval.Microseconds(), 0), max(c.Tolerance.Microseconds(), 0), c.Prefix,
+		max(c.Margin.Milliseconds(), 1)}
 }
 
 // TakeStatus says what a take did.
@@ -177,8 +206,8 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		max(a.MaintainEvery.Milliseconds(), 1), levels, weights, fair, max(a.FairTTL.Milliseconds(), 1)}
 	quotas := 0
 	if r := a.Reserve; r != nil {
-		if a.Fair != nil || a.Interval != 0 || a.Burst != 0 {
-			return TakeReply{}, fmt.Errorf("take: a reservation serves a queue in FIFO or priority order, without a rate of its own")
+		if a.Interval != 0 || a.Burst != 0 {
+			return TakeReply{}, fmt.Errorf("take: a reservation serves a queue without a rate of its own")
 		}
 		rr, err := r.checked()
 		if err != nil {
@@ -189,7 +218,7 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		}
 		rks := rr.keys(a.Bucket)
 		ks = append(ks, rks...)
-		argv = append(append(argv, len(rks), max(a.Lead, 0)), rr.argv(modeCharge)...)
+		argv = append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), rr.argv(modeCharge)...)
 		quotas = len(rr.Quotas)
 	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, argv...).Slice()

@@ -78,8 +78,8 @@ func TestTakeReservesTheSlots(t *testing.T) {
 	}
 }
 
-// A reservation serves a FIFO queue only: with a rate of the take's own
-// or priority lists the call is refused, and nothing moves.
+// A reservation is the take's rate: beside a rate of the take's own the
+// call is refused, and nothing moves.
 func TestTakeReserveRefusesOtherModes(t *testing.T) {
 	r := newTakeRig(t, 2)
 	r.a.Reserve = &lua.BucketArgs{Interval: 100000}

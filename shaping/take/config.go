@@ -194,9 +194,14 @@ type Downstream struct {
 	// take's): with ok, a task leaves pending only with its slot reserved
 	// on keys.Space.Bucket, in the same script, and Task.Reservation says
 	// so; Rate and Burst are not used for that take. Without ok the take
-	// reserves nothing (Rate, if any, paces it). Not with Fair. It runs
-	// on the loop goroutine and must not block.
+	// reserves nothing (Rate, if any, paces it). With Fair the take
+	// reserves in fair order. It runs on the loop goroutine and must not
+	// block.
 	Reserve func() (lua.BucketArgs, bool)
+	// Ceiling, when set, is asked with each reservation on a Fair
+	// downstream for its per-key ceilings, decided in the same script
+	// (nil: none). It runs on the loop goroutine and must not block.
+	Ceiling func() *lua.TakeCeiling
 	// LookAhead, when set, is this downstream's look-ahead in place of
 	// Config.LookAhead (such as a shorter one, so that a task of a higher
 	// priority that arrives waits behind fewer slots already reserved).
@@ -246,8 +251,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
 	case d.LookAhead < 0 || d.LookAhead > time.Minute:
 		return fmt.Errorf("take: downstream %s: Downstream.LookAhead must be in [0, 1m], got %v", d.Name, d.LookAhead)
-	case d.Reserve != nil && d.Fair:
-		return fmt.Errorf("take: downstream %s: Downstream.Reserve serves FIFO or priority order (not with Fair)", d.Name)
+	case d.Ceiling != nil && (d.Reserve == nil || !d.Fair):
+		return fmt.Errorf("take: downstream %s: Downstream.Ceiling needs Reserve and Fair", d.Name)
 	}
 	if err := d.Weights.Validate(); err != nil {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights: %w", d.Name, err)

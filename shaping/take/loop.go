@@ -159,6 +159,9 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 		if ra, ok := l.d.Reserve(); ok {
 			ra.Cost = 1 // a unit a task (Reservation.Issued counts so)
 			a.Reserve, a.Interval, a.Burst, a.Lead = &ra, 0, 0, l.lead.Microseconds()
+			if l.d.Ceiling != nil {
+				a.Ceiling = l.d.Ceiling()
+			}
 			l.slots = slotsFor(a.LookAhead, ra.Interval) // at the rate in force
 			a.Slots = int64(min(l.slots, l.free(), want))
 		}

@@ -1,0 +1,191 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-io/shaper/internal/control"
+	"github.com/shaper-io/shaper/internal/fairindex"
+	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/limiters"
+)
+
+// fairReserveRig is a fair downstream whose take reserves: tasks parked by
+// key (park), a take at a given time (take), and names for the ids.
+type fairReserveRig struct {
+	t     *testing.T
+	a     lua.TakeArgs
+	st    *lua.Store
+	names map[string]string
+	park  func(key string, n int)
+	ctl   *control.Store
+	rdb   redis.UniversalClient
+	kc    string // the key ceilings' prefix
+	fq    *fairindex.Queue
+	clock time.Time // the fair index's clock (its parks and feeds)
+}
+
+func newFairReserveRig(t *testing.T, interval time.Duration) *fairReserveRig {
+	ctx := context.Background()
+	rdb, prefix, sp, q, fk, fq, cl := fairRig(t)
+	f := &fairindex.Fairness{}
+	r := &fairReserveRig{t: t, st: lua.New(rdb), names: map[string]string{}, ctl: control.New(rdb, prefix),
+		rdb: rdb, kc: sp.KeyCeiling("d1", ""), fq: fq, clock: time.Now()}
+	fq.SetNow(func() time.Time { return r.clock })
+	seq := map[string]int{}
+	r.park = func(key string, n int) {
+		for range n {
+			name := fmt.Sprint(key, seq[key])
+			seq[key]++
+			info, err := cl.Enqueue(asynq.NewTask("job", []byte(name)), asynq.Queue(sp.Queue("d1")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.names[info.ID] = name
+			if _, err := fq.Park(ctx, "d1", f, info.ID, key, 1, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r.a = lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, LookAhead: time.Second.Microseconds(), Slots: 50,
+		Budget: 100, Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+		Fair: &fk, FairTTL: fairindex.KeyTTL,
+		Reserve: &lua.BucketArgs{Interval: interval.Microseconds(), Answers: lua.AnswerKeys{Announced: sp.Announced("d1"),
+			Issued: sp.Issued("d1")}, Claims: sp.PriorityClaims("d1")}}
+	return r
+}
+
+// take takes at now (µs) and returns the reply and "name@slot-t0 (ms)".
+func (r *fairReserveRig) take(now, t0 int64) (lua.TakeReply, string) {
+	r.t.Helper()
+	a := r.a
+	ra := *a.Reserve
+	ra.Now, a.Now, a.Reserve = now, now, &ra
+	rep, err := r.st.Take(context.Background(), a)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []string
+	for _, tk := range rep.Tasks {
+		out = append(out, fmt.Sprintf("%s@%d", r.names[tk.ID], (tk.Slot-t0)/1000))
+	}
+	return rep, fmt.Sprint(out)
+}
+
+// A fair downstream's take reserves the slots of what it moves, in fair
+// order: the task at the tail not in fair order first, then the parked
+// tasks by start tag, each with its own slot; a paused key's tasks go to
+// held and take no slot.
+func TestTakeReservesInFairOrder(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx := context.Background()
+	if err := r.ctl.SetKeyPaused(ctx, "d1", "C", true); err != nil {
+		t.Fatal(err)
+	}
+	r.park("A", 4)
+	r.park("B", 2)
+	r.park("C", 2)
+	t0 := time.Now().UnixMicro()
+	rep, got := r.take(t0, t0)
+	if want := "[A0@0 B0@10 A1@20 B1@30 A2@40 A3@50]"; rep.Status != lua.TakeTaken || got != want {
+		t.Fatalf("status %d, taken %s; want %s", rep.Status, got, want)
+	}
+	if res := rep.Reservation; res == nil || res.Reserved != 6 {
+		t.Fatalf("reservation %+v; want 6 slots", res)
+	}
+	rep, got = r.take(t0+100000, t0)
+	if rep.Status != lua.TakeEmpty || got != "[]" {
+		t.Errorf("second take: status %d, taken %s; want empty (C is paused)", rep.Status, got)
+	}
+}
+
+// A key ceiling decided at the take: a ceilinged key takes one slot a
+// take, one at or after its tat, and its tat becomes the slot plus its
+// interval (stretched by the late tolerance: 100ms + 0.5ms); the key's
+// other tasks the take meets go to later, due at its ceiling's pace, and
+// rejoin fair order when a feed finds them due. An operator's rate for a
+// key comes before the default; a lane's claim ("lo:hi") holds its key
+// until hi, and while every key waiting is held nothing moves and the
+// reply says when the first may go.
+func TestTakeReserveKeepsKeyCeilings(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx := context.Background()
+	prefix, rdb, fk := r.kc, r.rdb, r.a.Fair
+	r.a.Ceiling = &lua.TakeCeiling{Prefix: prefix, Interval: 100 * time.Millisecond, Tolerance: 5 * time.Millisecond,
+		Margin: time.Second}
+	t0 := r.clock.UnixMicro()
+	r.park("A", 3)
+	r.park("B", 2)
+	at := func(us int64) int64 {
+		r.clock = time.UnixMicro(t0 + us)
+		return t0 + us
+	}
+	feed := func(us int64) {
+		at(us)
+		if _, err := r.fq.Feed(ctx, "d1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, got := r.take(at(0), t0)
+	if want := "[A0@0 B0@10]"; got != want {
+		t.Fatalf("first take: %s; want %s (one slot a key)", got, want)
+	}
+	if tat := rdb.Get(ctx, prefix+"A").Val(); tat != fmt.Sprint(t0+100500) {
+		t.Errorf("A's tat %s; want slot + 100.5ms = %d", tat, t0+100500)
+	}
+	if n, l := rdb.ZCard(ctx, fk.Parked).Val(), rdb.ZCard(ctx, fk.Later).Val(); n != 0 || l != 3 {
+		t.Fatalf("parked %d, later %d; want 0 and 3 (A1, A2, B1)", n, l)
+	}
+	if rep, got := r.take(at(50000), t0); rep.Status != lua.TakeEmpty || got != "[]" {
+		t.Fatalf("take at +50ms: status %d, taken %s; want empty (nothing due)", rep.Status, got)
+	}
+	feed(102000) // A1 is due by +102ms (its tat in ms, rounded up)
+	if _, got = r.take(t0+102000, t0); got != "[A1@102]" {
+		t.Fatalf("take at +102ms: %s; want [A1@102]", got)
+	}
+	// an operator's rate for B: 1/s, from its next slot on
+	if err := r.ctl.SetKeyRate(ctx, "d1", "B", limiters.Limit{Rate: 1, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	feed(112000)
+	if _, got = r.take(t0+112000, t0); got != "[B1@112]" {
+		t.Fatalf("take at +112ms: %s; want [B1@112]", got)
+	}
+	if tat := rdb.Get(ctx, prefix+"B").Val(); tat != fmt.Sprint(t0+112000+1005000) {
+		t.Errorf("B's tat %s; want its slot + 1.005s (its operator rate)", tat)
+	}
+	// a lane's claim on A until +400ms holds A2, due at +201.5ms
+	rdb.Set(ctx, prefix+"A", fmt.Sprintf("%d:%d", t0+300000, t0+400000), time.Minute)
+	feed(210000)
+	rep, got := r.take(t0+210000, t0)
+	if rep.Status != lua.TakeEarly || got != "[]" || rep.Next != t0+400000 {
+		t.Fatalf("take at +210ms: status %d, taken %s, next +%d; want early until the claim's end (+400000)", rep.Status, got, rep.Next-t0)
+	}
+	if _, got = r.take(at(400000), t0); got != "[A2@400]" {
+		t.Fatalf("take at +400ms: %s; want [A2@400]", got)
+	}
+	// A's next two: the first waits parked for A's tat, the second in
+	// later; a resume (the key's ceiling changed) makes it due at once
+	r.park("A", 2)
+	if rep, got = r.take(at(401000), t0); rep.Status != lua.TakeEarly || got != "[]" {
+		t.Fatalf("take at +401ms: status %d, taken %s; want early", rep.Status, got)
+	}
+	late := rdb.ZRangeWithScores(ctx, fk.Later, 0, -1).Val()
+	if len(late) != 1 || int64(late[0].Score) < (t0+500500)/1000 {
+		t.Fatalf("later %v; want A4, due at A's tat or after", late)
+	}
+	if _, err := r.fq.Resume(ctx, "d1", "A", 10); err != nil {
+		t.Fatal(err)
+	}
+	if due := rdb.ZScore(ctx, fk.Later, late[0].Member.(string)).Val(); int64(due) != r.clock.UnixMilli() {
+		t.Errorf("A4 due at %v after the resume; want now (%d)", int64(due), r.clock.UnixMilli())
+	}
+	if rdb.HExists(ctx, fk.NotBefore, "A").Val() {
+		t.Errorf("A's spacing kept after the resume; want it afresh")
+	}
+}
