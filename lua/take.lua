@@ -93,7 +93,7 @@
 --            R > 0 the take reserves its tasks' slots as shaping.lua's
 --            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
 --            KEYS: next_free, announced, issued, claims, quotas) with
---            ARGV[22..] (shaping.lua's ARGV; the take sets its max wait
+--            ARGV[25..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
 --            what the lists and the budget allow), so the rate, the
 --            quotas and the announced limit are decided where the task
@@ -115,6 +115,15 @@
 --            so that the processes' takes each serve a run of slots from
 --            the lead to the look-ahead, not the few that entered the
 --            look-ahead since the last take.
+-- ARGV[22..24] -> with R > 0, a concurrency cap (concurrency.lua's
+--            leases, KEYS[24+R] the ZSET, KEYS[25+R] the counts HASH):
+--            [22] the most leases in all (0: no cap; the keys may be
+--            absent), [23] the lease time in µs, [24] the token of this
+--            take. Expired leases go first; the take moves no more tasks
+--            than leases are free (none: status 3, full), and each task
+--            taken with a slot gets a lease "<token><id>|" that expires
+--            after the lease time (its holder renews and releases it as
+--            concurrency.lua's). No key cap: the lease has no key.
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
@@ -137,6 +146,9 @@
 --           later than the look-ahead; or, with a reservation on a fair
 --           downstream, every key waiting is at its ceiling: next_us is
 --           when the first may go).
+--   now_us: the script's now; with a reservation that ran, when the
+--           script ended (Redis TIME read last), so that the caller can
+--           place the slots on its own clock from when the reply came.
 --   next_us: taken and early, when the next slot would start (so the
 --            next take can succeed from next_us - look-ahead on); 0 for
 --            the other statuses.
@@ -390,10 +402,10 @@ end
 -- parked, later or held), then the parked tasks by start tag. A paused
 -- key's task goes to held on the way (as popFair moves it); an entry
 -- whose task is gone is dropped; a task whose key is at its ceiling at
--- the slot it would get (est(j), the start of slot j) is passed over and
--- stays parked (fairWake: when the first such key may go again). Each
--- ceilinged key gets one slot a take, and its other tasks met go to
--- later (toLater). It returns nextInLine and how many
+-- the slot it would get (est(j), the start of slot j) goes to later,
+-- due at its tat (fairWake: the first such tat), and so do the key's
+-- other tasks met (toLater): a ceilinged key gets one slot a take, and
+-- parked holds no task that cannot go. The due ones come back first. It returns nextInLine and how many
 -- entries are in view; nextInLine(j) gives id, msg and the entry
 -- (pickChosen's).
 local chosen, fairWake
@@ -403,7 +415,7 @@ local function fairLine(n, est)
   local seen = {}
   -- ceilinged: key's ceiling interval and whether its task may take slot
   -- j. A ceilinged key is met once a take (seen: its tat after this
-  -- take, µs): the first task met goes, or stays parked until its tat
+  -- take, µs): the first task met goes, or waits in later until its tat
   local function ceilinged(key, j)
     local iv = ceilingOf(key)
     if iv <= 0 then return 0, true end
@@ -433,6 +445,21 @@ local function fairLine(n, est)
     redis.call('HINCRBYFLOAT', KEYS[16], key, -tonumber(c) / fairWeight(KEYS[21], fctl, key, ws))
     for _, k in ipairs({KEYS[18], KEYS[20]}) do redis.call('PEXPIRE', k, fttl) end
   end
+  -- the tasks a ceiling put in later (numbered: waiting in pending) that
+  -- are due get their turns now, as fair.lua's feed would at its next
+  -- call (a task with a ProcessAt, not numbered, is left to the feed)
+  if kcPrefix ~= '' then
+    local nowms = math.ceil(now / 1000) -- due within this ms: a tat in µs rounds up to it
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[18], '-inf', nowms, 'LIMIT', 0, n + 16)) do
+      local c, ws, nk, rest = string.match(m, '^([^|]+)|([^|]+)|(%d+)|(.*)$')
+      local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
+      if redis.call('HEXISTS', KEYS[23], id) == 1 then
+        redis.call('ZREM', KEYS[18], m)
+        local t, fresh = fairTurn(KEYS[16], key, tonumber(c), fairWeight(KEYS[21], fctl, key, ws), fv)
+        redis.call('ZADD', KEYS[15], fmt(t), fairInTurn(m, fresh))
+      end
+    end
+  end
   local orphans = redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0
   local tails = redis.call('LRANGE', KEYS[2], -n, -1)
   local ti, tailsOut = #tails + 1, false
@@ -456,10 +483,9 @@ local function fairLine(n, est)
         redis.call('HDEL', KEYS[23], id)
         if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
       else
-        local again = seen[key] ~= nil
         local iv, ok = ceilinged(key, j)
         if ok then return id, h[1], {id = id, m = m, s = s, key = key, iv = iv} end
-        if again then toLater(m, key, iv) end
+        toLater(m, key, iv)
       end
     end
   end
@@ -519,14 +545,20 @@ local function pickChosen(s)
 end
 
 local nres = tonumber(ARGV[16] or '0') or 0
+-- a concurrency cap at the take (ARGV[22..24]): lcap 0 is none
+local lcap, llease, ltoken = 0, 0, ''
 if nres > 0 then
   if interval > 0 or burst > 0 then
     return redis.error_reply('take: a reservation serves a queue without a rate of its own')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
-  for i = 22, #ARGV do ra[#ra + 1] = ARGV[i] end
+  for i = 25, #ARGV do ra[#ra + 1] = ARGV[i] end
   if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
+  lcap, llease, ltoken = tonumber(ARGV[22]) or 0, tonumber(ARGV[23]) or 0, ARGV[24] or ''
+  if lcap > 0 and (llease < 1 or KEYS[25 + nres] == nil) then
+    return redis.error_reply('take: a concurrency cap needs its lease keys and a lease time')
+  end
 end
 
 local function reply(status, nxt, drained)
@@ -566,6 +598,19 @@ if rk then
   local lead = tonumber(ARGV[17]) or 0
   local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
   if lead > 0 and nf - now > lead then return reply(4, nf, 0) end
+  if lcap > 0 then
+    -- concurrency.lua's leases: expired ones go, and no more tasks than
+    -- places left among the calls in flight
+    local lk, ck = KEYS[24 + nres], KEYS[25 + nres]
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', now)) do
+      redis.call('ZREM', lk, m)
+      local key = string.sub(m, string.find(m, '|', 1, true) + 1)
+      if redis.call('HINCRBY', ck, key, -1) <= 0 then redis.call('HDEL', ck, key) end
+    end
+    local room = lcap - redis.call('ZCARD', lk)
+    if room <= 0 then return reply(3, 0, 0) end
+    if n > room then n = room end
+  end
   -- no more tasks than the bucket's slots that start within the
   -- look-ahead (the quotas and the announced limit may allow fewer), so
   -- that no msg is read for a task that stays
@@ -665,10 +710,16 @@ if rk then
     if e then chosen[k] = e end
   end
   if kind == nil and chosen then
-    -- nothing may go: every key waiting is at its ceiling (until wake)
-    -- or paused
+    -- nothing may go now: every key waiting is at its ceiling or paused.
+    -- Early, when a task waits in later: the next take is due when the
+    -- first may go (next_us less the lead is when the engine takes)
     fairDone(1)
-    if fairWake then return reply(4, fairWake, 0) end
+    local first = redis.call('ZRANGE', KEYS[18], 0, 0, 'WITHSCORES')
+    if first[2] then
+      local wake = math.max(tonumber(first[2]) * 1000, now)
+      if fairWake and fairWake < wake then wake = fairWake end
+      return reply(4, wake + (tonumber(ARGV[17]) or 0), 0)
+    end
     return reply(1, 0, 1)
   elseif kind == nil then
     n = 1 -- only entries whose hash is gone: the pick drops them
@@ -834,7 +885,18 @@ for j = 0, n - 1 do
     if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end
     out[#out + 1] = prio
     count = count + 1
+    if lcap > 0 and rres then
+      -- its place among the calls in flight, held from now to its call's
+      -- end (member "<token><id>|": no key, as no key cap applies)
+      redis.call('ZADD', KEYS[24 + nres], now + llease, ltoken .. id .. '|')
+      redis.call('HINCRBY', KEYS[25 + nres], '', 1)
+    end
   end
+end
+if lcap > 0 and rres and count > 0 then
+  local ms = math.ceil(llease / 1000) + 1000
+  redis.call('PEXPIRE', KEYS[24 + nres], ms)
+  redis.call('PEXPIRE', KEYS[25 + nres], ms)
 end
 fairDone(drained)
 if tags then
@@ -855,4 +917,11 @@ end
 if rres then nxt = rres[3] end
 if nxt < now then out[3] = now else out[3] = nxt end
 out[4] = drained
+if rres then
+  -- the reply's now is when the script ends: the caller places the slots
+  -- on its clock from when the reply comes, and a take of many tasks
+  -- runs for milliseconds after the reservation's TIME
+  local t = redis.call('TIME')
+  out[2] = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), now)
+end
 return out

@@ -35,11 +35,13 @@ type takenKey struct{}
 // its high bits), behind says how many tasks of the same take come right
 // after it (take.Task.Behind), so the lane reserves their slots in the
 // same call; slot is the slot the take reserved for it, if any
-// (takeslot.go).
+// (takeslot.go), and lease its place among the calls in flight, if the
+// take gave it one.
 type taken struct {
 	order  int64
 	behind int
 	slot   *takeSlot
+	lease  *leaseTurn
 }
 
 func withTaken(ctx context.Context, t taken) context.Context {

@@ -297,12 +297,12 @@ func TestFairServiceSharedAcrossProcesses(t *testing.T) {
 }
 
 // A key that arrives behind a backlog on a fair downstream is released
-// within a few slots: one dispatcher at 50/s holds 200ms of slots ahead
-// (10), but they stay unassigned until just before each starts, so the
-// newcomer's task (first in pending, taken within a slot) passes the
-// backlog's tasks already taken. Counted in the backlog's releases
-// between the newcomer's enqueue and its release: at most 3 (with the
-// slots handed out when reserved, about 10).
+// within the take's look-ahead: its first task is next in fair order, so
+// the next take reserves it the first slot after those already reserved,
+// at most 100ms of them (fairLookAhead: 6 slots at 50/s; the issue's
+// bound is 2 intervals + 100ms, 7). Counted in the backlog's releases
+// between the newcomer's enqueue and its release: at most 6 (a take
+// that handed out 200ms of slots would let about 10 pass).
 func TestFairNewcomerPassesTheLookAhead(t *testing.T) {
 	t.Parallel()
 	const rate = 50
@@ -337,8 +337,8 @@ func TestFairNewcomerPassesTheLookAhead(t *testing.T) {
 				passed++
 			}
 		}
-		if n := passed - before; n > 3 {
-			t.Errorf("%s: %d of the backlog's releases between its enqueue and its release, want at most 3", key, n)
+		if n := passed - before; n > 6 {
+			t.Errorf("%s: %d of the backlog's releases between its enqueue and its release, want at most 6", key, n)
 		}
 	}
 }

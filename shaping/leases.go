@@ -107,6 +107,17 @@ func (l *leaseLane) acquire(ctx context.Context, key string) (leaseTurn, error) 
 	return leaseTurn{}, errStopping
 }
 
+// adopt holds a lease a take gave (lua.TakeLeases): it is renewed with
+// the others until released, and its turn at the slot lane needs no wait
+// (the take reserved its slot).
+func (l *leaseLane) adopt(member string) *leaseTurn {
+	l.mu.Lock()
+	l.held[member] = struct{}{}
+	l.gauge()
+	l.mu.Unlock()
+	return &leaseTurn{member: member, placed: make(chan struct{})}
+}
+
 // release gives a lease back (at once, so another process's waiter can
 // take it) and wakes this process's lane.
 func (l *leaseLane) release(member string) {

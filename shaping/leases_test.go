@@ -75,15 +75,27 @@ func dispatchers(t *testing.T, rdb redis.UniversalClient, prefix string, n int, 
 
 // Three dispatchers, concurrency 5, calls of 200ms: never more than 5 in
 // flight, every task once, and the cap is used (not fewer than 4 at once
-// under a backlog).
+// under a backlog). The take decides the cap: a task leaves pending only
+// with a place among the calls (lua.TakeLeases), so asynq's active list
+// never holds more than the cap's 5 tasks, wherever they wait.
 func TestConcurrencyCapAcrossDispatchers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := newInflight(200 * time.Millisecond)
 	const n = 60
 	e.enqueue("db", n, nil)
+	in := queue.NewInspector(e.rdb, e.prefix)
 	dispatchers(t, e.rdb, e.prefix, 3, shaping.Downstream{Name: "db", Rate: limiters.PerSecond(100), Concurrency: 5, Handler: f.handle})
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool { return f.count() >= n })
+	maxActive := 0
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool {
+		b, err := in.Backlog("db")
+		must(t, err)
+		maxActive = max(maxActive, b.Active)
+		return f.count() >= n
+	})
+	if maxActive > 5 {
+		t.Errorf("asynq's active list held %d tasks, want at most the cap (5): a task is taken only with its place", maxActive)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.max > 5 {

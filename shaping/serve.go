@@ -144,6 +144,9 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 		if r.ds.Fairness != nil {
 			d.Ceiling, d.LookAhead = r.takeCeiling, fairLookAhead
 		}
+		if r.leases != nil {
+			d.Leases, d.Unheld = r.takeLeases, r.releaseTaken
+		}
 	case r.ds.KeyConcurrency == 0:
 		d.Want = r.takeWant
 		r.paced = true
@@ -163,7 +166,7 @@ const priorityLookAhead = 100 * time.Millisecond
 // take picks, and it waits behind at most this of slots already reserved
 // (the bound for a newcomer's first release is 2 intervals +
 // 100ms).
-const fairLookAhead = 75 * time.Millisecond
+const fairLookAhead = 100 * time.Millisecond
 
 // takeAhead is how many releases' worth a FIFO downstream keeps taken
 // ahead of its slots, split between the live processes.
@@ -242,6 +245,10 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 		// its slot is reserved, and so are those of the tasks behind it:
 		// the lane reserves for none of them
 		tk.slot, tk.behind = &takeSlot{res: t.Reservation}, 0
+		if m := t.Reservation.Lease; m != "" && r.leases != nil {
+			tk.lease = r.leases.adopt(m)
+			defer r.releaseTaken(m)
+		}
 	}
 	err := r.serve(withTaken(ctx, tk), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
 	if errors.Is(err, errGiveBack) {
@@ -339,12 +346,17 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 	ctx = withDeadline(ctx, t.Deadline)
 	if r.leases != nil {
 		// a place among the calls in flight first, then a slot: the wait
-		// for a lease holds no attempt and no slot
-		lease, err := r.leases.acquire(ctx, t.Key)
-		if err != nil {
-			return r.giveBack(ctx)
+		// for a lease holds no attempt and no slot (a take that reserved
+		// the slot gave the lease too: serveTake holds it)
+		lease := takenOf(ctx).lease
+		if lease == nil {
+			l, err := r.leases.acquire(ctx, t.Key)
+			if err != nil {
+				return r.giveBack(ctx)
+			}
+			lease = &l
+			defer r.leases.release(lease.member)
 		}
-		defer r.leases.release(lease.member)
 		placed := sync.OnceFunc(func() { close(lease.placed) })
 		defer placed()
 		ctx = context.WithValue(ctx, placedKey{}, placed)

@@ -18,14 +18,35 @@ import (
 // downstream served by the engine in first-in first-out, priority or fair
 // order (the take picks the next task among all waiting, so no claims
 // between processes are needed) whose slot needs nothing but the bucket's
-// word and its key ceilings (no lease to wait for after the slot). A
+// word, its key ceilings and its cap on calls in flight (no lease to
+// wait for after the slot). A
 // ceiling per key of the file's key_rates stays with the lane, which
 // reads the map; key_rate and an operator's rate for a key go to the
 // take.
 func (r *runner) reservesAtTake() bool {
 	ds := r.ds
-	return ds.Batch == nil && ds.Concurrency == 0 && ds.KeyConcurrency == 0 &&
-		(ds.Fairness == nil || len(ds.Fairness.KeyRates) == 0)
+	return ds.Batch == nil && ds.KeyConcurrency == 0 && (ds.Fairness == nil || len(ds.Fairness.KeyRates) == 0)
+}
+
+// takeLeases is r's cap on calls in flight at the take (nil: none): the
+// take moves no more tasks than the cap has places, and each task it
+// moves holds one of them from the take to its call's end (serveTake).
+// A cap per key stays with the lease lane (reservesAtTake), which passes
+// over a key at its cap; a take in FIFO order could not.
+func (r *runner) takeLeases() *lua.TakeLeases {
+	ds := r.ds
+	if ds.Concurrency == 0 {
+		return nil
+	}
+	return &lua.TakeLeases{Leases: r.d.space.Leases(ds.Name), Counts: r.d.space.LeaseCounts(ds.Name),
+		Cap: int64(ds.Concurrency), Lease: ds.leaseTime()}
+}
+
+// releaseTaken gives back a lease the take gave, and has the engine look
+// at the queue: the place may let the next task go.
+func (r *runner) releaseTaken(member string) {
+	r.leases.release(member)
+	r.wakeTake()
 }
 
 // takeCeiling is the key ceilings of r's next take on a fair downstream:

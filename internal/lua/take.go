@@ -87,6 +87,37 @@ type TakeArgs struct {
 	// Ceiling, with Reserve and Fair, caps each admission key's slots
 	// (ARGV[18..21]); nil: no key has a ceiling.
 	Ceiling *TakeCeiling
+	// Leases, with Reserve, is a concurrency cap decided at the take
+	// (ARGV[22..24]); nil: none.
+	Leases *TakeLeases
+}
+
+// TakeLeases is a downstream's cap on calls in flight, decided where the
+// take reserves: the take moves no more tasks than the cap has places
+// left (concurrency.lua's leases), and gives each task taken with a slot
+// a lease, member Token + its id + "|" (LeaseMember), which its holder
+// renews and releases as concurrency.lua's.
+type TakeLeases struct {
+	// Leases and Counts are concurrency.lua's KEYS (keys.Space.Leases,
+	// LeaseCounts).
+	Leases, Counts string
+	// Cap is the most leases in all (at least 1).
+	Cap int64
+	// Lease is how long a lease lasts unrenewed (at least 1µs).
+	Lease time.Duration
+	// Token is unique to the take ("|" not allowed).
+	Token string
+}
+
+// LeaseMember is the lease a take with l gave task id.
+func (l *TakeLeases) LeaseMember(id string) string { return l.Token + id + "|" }
+
+// argv is ARGV[22..24].
+func (l *TakeLeases) argv() []any {
+	if l == nil {
+		return []any{0, 0, ""}
+	}
+	return []any{l.Cap, max(l.Lease.Microseconds(), 1), l.Token}
 }
 
 // TakeCeiling is a fair downstream's per-key ceiling, decided where the
@@ -132,7 +163,9 @@ const (
 type TakeReply struct {
 	// Status says what happened; only TakeTaken moved tasks.
 	Status TakeStatus
-	// Now is the script's now, µs since the epoch on the Redis clock.
+	// Now is the script's now, µs since the epoch on the Redis clock;
+	// with a reservation that ran, the script's end (so slots placed from
+	// the reply's arrival are not late by the script's own run time).
 	Now int64
 	// Next is, for TakeTaken and TakeEarly, when the next slot would start
 	// (µs since the epoch): a take succeeds from Next - LookAhead on.
@@ -218,7 +251,14 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		}
 		rks := rr.keys(a.Bucket)
 		ks = append(ks, rks...)
-		argv = append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), rr.argv(modeCharge)...)
+		if l := a.Leases; l != nil {
+			if l.Cap < 1 || l.Leases == "" || l.Counts == "" || strings.Contains(l.Token, "|") {
+				return TakeReply{}, fmt.Errorf("take: leases need a cap of at least 1, both keys and a token without '|'")
+			}
+			ks = append(ks, l.Leases, l.Counts)
+		}
+		argv = append(append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), a.Leases.argv()...),
+			rr.argv(modeCharge)...)
 		quotas = len(rr.Quotas)
 	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, argv...).Slice()

@@ -294,3 +294,44 @@ func TestTakeMovesARunOfCostlyTasks(t *testing.T) {
 		}
 	}
 }
+
+// A concurrency cap decided at the take (TakeArgs.Leases): the take moves
+// no more tasks than the cap has places left, each with its slot and a
+// lease (member token+id+"|") until its lease time; with the cap full
+// nothing moves (full); a lease released or expired makes room.
+func TestTakeReserveLeasesUnderACap(t *testing.T) {
+	r := newTakeRig(t, 6)
+	sp, ctx := r.sp, context.Background()
+	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, time.Second.Microseconds()
+	r.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"), Issued: sp.Issued("d1")},
+		Claims: sp.PriorityClaims("d1")}
+	l := &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), Cap: 2, Lease: 30 * time.Second, Token: "tk1:"}
+	r.a.Leases = l
+	t0 := time.Now().UnixMicro()
+	rep := r.take(t0, false)
+	if rep.Status != lua.TakeTaken || len(rep.Tasks) != 2 {
+		t.Fatalf("first take: status %d, %d tasks; want 2 (the cap)", rep.Status, len(rep.Tasks))
+	}
+	for _, tk := range rep.Tasks {
+		exp, err := r.rdb.ZScore(ctx, sp.Leases("d1"), l.LeaseMember(tk.ID)).Result()
+		if err != nil || int64(exp) != t0+30000000 {
+			t.Errorf("task %s: lease expires %v (%v); want now + 30s", tk.ID, int64(exp), err)
+		}
+	}
+	if rep = r.take(t0+1000, false); rep.Status != lua.TakeFull || len(rep.Tasks) != 0 {
+		t.Fatalf("second take: status %d, %d tasks; want full, none", rep.Status, len(rep.Tasks))
+	}
+	// one released (concurrency.lua's release), one expired by +30.001s
+	if n, err := r.st.ReleaseLeases(ctx, l.Leases, l.Counts, lua.LeaseArgs{}, []string{l.LeaseMember(r.ids[0])}); err != nil || n != 1 {
+		t.Fatalf("release: %d, %v", n, err)
+	}
+	if rep = r.take(t0+2000, false); len(rep.Tasks) != 1 || rep.Tasks[0].ID != r.ids[2] {
+		t.Fatalf("after a release: %d tasks; want 1, the third", len(rep.Tasks))
+	}
+	if rep = r.take(t0+30001000, false); len(rep.Tasks) != 1 || rep.Tasks[0].ID != r.ids[3] {
+		t.Fatalf("after a lease expired: %d tasks; want 1, the fourth", len(rep.Tasks))
+	}
+	if n := r.rdb.ZCard(ctx, l.Leases).Val(); n != 2 {
+		t.Errorf("%d leases; want 2", n)
+	}
+}

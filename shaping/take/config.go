@@ -202,6 +202,17 @@ type Downstream struct {
 	// downstream for its per-key ceilings, decided in the same script
 	// (nil: none). It runs on the loop goroutine and must not block.
 	Ceiling func() *lua.TakeCeiling
+	// Leases, when set, is asked with each reservation for the
+	// downstream's cap on calls in flight, decided in the same script
+	// (nil: none; its Token is set per take): each task taken then holds
+	// a lease (Reservation.Lease). It runs on the loop goroutine and must
+	// not block.
+	Leases func() *lua.TakeLeases
+	// Unheld, with Leases, is given the lease of a task whose handler is
+	// never called (shutdown before its slot, a message that cannot be
+	// decoded, a cancel before its call), so that its place is freed now
+	// rather than when the lease expires.
+	Unheld func(lease string)
 	// LookAhead, when set, is this downstream's look-ahead in place of
 	// Config.LookAhead (such as a shorter one, so that a task of a higher
 	// priority that arrives waits behind fewer slots already reserved).
@@ -253,6 +264,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.LookAhead must be in [0, 1m], got %v", d.Name, d.LookAhead)
 	case d.Ceiling != nil && (d.Reserve == nil || !d.Fair):
 		return fmt.Errorf("take: downstream %s: Downstream.Ceiling needs Reserve and Fair", d.Name)
+	case d.Leases != nil && d.Reserve == nil:
+		return fmt.Errorf("take: downstream %s: Downstream.Leases needs Reserve", d.Name)
 	}
 	if err := d.Weights.Validate(); err != nil {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights: %w", d.Name, err)

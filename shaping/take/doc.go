@@ -87,13 +87,14 @@
 // batching ones (asynq's group aggregator runs only inside an
 // asynq.Server). It adds each downstream with Rate 0, InFlight its
 // workers, BudgetNow workers per live process, a Gate (pause, open
-// breaker, a pushback hold) and Malformed (shaper's quarantine). A FIFO
-// or priority downstream also has Reserve: each take reserves the slots
-// of the tasks it moves on the downstream's bucket (rate, quotas,
-// announced limit), in the same script. The others (Fair, concurrency
-// caps) have Want (the engine takes what keeps about 200ms of
-// releases waiting), and their bucket (shaping.lua) decides each slot
-// after the take.
+// breaker, a pushback hold) and Malformed (shaper's quarantine). A FIFO,
+// priority or fair downstream also has Reserve: each take reserves the
+// slots of the tasks it moves on the downstream's bucket (rate, quotas,
+// announced limit), in the same script; a fair one has Ceiling too (its
+// per-key ceilings). The others (concurrency caps, a key_rates map)
+// have Want (the engine takes what keeps about 200ms of releases
+// waiting), and their bucket (shaping.lua) decides each slot after the
+// take.
 //
 // # Pickers
 //
@@ -101,12 +102,13 @@
 // FIFO order; with Priority, the priority lists strictly or by weight;
 // with Fair, pending and then the parked task with the least start tag
 // (weighted fair order among admission keys, fair.lua's index), so a key
-// that arrives under a backlog is taken at the next take.
+// that arrives under a backlog is taken at the next take; with Fair and
+// Ceiling, passing over a key at its ceiling.
 //
 // # Left to do
 //
-// Reserving at the take for fair downstreams and under concurrency caps
+// Reserving at the take under concurrency caps and for a key_rates map
 // (their lanes still reserve after the take, and a fair lane orders the
-// tasks it holds), per-key ceilings at the take, and group aggregation
-// (batching downstreams keep an asynq.Server).
+// tasks it holds), and group aggregation (batching downstreams keep an
+// asynq.Server).
 package take

@@ -59,6 +59,14 @@ const (
 
 func (j *job) run() {
 	defer j.called()
+	handled := false
+	if j.res != nil && j.res.Lease != "" && j.l.d.Unheld != nil {
+		defer func() {
+			if !handled {
+				j.l.d.Unheld(j.res.Lease)
+			}
+		}()
+	}
 	if !j.waitSlot() || !j.state.CompareAndSwap(jobWaiting, jobStarted) {
 		return // shutdown: the loop claims the job and requeues it (requeueUnstarted)
 	}
@@ -98,6 +106,7 @@ func (j *job) run() {
 	} else {
 		j.called()
 	}
+	handled = true
 	err := j.call(ctx, t)
 	stop()
 	cancelCall(nil)

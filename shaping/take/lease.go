@@ -2,6 +2,8 @@ package take
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,4 +64,13 @@ func (e *Engine) applyExtend(l *lane, ids []string, held []bool, err error) {
 			e.cfg.Logger.Warn("take: lease lost", "downstream", l.d.Name, "task", ids[i])
 		}
 	}
+}
+
+// leaseToken is a new take's token for the leases of a concurrency cap
+// (lua.TakeLeases.Token): a task taken again gets a lease of its own,
+// not the one its earlier take left.
+func (e *Engine) leaseToken() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b) + ":"
 }

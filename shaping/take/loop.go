@@ -162,6 +162,11 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 			if l.d.Ceiling != nil {
 				a.Ceiling = l.d.Ceiling()
 			}
+			if l.d.Leases != nil {
+				if a.Leases = l.d.Leases(); a.Leases != nil {
+					a.Leases.Token = e.leaseToken()
+				}
+			}
 			l.slots = slotsFor(a.LookAhead, ra.Interval) // at the rate in force
 			a.Slots = int64(min(l.slots, l.free(), want))
 		}
@@ -178,7 +183,7 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 		r, err := e.store.Take(ctx, a)
 		cancel()
 		at := time.Now()
-		e.post(func() { e.applyTake(l, r, err, at) })
+		e.post(func() { e.applyTake(l, a.Leases, r, err, at) })
 	})
 	if !ok {
 		l.next = now.Add(10 * time.Millisecond)
@@ -194,7 +199,7 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 
 // applyTake runs in the loop: it starts a job per task taken and sets the
 // lane's next check.
-func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
+func (e *Engine) applyTake(l *lane, leases *lua.TakeLeases, r lua.TakeReply, err error, at time.Time) {
 	defer e.jobs.Done()
 	l.pending = false
 	if err != nil {
@@ -217,6 +222,9 @@ func (e *Engine) applyTake(l *lane, r lua.TakeReply, err error, at time.Time) {
 		j := newJob(e, l, tt, local(tt.Slot), len(r.Tasks)-1-i)
 		if rs := r.Reservation; rs != nil {
 			j.res = &Reservation{Slot: tt.Slot, Now: r.Now, Issued: rs.Issued + int64(i+1)}
+			if leases != nil {
+				j.res.Lease = leases.LeaseMember(tt.ID)
+			}
 		}
 		j.prev, prev = prev, j.calling
 		if len(l.held) == 0 {
