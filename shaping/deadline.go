@@ -44,6 +44,18 @@ type taken struct {
 	lease  *leaseTurn
 }
 
+// leaseTurn is a granted lease (member, for release) and the waiter's
+// turn at the slot lane: the waiters granted leases queue for their slots
+// in the order they were granted, so that two granted at once do not race
+// to the lane (a stocked slot goes to whoever comes first). prev closes
+// once the waiter granted before it has its place in the slot lane or
+// left; close placed (once) when this one has.
+type leaseTurn struct {
+	member string
+	prev   <-chan struct{}
+	placed chan struct{}
+}
+
 func withTaken(ctx context.Context, t taken) context.Context {
 	return context.WithValue(ctx, takenKey{}, t)
 }

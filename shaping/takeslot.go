@@ -4,8 +4,8 @@ import (
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
-// A FIFO, priority or fair downstream's take reserves the slots of the
-// tasks it moves, in the same script (take.Downstream.Reserve): the
+// A FIFO, priority or fair downstream's take (with or without a
+// concurrency cap) reserves the slots of the tasks it moves, in the same script (take.Downstream.Reserve): the
 // bucket, the quotas and the announced limit decide there, so a task
 // leaves pending only with its slot, and the lane is not asked. The lane
 // still serves what the take's slot cannot: a task of more than one unit

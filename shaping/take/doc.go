@@ -91,8 +91,9 @@
 // priority or fair downstream also has Reserve: each take reserves the
 // slots of the tasks it moves on the downstream's bucket (rate, quotas,
 // announced limit), in the same script; a fair one has Ceiling too (its
-// per-key ceilings). The others (concurrency caps, a key_rates map)
-// have Want (the engine takes what keeps about 200ms of releases
+// per-key ceilings), and one with a concurrency cap Leases (a place
+// among the calls per task). The others (a per-key concurrency cap, a
+// key_rates map) have Want (the engine takes what keeps about 200ms of releases
 // waiting), and their bucket (shaping.lua) decides each slot after the
 // take.
 //
@@ -107,7 +108,8 @@
 //
 // # Left to do
 //
-// Reserving at the take under concurrency caps and for a key_rates map
+// Reserving at the take under a per-key concurrency cap and for a
+// key_rates map
 // (their lanes still reserve after the take, and a fair lane orders the
 // tasks it holds), and group aggregation (batching downstreams keep an
 // asynq.Server).
