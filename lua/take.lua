@@ -443,12 +443,13 @@ local function fairLine(n, est)
     redis.call('HSET', KEYS[20], key, fmt(due + tonumber(c) * iv / 1000))
     redis.call('ZADD', KEYS[18], fmt(due), c .. '|' .. ws .. '|' .. rest)
     redis.call('HINCRBYFLOAT', KEYS[16], key, -tonumber(c) / fairWeight(KEYS[21], fctl, key, ws))
-    for _, k in ipairs({KEYS[18], KEYS[20]}) do redis.call('PEXPIRE', k, fttl) end
+    for _, k in ipairs({KEYS[16], KEYS[18], KEYS[20]}) do redis.call('PEXPIRE', k, fttl) end
   end
   -- the tasks a ceiling put in later (numbered: waiting in pending) that
   -- are due get their turns now, as fair.lua's feed would at its next
   -- call (a task with a ProcessAt, not numbered, is left to the feed)
   if kcPrefix ~= '' then
+    local fed = false
     local nowms = math.ceil(now / 1000) -- due within this ms: a tat in µs rounds up to it
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[18], '-inf', nowms, 'LIMIT', 0, n + 16)) do
       local c, ws, nk, rest = string.match(m, '^([^|]+)|([^|]+)|(%d+)|(.*)$')
@@ -457,7 +458,11 @@ local function fairLine(n, est)
         redis.call('ZREM', KEYS[18], m)
         local t, fresh = fairTurn(KEYS[16], key, tonumber(c), fairWeight(KEYS[21], fctl, key, ws), fv)
         redis.call('ZADD', KEYS[15], fmt(t), fairInTurn(m, fresh))
+        fed = true
       end
+    end
+    if fed then
+      for _, k in ipairs({KEYS[15], KEYS[16]}) do redis.call('PEXPIRE', k, fttl) end
     end
   end
   local orphans = redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0

@@ -142,6 +142,11 @@ func TestTakeReserveKeepsKeyCeilings(t *testing.T) {
 	if n, l := rdb.ZCard(ctx, fk.Parked).Val(), rdb.ZCard(ctx, fk.Later).Val(); n != 0 || l != 3 {
 		t.Fatalf("parked %d, later %d; want 0 and 3 (A1, A2, B1)", n, l)
 	}
+	for _, k := range []string{fk.Later, fk.NotBefore, fk.Tags} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("%s has no TTL (%v) after the take wrote it", k, ttl)
+		}
+	}
 	// nothing may go before A1, due at A's tat (in ms, rounded up): the
 	// reply says when
 	dueA1 := (t0 + 100500 + 999) / 1000 * 1000
@@ -152,6 +157,9 @@ func TestTakeReserveKeepsKeyCeilings(t *testing.T) {
 	// the take itself gives A1 its turn once due (no feed between)
 	if _, got = r.take(at(102000), t0); got != "[A1@102]" {
 		t.Fatalf("take at +102ms: %s; want [A1@102]", got)
+	}
+	if ttl := rdb.PTTL(ctx, fk.Parked).Val(); ttl <= 0 && rdb.Exists(ctx, fk.Parked).Val() == 1 {
+		t.Errorf("parked has no TTL (%v) after the take's feed", ttl)
 	}
 	// an operator's rate for B: 1/s, from its next slot on
 	if err := r.ctl.SetKeyRate(ctx, "d1", "B", limiters.Limit{Rate: 1, Period: time.Second}); err != nil {
