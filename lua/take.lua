@@ -93,7 +93,7 @@
 --            R > 0 the take reserves its tasks' slots as shaping.lua's
 --            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
 --            KEYS: next_free, announced, issued, claims, quotas) with
---            ARGV[25..] (shaping.lua's ARGV; the take sets its max wait
+--            ARGV[26..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
 --            what the lists and the budget allow), so the rate, the
 --            quotas and the announced limit are decided where the task
@@ -124,6 +124,12 @@
 --            taken with a slot gets a lease "<token><id>|" that expires
 --            after the lease time (its holder renews and releases it as
 --            concurrency.lua's). No key cap: the lease has no key.
+-- ARGV[25] -> with R > 0, the paused field of the downstream's state
+--            HASH, KEYS[26+R] (shaper's pause: "1" is paused; "": not
+--            checked): a take of a paused downstream moves nothing
+--            (status 2), whichever process makes it. KEYS[24+R] and
+--            KEYS[25+R] must then be filled (the lease keys, or any key
+--            of the same hash tag without a cap).
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
@@ -558,7 +564,7 @@ if nres > 0 then
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
-  for i = 25, #ARGV do ra[#ra + 1] = ARGV[i] end
+  for i = 26, #ARGV do ra[#ra + 1] = ARGV[i] end
   if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
   lcap, llease, ltoken = tonumber(ARGV[22]) or 0, tonumber(ARGV[23]) or 0, ARGV[24] or ''
   if lcap > 0 and (llease < 1 or KEYS[25 + nres] == nil) then
@@ -599,6 +605,11 @@ if rk then
   else
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  -- the operator's pause (ARGV[25]: its field in the downstream's state
+  -- HASH, KEYS[26+R]), decided here, so no process takes after it
+  if (ARGV[25] or '') ~= '' and redis.call('HGET', KEYS[26 + nres], ARGV[25]) == '1' then
+    return reply(2, 0, 0)
   end
   local lead = tonumber(ARGV[17]) or 0
   local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0

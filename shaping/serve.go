@@ -10,7 +10,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping/take"
 )
@@ -137,6 +139,7 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 		// the take reserves its tasks' slots: what it moves is the slots
 		// that start within the engine's look-ahead, wherever they are
 		d.Reserve, d.Reserved = r.takeReserve, r.takeReserved
+		d.Pause = &lua.TakePause{Key: r.d.space.DownstreamState(r.ds.Name), Field: control.PausedField}
 		r.paced, r.reserving = true, true
 		if r.ds.Priority != nil {
 			d.LookAhead = priorityLookAhead

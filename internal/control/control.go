@@ -62,7 +62,7 @@ func (st State) ModeOf(name string, configured limiters.Mode) limiters.Mode {
 // override: shapingModeField for the shaping, modeFieldPrefix+name for
 // each admission limiter; a field absent means the configured mode.
 const (
-	pausedField         = "paused"
+	pausedField         = PausedField
 	overrideRateField   = "override_rate"
 	overridePeriodField = "override_period_us"
 	adaptiveField       = "ar" // milli-units per second (adaptive.lua)
@@ -141,6 +141,11 @@ func (s *Store) Bump(ctx context.Context, ds string) error {
 func (s *Store) Versions(ctx context.Context) (map[string]string, error) {
 	return s.Cmd().HGetAll(ctx, s.space.ControlVersions()).Result()
 }
+
+// PausedField is the field of a downstream's state HASH
+// (keys.Space.DownstreamState) that is "1" while it is paused; a take
+// checks it in its script (lua.TakePause).
+const PausedField = "paused"
 
 // SetPaused pauses ds (paused) or resumes it.
 func (s *Store) SetPaused(ctx context.Context, ds string, paused bool) error {

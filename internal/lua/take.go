@@ -90,7 +90,14 @@ type TakeArgs struct {
 	// Leases, with Reserve, is a concurrency cap decided at the take
 	// (ARGV[22..24]); nil: none.
 	Leases *TakeLeases
+	// Pause, with Reserve, is shaper's pause, checked in the take
+	// (ARGV[25]): a paused downstream's take moves nothing (TakePaused).
+	Pause *TakePause
 }
+
+// TakePause names shaper's pause of a downstream: Field of the state
+// HASH Key is "1" while it is paused.
+type TakePause struct{ Key, Field string }
 
 // TakeLeases is a downstream's cap on calls in flight, decided where the
 // take reserves: the take moves no more tasks than the cap has places
@@ -256,9 +263,16 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 				return TakeReply{}, fmt.Errorf("take: leases need a cap of at least 1, both keys and a token without '|'")
 			}
 			ks = append(ks, l.Leases, l.Counts)
+		} else {
+			ks = append(ks, a.Bucket, a.Bucket) // unused: the same hash tag, not touched
+		}
+		field := ""
+		if p := a.Pause; p != nil && p.Key != "" {
+			ks, field = append(ks, p.Key), p.Field
 		}
 		argv = append(append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), a.Leases.argv()...),
-			rr.argv(modeCharge)...)
+			field)
+		argv = append(argv, rr.argv(modeCharge)...)
 		quotas = len(rr.Quotas)
 	}
 	v, err := takeScript.Run(ctx, s.rdb, ks, argv...).Slice()

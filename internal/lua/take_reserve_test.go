@@ -335,3 +335,27 @@ func TestTakeReserveLeasesUnderACap(t *testing.T) {
 		t.Errorf("%d leases; want 2", n)
 	}
 }
+
+// shaper's pause is decided in the reserving take (TakeArgs.Pause): while
+// the downstream's state says paused the take moves nothing, whichever
+// process makes it; once resumed it takes again.
+func TestTakeReserveHonoursThePause(t *testing.T) {
+	r := newTakeRig(t, 3)
+	sp, ctx := r.sp, context.Background()
+	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, time.Second.Microseconds()
+	r.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"), Issued: sp.Issued("d1")},
+		Claims: sp.PriorityClaims("d1")}
+	r.a.Pause = &lua.TakePause{Key: sp.DownstreamState("d1"), Field: "paused"}
+	r.rdb.HSet(ctx, sp.DownstreamState("d1"), "paused", "1")
+	t0 := time.Now().UnixMicro()
+	if rep := r.take(t0, false); rep.Status != lua.TakePaused || len(rep.Tasks) != 0 {
+		t.Fatalf("paused: status %d, %d tasks; want paused, none", rep.Status, len(rep.Tasks))
+	}
+	if pending, active, _ := r.lens(); pending != 3 || active != 0 {
+		t.Errorf("paused: pending %d, active %d; want 3 and 0", pending, active)
+	}
+	r.rdb.HDel(ctx, sp.DownstreamState("d1"), "paused")
+	if rep := r.take(t0+1000, false); rep.Status != lua.TakeTaken || len(rep.Tasks) != 3 {
+		t.Fatalf("resumed: status %d, %d tasks; want 3 taken", rep.Status, len(rep.Tasks))
+	}
+}

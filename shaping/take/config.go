@@ -213,6 +213,10 @@ type Downstream struct {
 	// decoded, a cancel before its call), so that its place is freed now
 	// rather than when the lease expires.
 	Unheld func(lease string)
+	// Pause, with Reserve, is the downstream's pause as the take script
+	// checks it (nil: not checked there), so that no process takes once
+	// the downstream is paused, whether or not its Gate knows yet.
+	Pause *lua.TakePause
 	// LookAhead, when set, is this downstream's look-ahead in place of
 	// Config.LookAhead (such as a shorter one, so that a task of a higher
 	// priority that arrives waits behind fewer slots already reserved).

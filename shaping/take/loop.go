@@ -158,7 +158,7 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 	if l.d.Reserve != nil {
 		if ra, ok := l.d.Reserve(); ok {
 			ra.Cost = 1 // a unit a task (Reservation.Issued counts so)
-			a.Reserve, a.Interval, a.Burst, a.Lead = &ra, 0, 0, l.lead.Microseconds()
+			a.Reserve, a.Interval, a.Burst, a.Lead, a.Pause = &ra, 0, 0, l.lead.Microseconds(), l.d.Pause
 			if l.d.Ceiling != nil {
 				a.Ceiling = l.d.Ceiling()
 			}
