@@ -344,14 +344,16 @@ func (r *runner) applyMode(st State) {
 	if st.ModeOf("", r.ds.ShapingMode) == limiters.Shadow {
 		m = modeShadow
 	}
-	was := r.applied.mode.Swap(m)
-	if was == modeShadow && m == modeEnforce {
+	if r.applied.mode.Load() == modeShadow && m == modeEnforce {
+		// cleared before the mode says enforce, so that what reads the
+		// mode as enforce finds the bucket cleared
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 		defer cancel()
 		if err := r.d.buckets.Reset(ctx, r.ds.Name); err != nil {
 			r.d.log.Warn("shaping: clearing the bucket after shadow mode failed", "downstream", r.ds.Name, "err", err)
 		}
 	}
+	r.applied.mode.Store(m)
 	if mm := r.d.m; mm != nil {
 		v := 0.0
 		if m == modeShadow {
