@@ -302,9 +302,7 @@ func TestTakeMovesARunOfCostlyTasks(t *testing.T) {
 func TestTakeReserveLeasesUnderACap(t *testing.T) {
 	r := newTakeRig(t, 6)
 	sp, ctx := r.sp, context.Background()
-	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, time.Second.Microseconds()
-	r.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"), Issued: sp.Issued("d1")},
-		Claims: sp.PriorityClaims("d1")}
+	r.reserving(10 * time.Millisecond)
 	l := &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), Cap: 2, Lease: 30 * time.Second, Token: "tk1:"}
 	r.a.Leases = l
 	t0 := time.Now().UnixMicro()
@@ -342,9 +340,7 @@ func TestTakeReserveLeasesUnderACap(t *testing.T) {
 func TestTakeReserveHonoursThePause(t *testing.T) {
 	r := newTakeRig(t, 3)
 	sp, ctx := r.sp, context.Background()
-	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, time.Second.Microseconds()
-	r.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"), Issued: sp.Issued("d1")},
-		Claims: sp.PriorityClaims("d1")}
+	r.reserving(10 * time.Millisecond)
 	r.a.Pause = &lua.TakePause{Key: sp.DownstreamState("d1"), Field: "paused"}
 	r.rdb.HSet(ctx, sp.DownstreamState("d1"), "paused", "1")
 	t0 := time.Now().UnixMicro()
@@ -358,4 +354,13 @@ func TestTakeReserveHonoursThePause(t *testing.T) {
 	if rep := r.take(t0+1000, false); rep.Status != lua.TakeTaken || len(rep.Tasks) != 3 {
 		t.Fatalf("resumed: status %d, %d tasks; want 3 taken", rep.Status, len(rep.Tasks))
 	}
+}
+
+// reserving has r's takes reserve slots interval apart within a second's
+// look-ahead, with a budget of 100 leases.
+func (r *takeRig) reserving(interval time.Duration) {
+	sp := r.sp
+	r.a.Interval, r.a.Budget, r.a.LookAhead = 0, 100, time.Second.Microseconds()
+	r.a.Reserve = &lua.BucketArgs{Interval: interval.Microseconds(), Answers: lua.AnswerKeys{Announced: sp.Announced("d1"),
+		Issued: sp.Issued("d1")}, Claims: sp.PriorityClaims("d1")}
 }
