@@ -333,8 +333,20 @@ local function header(m, name)
     at, from = i + #entry, i + 1
   end
   if not at then return nil end
-  local len = string.byte(m, at)
-  return len and string.sub(m, at + 1, at + len)
+  -- the value's length, a varint (an admission key may be 128 bytes or
+  -- more)
+  local len, shift = 0, 1
+  while true do
+    local b = string.byte(m, at)
+    if not b then return nil end
+    at = at + 1
+    if b < 128 then
+      len = len + b * shift
+      break
+    end
+    len, shift = len + (b - 128) * shift, shift * 128
+  end
+  return string.sub(m, at, at + len - 1)
 end
 
 -- cost is the units a task costs ("shaper-cost", 1 when absent; one
@@ -510,7 +522,10 @@ local function fairLine(n, est)
       local h = redis.call('HMGET', tprefix .. id, 'msg', 'shaper_fair')
       local iv, ok = 0, true
       local nk, rest = string.match(h[2] or '', '^!?[^|]+|[^|]+|(%d+)|(.*)$')
-      local key = rest and string.sub(rest, 1, tonumber(nk))
+      -- its key: from its member when it was taken from fair order
+      -- before, else its admission key (one enqueued and not parked yet,
+      -- or by asynq's own Client)
+      local key = rest and string.sub(rest, 1, tonumber(nk)) or header(h[1] or '', 'shaper-key')
       if key then iv, ok = ceilinged(key, j) end
       if not ok then break end
       return id, h[1] or '', {id = id, tail = true, numbered = numbered, key = key, iv = iv}

@@ -209,3 +209,31 @@ func TestTakeReserveKeepsKeyCeilings(t *testing.T) {
 		t.Errorf("A's spacing kept after the resume; want it afresh")
 	}
 }
+
+// A task at the tail of pending not in fair order (enqueued and not
+// parked yet, or by asynq's own Client) keeps its key's ceiling too: its
+// key is its admission key (header "shaper-key") when it has no fair
+// member yet.
+func TestTakeReserveCeilsTasksNotInFairOrder(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx := context.Background()
+	r.a.Ceiling = &lua.TakeCeiling{Prefix: r.kc, Interval: 100 * time.Millisecond, Margin: time.Second}
+	t0 := r.clock.UnixMicro()
+	r.park("A", 1)
+	if _, got := r.take(t0, t0); got != "[A0@0]" {
+		t.Fatalf("first take: %s; want [A0@0]", got)
+	}
+	cl := asynq.NewClientFromRedisClient(r.rdb)
+	info, err := cl.EnqueueContext(ctx, asynq.NewTaskWithHeaders("job", []byte("A-plain"), map[string]string{"shaper-key": "A"}),
+		asynq.Queue(r.a.Queue.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.names[info.ID] = "Aplain"
+	if rep, got := r.take(t0+10000, t0); got != "[]" || rep.Status == lua.TakeTaken {
+		t.Fatalf("take at +10ms: status %d, %s; want nothing (A's tat is +100ms)", rep.Status, got)
+	}
+	if _, got := r.take(t0+100000, t0); got != "[Aplain@100]" {
+		t.Fatalf("take at +100ms: %s; want [Aplain@100]", got)
+	}
+}
