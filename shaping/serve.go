@@ -145,7 +145,7 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 			d.LookAhead = priorityLookAhead
 		}
 		if r.ds.Fairness != nil {
-			d.Ceiling, d.LookAhead = r.takeCeiling, fairLookAhead
+			d.Ceiling, d.LookAhead, d.Lead = r.takeCeiling, fairLookAhead, fairLead
 		}
 		if r.leases != nil {
 			d.Leases, d.Unheld = r.takeLeases, r.releaseTaken
@@ -170,6 +170,12 @@ const priorityLookAhead = 100 * time.Millisecond
 // (the bound for a newcomer's first release is 2 intervals +
 // 100ms).
 const fairLookAhead = 100 * time.Millisecond
+
+// fairLead is how far ahead a fair downstream's next slot must be for a
+// take: half the look-ahead, not a third, since a fair take does more
+// per task (fair order, key ceilings) and, while producers park tasks,
+// waits behind their scripts; a take late past its lead loses slots.
+const fairLead = 50 * time.Millisecond
 
 // takeAhead is how many releases' worth a FIFO downstream keeps taken
 // ahead of its slots, split between the live processes.

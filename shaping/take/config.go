@@ -221,6 +221,10 @@ type Downstream struct {
 	// Config.LookAhead (such as a shorter one, so that a task of a higher
 	// priority that arrives waits behind fewer slots already reserved).
 	LookAhead time.Duration
+	// Lead, when set, is how far ahead the next slot must start for a
+	// take to be made, in place of a third of the look-ahead (a take then
+	// serves the slots from Lead to the look-ahead). At most LookAhead.
+	Lead time.Duration
 	// Reserved, when set, is told what each take's reservation found
 	// (the slots, what held them, the quotas' use), on the loop
 	// goroutine; it must not block.
@@ -266,6 +270,8 @@ func (d Downstream) validate() error {
 		return fmt.Errorf("take: downstream %s: Downstream.Weights need Priority", d.Name)
 	case d.LookAhead < 0 || d.LookAhead > time.Minute:
 		return fmt.Errorf("take: downstream %s: Downstream.LookAhead must be in [0, 1m], got %v", d.Name, d.LookAhead)
+	case d.Lead < 0 || d.Lead > time.Minute:
+		return fmt.Errorf("take: downstream %s: Downstream.Lead must be in [0, 1m], got %v", d.Name, d.Lead)
 	case d.Ceiling != nil && (d.Reserve == nil || !d.Fair):
 		return fmt.Errorf("take: downstream %s: Downstream.Ceiling needs Reserve and Fair", d.Name)
 	case d.Leases != nil && d.Reserve == nil:

@@ -76,7 +76,7 @@ func newLane(cfg Config, d Downstream) *lane {
 			weights, turns = d.Weights, cfg.Keys.TakeTurns(d.Name)
 		}
 	}
-	l := &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(la/3, 5*time.Millisecond), held: map[string]*job{},
+	l := &lane{d: d, q: q, slots: slots, minGap: minGap, lead: max(cmp.Or(d.Lead, la/3), 5*time.Millisecond), held: map[string]*job{},
 		levels: levels, probe: append([]string{q.Pending()}, levels...),
 		args: lua.TakeArgs{Bucket: cfg.Keys.Bucket(d.Name), Queue: q, Interval: iv,
 			Burst: int64(d.Burst-1) * iv, LookAhead: ahead, Budget: int64(d.InFlight), Lease: cfg.Lease,
