@@ -134,8 +134,10 @@
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
 --            share): [18] each key's interval in µs for one unit (0:
---            none; an operator's rate for a key in the controls HASH,
---            "r:<key>" = "<rate>/<period µs>", comes first), [19] the late
+--            none), then, after a ";", the keys with intervals of their
+--            own, "<len(key)>|<key><µs>;" each (an operator's rate for a
+--            key in the controls HASH, "r:<key>" = "<rate>/<period µs>",
+--            comes before both), [19] the late
 --            tolerance in µs, which stretches an interval by that many µs
 --            per second of it, [20] the tat keys' prefix (the key name
 --            follows; "": no ceilings), [21] how long a tat key outlives
@@ -387,8 +389,24 @@ end
 -- key ceilings of a fair downstream whose take reserves (ARGV[18..21]):
 -- a key's slots are at least its ceiling's interval apart, across every
 -- process (keyceiling.lua's tat STRINGs, which the lanes claim too)
-local kcPer, kcTol = tonumber(ARGV[18]) or 0, tonumber(ARGV[19]) or 0
+local kcPer, kcTol = tonumber(string.match(ARGV[18] or '', '^%d+')) or 0, tonumber(ARGV[19]) or 0
 local kcPrefix, kcMargin = ARGV[20] or '', tonumber(ARGV[21]) or 1000
+-- the keys with ceilings of their own (ARGV[18] after the default:
+-- "<len(key)>|<key><µs>;" each), key -> µs
+local kcRates = {}
+do
+  local spec = ARGV[18] or ''
+  local at = (string.find(spec, ';', 1, true) or #spec) + 1
+  while at <= #spec do
+    local bar = string.find(spec, '|', at, true)
+    if not bar then break end
+    local len = tonumber(string.sub(spec, at, bar - 1))
+    local key = string.sub(spec, bar + 1, bar + len)
+    local semi = string.find(spec, ';', bar + len + 1, true) or (#spec + 1)
+    kcRates[key] = tonumber(string.sub(spec, bar + len + 1, semi - 1))
+    at = semi + 1
+  end
+end
 
 -- ceilingOf is key's ceiling: µs between its slots of one unit,
 -- stretched by the late tolerance (µs per second of interval), as
@@ -396,7 +414,7 @@ local kcPrefix, kcMargin = ARGV[20] or '', tonumber(ARGV[21]) or 1000
 -- the key (controls "r:<key>", "<rate>/<period µs>") comes first.
 local function ceilingOf(key)
   if kcPrefix == '' then return 0 end
-  local per = kcPer
+  local per = kcRates[key] or kcPer
   if fctl then
     local rr, pp = string.match(redis.call('HGET', KEYS[21], 'r:' .. key) or '', '^(%d+)/(%d+)$')
     if rr and tonumber(rr) > 0 then per = tonumber(pp) / tonumber(rr) end
@@ -576,6 +594,9 @@ local lcap, llease, ltoken = 0, 0, ''
 if nres > 0 then
   if interval > 0 or burst > 0 then
     return redis.error_reply('take: a reservation serves a queue without a rate of its own')
+  end
+  if fair and levels then
+    return redis.error_reply('take: a reservation serves fair order without priority lists')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end

@@ -1,6 +1,8 @@
 package shaping
 
 import (
+	"time"
+
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
@@ -19,14 +21,21 @@ import (
 // order (the take picks the next task among all waiting, so no claims
 // between processes are needed) whose slot needs nothing but the bucket's
 // word, its key ceilings and its cap on calls in flight (no lease to
-// wait for after the slot). A
-// ceiling per key of the file's key_rates stays with the lane, which
-// reads the map; key_rate and an operator's rate for a key go to the
-// take.
+// wait for after the slot): not a per-key concurrency cap (a take in
+// FIFO order could not pass over a key at its cap), fair order with
+// priorities (the take's line for fair order does not see the priority
+// lists) or a key_rates map of more than maxTakeKeyRates keys.
 func (r *runner) reservesAtTake() bool {
 	ds := r.ds
-	return ds.Batch == nil && ds.KeyConcurrency == 0 && (ds.Fairness == nil || len(ds.Fairness.KeyRates) == 0)
+	if f := ds.Fairness; f != nil && (ds.Priority != nil || len(f.KeyRates) > maxTakeKeyRates) {
+		return false
+	}
+	return ds.Batch == nil && ds.KeyConcurrency == 0
 }
+
+// maxTakeKeyRates bounds the key_rates a take carries (each take
+// carries the map; a longer one stays with the lane, which reads it).
+const maxTakeKeyRates = 256
 
 // takeLeases is r's cap on calls in flight at the take (nil: none): the
 // take moves no more tasks than the cap has places, and each task it
@@ -54,8 +63,17 @@ func (r *runner) releaseTaken(member string) {
 // stretched by the late tolerance as keyCeiling.interval stretches it.
 func (r *runner) takeCeiling() *lua.TakeCeiling {
 	c := &lua.TakeCeiling{Prefix: r.d.space.KeyCeiling(r.ds.Name, ""), Margin: ceilingMargin}
-	if kr := r.ds.Fairness.KeyRate; kr.Rate > 0 {
-		c.Interval = kr.Interval(1)
+	f := r.ds.Fairness
+	if f.KeyRate.Rate > 0 {
+		c.Interval = f.KeyRate.Interval(1)
+	}
+	for k, kr := range f.KeyRates {
+		if kr.Rate > 0 { // as KeyRateOf: a zero rate is none of its own
+			if c.Intervals == nil {
+				c.Intervals = make(map[string]time.Duration, len(f.KeyRates))
+			}
+			c.Intervals[k] = kr.Interval(1)
+		}
 	}
 	if r.ds.LateTolerance >= 0 {
 		c.Tolerance = r.lateTolerance(1)

@@ -138,6 +138,9 @@ type TakeCeiling struct {
 	// Interval is each key's interval for one unit; 0: none (a key's
 	// operator rate in the fair controls HASH still gives it one).
 	Interval time.Duration
+	// Intervals are the keys with an interval of their own (0: none),
+	// in place of Interval; an operator's rate comes first.
+	Intervals map[string]time.Duration
 	// Tolerance stretches an interval by Tolerance per second of it, so
 	// that a release late by up to Tolerance keeps the ceiling.
 	Tolerance time.Duration
@@ -150,8 +153,15 @@ func (c *TakeCeiling) argv() []any {
 	if c == nil || c.Prefix == "" {
 		return []any{0, 0, "", 1}
 	}
-	return []any{max(c.Interval.Microseconds(), 0), max(c.Tolerance.Microseconds(), 0), c.Prefix,
-		max(c.Margin.Milliseconds(), 1)}
+	var spec strings.Builder
+	spec.WriteString(strconv.FormatInt(max(c.Interval.Microseconds(), 0), 10))
+	if len(c.Intervals) > 0 {
+		spec.WriteByte(';')
+		for k, iv := range c.Intervals {
+			fmt.Fprintf(&spec, "%d|%s%d;", len(k), k, max(iv.Microseconds(), 0))
+		}
+	}
+	return []any{spec.String(), max(c.Tolerance.Microseconds(), 0), c.Prefix, max(c.Margin.Milliseconds(), 1)}
 }
 
 // TakeStatus says what a take did.

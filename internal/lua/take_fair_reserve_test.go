@@ -237,3 +237,23 @@ func TestTakeReserveCeilsTasksNotInFairOrder(t *testing.T) {
 		t.Fatalf("take at +100ms: %s; want [Aplain@100]", got)
 	}
 }
+
+// A key with a ceiling of its own (TakeCeiling.Intervals, the file's
+// key_rates) is spaced by it, the others by the default.
+func TestTakeReserveKeyCeilingsOfTheirOwn(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx := context.Background()
+	r.a.Ceiling = &lua.TakeCeiling{Prefix: r.kc, Interval: 100 * time.Millisecond, Margin: time.Second,
+		Intervals: map[string]time.Duration{"B|x": 300 * time.Millisecond, "C": 50 * time.Millisecond}}
+	t0 := r.clock.UnixMicro()
+	r.park("A", 1)
+	r.park("B|x", 1)
+	if _, got := r.take(t0, t0); got != "[A0@0 B|x0@10]" {
+		t.Fatalf("take: %s; want [A0@0 B|x0@10]", got)
+	}
+	for key, want := range map[string]int64{"A": t0 + 100000, "B|x": t0 + 10000 + 300000} {
+		if tat := r.rdb.Get(ctx, r.kc+key).Val(); tat != fmt.Sprint(want) {
+			t.Errorf("%s's tat %s; want %d", key, tat, want)
+		}
+	}
+}

@@ -92,8 +92,9 @@
 // slots of the tasks it moves on the downstream's bucket (rate, quotas,
 // announced limit), in the same script; a fair one has Ceiling too (its
 // per-key ceilings), and one with a concurrency cap Leases (a place
-// among the calls per task). The others (a per-key concurrency cap, a
-// key_rates map) have Want (the engine takes what keeps about 200ms of releases
+// among the calls per task). The others (a per-key concurrency cap,
+// fair order with priorities, a key_rates map of more than 256 keys)
+// have Want (the engine takes what keeps about 200ms of releases
 // waiting), and their bucket (shaping.lua) decides each slot after the
 // take.
 //
@@ -108,8 +109,8 @@
 //
 // # Left to do
 //
-// Reserving at the take under a per-key concurrency cap and for a
-// key_rates map
+// Reserving at the take under a per-key concurrency cap, for fair order
+// with priorities and for a long key_rates map
 // (their lanes still reserve after the take, and a fair lane orders the
 // tasks it holds), and group aggregation (batching downstreams keep an
 // asynq.Server).
