@@ -5,8 +5,10 @@
 // The admission scripts run after prelude_clock.lua and
 // prelude_admission.lua, the scripts that read the time after
 // prelude_clock.lua, fair.lua after prelude_fairpos.lua and
-// prelude_fairturn.lua, take.lua after those two and prelude_reserve.lua
-// (the bucket's reservation, which shaping.lua runs after too), and
+// prelude_fairturn.lua, take.lua after those two, prelude_reserve.lua
+// (the bucket's reservation, which shaping.lua runs after too) and
+// prelude_taskmsg.lua, and before take_fairline.lua and take_pick.lua
+// (one script in three files, sharing its locals), and
 // take_hold.lua after prelude_fairpos.lua;
 // each prelude's header names what it defines. Package
 // internal/lua does the concatenation and puts every script behind one

@@ -15,7 +15,8 @@ import (
 // The take engine's scripts (shaping/take): take a task with its slot, and
 // finish it in asynq's storage as asynq's own processor would.
 var (
-	takeScript    = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "take.lua")
+	takeScript = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "prelude_taskmsg.lua",
+		"take.lua", "take_fairline.lua", "take_pick.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
