@@ -77,7 +77,10 @@ func dispatchers(t *testing.T, rdb redis.UniversalClient, prefix string, n int, 
 // flight, every task once, and the cap is used (not fewer than 4 at once
 // under a backlog). The take decides the cap: a task leaves pending only
 // with a place among the calls (lua.TakeLeases), so asynq's active list
-// never holds more than the cap's 5 tasks, wherever they wait.
+// holds the cap's 5 tasks and at most as many more whose calls ended and
+// whose finishing writes are on their way (the place is freed at the
+// call's end): at most 10, where taking ahead of the leases held about
+// 200ms of the rate per process (about 24).
 func TestConcurrencyCapAcrossDispatchers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -93,8 +96,9 @@ func TestConcurrencyCapAcrossDispatchers(t *testing.T) {
 		maxActive = max(maxActive, b.Active)
 		return f.count() >= n
 	})
-	if maxActive > 5 {
-		t.Errorf("asynq's active list held %d tasks, want at most the cap (5): a task is taken only with its place", maxActive)
+	t.Logf("asynq's active list held at most %d tasks", maxActive)
+	if maxActive > 2*5 {
+		t.Errorf("asynq's active list held %d tasks, want at most twice the cap (10): a task is taken only with its place", maxActive)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
