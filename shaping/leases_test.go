@@ -79,8 +79,8 @@ func dispatchers(t *testing.T, rdb redis.UniversalClient, prefix string, n int, 
 // with a place among the calls (lua.TakeLeases), so asynq's active list
 // holds the cap's 5 tasks and at most as many more whose calls ended and
 // whose finishing writes are on their way (the place is freed at the
-// call's end): at most 10, where taking ahead of the leases held about
-// 200ms of the rate per process (about 24).
+// call's end): at most 10, where taking ahead of the leases could hold
+// 200ms of the rate per process (about 8 each) waiting for a place.
 func TestConcurrencyCapAcrossDispatchers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
