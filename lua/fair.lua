@@ -115,10 +115,8 @@ local hasctl = redis.call('EXISTS', ctl) == 1
 local function paused(key) return hasctl and redis.call('HEXISTS', ctl, 'p:' .. key) == 1 end
 local function weightOf(key, w) return fairWeight(ctl, hasctl, key, w) end
 local function perOf(key, per)
-  if hasctl then
-    local rr, pp = string.match(redis.call('HGET', ctl, 'r:' .. key) or '', '^(%d+)/(%d+)$')
-    if rr and tonumber(rr) > 0 then return tonumber(pp) / 1000 / tonumber(rr) end
-  end
+  local us = fairCtlPer(ctl, hasctl, key)
+  if us then return us / 1000 end
   return per
 end
 local function heldPrefix(key) return #key .. '|' .. key .. '|' end
@@ -129,11 +127,6 @@ local refreshed = tonumber(st[2]) or 0
 
 local function enc(id, key, cost, w) return cost .. '|' .. w .. '|' .. #key .. '|' .. key .. id end
 
-local function dec(m)
-  local c, w, n, rest = string.match(m, '^!?([^|]+)|([^|]+)|(%d+)|(.*)$')
-  n = tonumber(n)
-  return string.sub(rest, n + 1), string.sub(rest, 1, n), tonumber(c), tonumber(w)
-end
 
 -- turn: the start tag of key's next task at weight w (prelude_fairturn.lua)
 local function turn(key, cost, w) return fairTurn(KEYS[2], key, cost, w, v) end
@@ -214,7 +207,7 @@ elseif op == 'resume' then
     cur = r[1]
     for i = 1, #r[2], 2 do
       local m = r[2][i]
-      if tonumber(r[2][i + 1]) > now and redis.call('HEXISTS', pos, (dec(m))) == 1 then
+      if tonumber(r[2][i + 1]) > now and redis.call('HEXISTS', pos, (fairDec(m))) == 1 then
         redis.call('ZADD', KEYS[4], now, m)
       end
     end
@@ -239,7 +232,7 @@ else
   local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, maxp)
   for _, m in ipairs(due) do
     redis.call('ZREM', KEYS[4], m)
-    local id, key, cost, w = dec(m)
+    local id, key, cost, w = fairDec(m)
     if arrived(id) then
       local s, fresh = turn(key, cost, weightOf(key, w))
       redis.call('ZADD', KEYS[1], fmt(s), fairInTurn(m, fresh))

@@ -13,6 +13,12 @@
 --   fairInTurn(m, fresh): member m as parked: a key that starts at v goes
 --     before the tasks tied with it ("!" sorts before a digit), so a key
 --     that arrives is not passed by a round of keys whose turns are all v
+--   fairDec(m): member m's task id, key, cost (a number) and weight (as
+--     written); a member is "<cost>|<weight>|<len(key)>|<key><id>",
+--     after a "!" when parked by a key that started at v
+--   fairCtlPer(ctl, hasctl, key): the µs per unit of cost of the
+--     operator's ceiling for key ("r:<key>" = "<rate>/<period µs>" in the
+--     controls HASH ctl, read when hasctl), or nil
 
 local function fairWeight(ctl, hasctl, key, w)
   if hasctl then
@@ -32,4 +38,17 @@ end
 local function fairInTurn(m, fresh)
   if fresh then return '!' .. m end
   return m
+end
+
+local function fairDec(m)
+  local c, w, n, rest = string.match(m, '^!?([^|]+)|([^|]+)|(%d+)|(.*)$')
+  n = tonumber(n)
+  return string.sub(rest, n + 1), string.sub(rest, 1, n), tonumber(c), w
+end
+
+local function fairCtlPer(ctl, hasctl, key)
+  if not hasctl then return nil end
+  local rr, pp = string.match(redis.call('HGET', ctl, 'r:' .. key) or '', '^(%d+)/(%d+)$')
+  if rr and tonumber(rr) > 0 then return tonumber(pp) / tonumber(rr) end
+  return nil
 end

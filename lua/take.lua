@@ -259,6 +259,22 @@ local function fairInit()
   end
 end
 
+-- pausedKey reports whether the operator paused key (fairInit first)
+local function pausedKey(key) return fctl and redis.call('HEXISTS', KEYS[21], 'p:' .. key) == 1 end
+
+-- toHeld moves parked member m (tag s) of a paused key to held, where it
+-- waits at its tag until the key resumes (fair.lua's resume)
+local function toHeld(m, key, s)
+  redis.call('ZREM', KEYS[15], m)
+  redis.call('ZADD', KEYS[22], 0, #key .. '|' .. key .. '|' .. fmt(s) .. '|' .. m)
+  redis.call('PEXPIRE', KEYS[22], fttl)
+end
+
+-- uncount counts one task of key fewer in fair order (counts)
+local function uncount(key)
+  if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
+end
+
 -- parkFair puts task id, just pushed to the head of pending, in fair
 -- order at its key's turn, as fair.lua's park does (a per-key ceiling is
 -- left to the reservation): pre is its hash's "shaper_fair", its member

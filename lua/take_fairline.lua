@@ -33,11 +33,7 @@ end
 -- the key (controls "r:<key>", "<rate>/<period µs>") comes first.
 local function ceilingOf(key)
   if kcPrefix == '' then return 0 end
-  local per = kcRates[key] or kcPer
-  if fctl then
-    local rr, pp = string.match(redis.call('HGET', KEYS[21], 'r:' .. key) or '', '^(%d+)/(%d+)$')
-    if rr and tonumber(rr) > 0 then per = tonumber(pp) / tonumber(rr) end
-  end
+  local per = fairCtlPer(KEYS[21], fctl, key) or kcRates[key] or kcPer
   if per <= 0 then return 0 end
   return per + math.ceil(per * kcTol / 1000000)
 end
@@ -60,9 +56,9 @@ end
 -- the slot it would get (est(j), the start of slot j) goes to later,
 -- due at its tat (fairWake: the first such tat), and so do the key's
 -- other tasks met (toLater): a ceilinged key gets one slot a take, and
--- parked holds no task that cannot go. The due ones come back first. It returns nextInLine and how many
--- entries are in view; nextInLine(j) gives id, msg and the entry
--- (pickChosen's).
+-- parked holds no task that cannot go; the ones due come back first. It
+-- returns nextInLine and how many entries may be in view;
+-- nextInLine(j) gives id, msg and the entry (pickChosen's).
 local chosen, fairWake
 local fairPre -- the member without the id of the task taken last from fair order
 local function fairLine(n, est)
@@ -91,13 +87,13 @@ local function fairLine(n, est)
   -- weight): fair.lua's feed gives it a new turn when due, so a capped
   -- key's backlog does not sit in parked ahead of the other keys' tasks
   local function toLater(m, key, iv)
-    local c, ws, rest = string.match(m, '^!?([^|]+)|([^|]+)|(.*)$')
+    local _, _, c, ws = fairDec(m)
     redis.call('ZREM', KEYS[15], m)
     local nb = tonumber(redis.call('HGET', KEYS[20], key) or '0') or 0
     local due = math.max(nb, math.ceil(seen[key] / 1000))
-    redis.call('HSET', KEYS[20], key, fmt(due + tonumber(c) * iv / 1000))
-    redis.call('ZADD', KEYS[18], fmt(due), c .. '|' .. ws .. '|' .. rest)
-    redis.call('HINCRBYFLOAT', KEYS[16], key, -tonumber(c) / fairWeight(KEYS[21], fctl, key, ws))
+    redis.call('HSET', KEYS[20], key, fmt(due + c * iv / 1000))
+    redis.call('ZADD', KEYS[18], fmt(due), (string.gsub(m, '^!', '')))
+    redis.call('HINCRBYFLOAT', KEYS[16], key, -c / fairWeight(KEYS[21], fctl, key, ws))
     for _, k in ipairs({KEYS[16], KEYS[18], KEYS[20]}) do redis.call('PEXPIRE', k, fttl) end
   end
   -- the tasks a ceiling put in later (numbered: waiting in pending) that
@@ -107,11 +103,10 @@ local function fairLine(n, est)
     local fed = false
     local nowms = math.ceil(now / 1000) -- due within this ms: a tat in µs rounds up to it
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[18], '-inf', nowms, 'LIMIT', 0, n + 16)) do
-      local c, ws, nk, rest = string.match(m, '^([^|]+)|([^|]+)|(%d+)|(.*)$')
-      local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
+      local id, key, c, ws = fairDec(m)
       if redis.call('HEXISTS', KEYS[23], id) == 1 then
         redis.call('ZREM', KEYS[18], m)
-        local t, fresh = fairTurn(KEYS[16], key, tonumber(c), fairWeight(KEYS[21], fctl, key, ws), fv)
+        local t, fresh = fairTurn(KEYS[16], key, c, fairWeight(KEYS[21], fctl, key, ws), fv)
         redis.call('ZADD', KEYS[15], fmt(t), fairInTurn(m, fresh))
         fed = true
       end
@@ -120,7 +115,9 @@ local function fairLine(n, est)
       for _, k in ipairs({KEYS[15], KEYS[16]}) do redis.call('PEXPIRE', k, fttl) end
     end
   end
-  local orphans = redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0
+  -- orphans: nothing is parked, later or held, so the whole tail goes
+  -- (asked once, at the first numbered tail task)
+  local orphans
   local tails = redis.call('LRANGE', KEYS[2], -n, -1)
   local ti, tailsOut = #tails + 1, false
   local ms, mi = nil, -1
@@ -130,22 +127,21 @@ local function fairLine(n, est)
       mi = mi + 2
       local m, s = ms[mi], tonumber(ms[mi + 1])
       if not m then return nil end
-      local nk, rest = string.match(m, '^!?[^|]+|[^|]+|(%d+)|(.*)$')
-      local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
-      local h = redis.call('HMGET', tprefix .. id, 'msg', 'state')
-      if fctl and redis.call('HEXISTS', KEYS[21], 'p:' .. key) == 1 then
-        redis.call('ZREM', KEYS[15], m)
-        redis.call('ZADD', KEYS[22], 0, #key .. '|' .. key .. '|' .. fmt(s) .. '|' .. m)
-        redis.call('PEXPIRE', KEYS[22], fttl)
-      elseif not h[1] or (h[2] ~= 'pending' and h[2] ~= 'scheduled') then
-        -- deleted, archived or quarantined by someone else
-        redis.call('ZREM', KEYS[15], m)
-        redis.call('HDEL', KEYS[23], id)
-        if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
+      local id, key = fairDec(m)
+      if pausedKey(key) then
+        toHeld(m, key, s)
       else
-        local iv, ok = ceilinged(key, j)
-        if ok then return id, h[1], {id = id, m = m, s = s, key = key, iv = iv} end
-        toLater(m, key, iv)
+        local h = redis.call('HMGET', tprefix .. id, 'msg', 'state')
+        if not h[1] or (h[2] ~= 'pending' and h[2] ~= 'scheduled') then
+          -- deleted, archived or quarantined by someone else
+          redis.call('ZREM', KEYS[15], m)
+          redis.call('HDEL', KEYS[23], id)
+          uncount(key)
+        else
+          local iv, ok = ceilinged(key, j)
+          if ok then return id, h[1], {id = id, m = m, s = s, key = key, iv = iv} end
+          toLater(m, key, iv)
+        end
       end
     end
   end
@@ -155,6 +151,9 @@ local function fairLine(n, est)
       local id = tails[ti]
       if not id then break end
       local numbered = redis.call('HEXISTS', KEYS[23], id) == 1
+      if numbered and orphans == nil then
+        orphans = redis.call('EXISTS', KEYS[15], KEYS[18], KEYS[22]) == 0
+      end
       if numbered and not orphans then break end
       local h = redis.call('HMGET', tprefix .. id, 'msg', 'shaper_fair')
       local iv, ok = 0, true
@@ -172,8 +171,9 @@ local function fairLine(n, est)
     tailsOut = true
     return nextParked(j)
   end
-  local inView = #tails + redis.call('ZCARD', KEYS[15])
-  return nextInLine, inView
+  -- in view: the tail, and what nextParked may find (a line that finds
+  -- nothing ends the take as empty, or early when a task waits in later)
+  return nextInLine, #tails + 1
 end
 
 -- pickChosen takes the next of the tasks fairLine lined up (chosen),
@@ -191,7 +191,7 @@ local function pickChosen(s)
   else
     redis.call('ZREM', KEYS[15], e.m)
     if e.s > fv then fv = e.s end
-    if redis.call('HINCRBY', KEYS[19], e.key, -1) <= 0 then redis.call('HDEL', KEYS[19], e.key) end
+    uncount(e.key)
     local tail = redis.call('LINDEX', KEYS[2], -1)
     local ta = tail and tonumber(redis.call('HGET', KEYS[23], tail))
     if fpTake(KEYS[2], KEYS[23], tprefix, e.id, tail, ta) or redis.call('ZREM', KEYS[6], e.id) == 1 then

@@ -216,17 +216,14 @@ local function popFair(tail, ta)
     local p = redis.call('ZPOPMIN', KEYS[15])
     if #p == 0 then return nil end
     local m, s = p[1], tonumber(p[2])
-    local nk, rest = string.match(m, '^!?[^|]+|[^|]+|(%d+)|(.*)$')
-    local key, id = string.sub(rest, 1, tonumber(nk)), string.sub(rest, tonumber(nk) + 1)
-    if fctl and redis.call('HEXISTS', KEYS[21], 'p:' .. key) == 1 then
-      -- a paused key's task waits in held, at its tag, until it resumes
-      redis.call('ZADD', KEYS[22], 0, #key .. '|' .. key .. '|' .. fmt(s) .. '|' .. m)
-      redis.call('PEXPIRE', KEYS[22], fttl)
+    local id, key = fairDec(m)
+    if pausedKey(key) then
+      toHeld(m, key, s) -- popped already: its ZREM finds nothing
     else
       -- V follows the turns in order (a task behind it, parked before
       -- a key's restart, leaves it where it is)
       if s > fv then fv = s end
-      if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
+      uncount(key)
       -- not found: deleted, archived or quarantined by someone else
       if fpTake(KEYS[2], KEYS[23], tprefix, id, tail, ta) or redis.call('ZREM', KEYS[6], id) == 1 then
         redis.call('LPUSH', KEYS[3], id)

@@ -145,10 +145,10 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 			d.LookAhead = priorityLookAhead
 		}
 		if r.ds.Fairness != nil {
-			d.Ceiling, d.LookAhead, d.Lead = r.takeCeiling, fairLookAhead, fairLead
+			d.Ceiling, d.LookAhead, d.Lead = r.takeCeiling(), fairLookAhead, fairLead
 		}
 		if r.leases != nil {
-			d.Leases, d.Unheld = r.takeLeases, r.releaseTaken
+			d.Leases, d.Unheld = r.takeLeases(), r.releaseLease
 		}
 	case r.ds.KeyConcurrency == 0:
 		d.Want = r.takeWant
@@ -256,7 +256,7 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 		tk.slot, tk.behind = &takeSlot{res: t.Reservation}, 0
 		if m := t.Reservation.Lease; m != "" && r.leases != nil {
 			tk.lease = r.leases.adopt(m)
-			defer r.releaseTaken(m)
+			defer r.releaseLease(m)
 		}
 	}
 	err := r.serve(withTaken(ctx, tk), asynq.NewTaskWithHeaders(t.Type, t.Payload, t.Headers), t.ID, t.Retried)
@@ -364,7 +364,7 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 				return r.giveBack(ctx)
 			}
 			lease = &l
-			defer r.leases.release(lease.member)
+			defer r.releaseLease(lease.member)
 		}
 		placed := sync.OnceFunc(func() { close(lease.placed) })
 		defer placed()

@@ -37,48 +37,59 @@ func (r *runner) reservesAtTake() bool {
 // carries the map; a longer one stays with the lane, which reads it).
 const maxTakeKeyRates = 256
 
-// takeLeases is r's cap on calls in flight at the take (nil: none): the
-// take moves no more tasks than the cap has places, and each task it
-// moves holds one of them from the take to its call's end (serveTake).
-// A cap per key stays with the lease lane (reservesAtTake), which passes
-// over a key at its cap; a take in FIFO order could not.
-func (r *runner) takeLeases() *lua.TakeLeases {
+// takeLeases is r's cap on calls in flight at the take, as the engine
+// asks it before each take (a copy each time: the engine sets the take's
+// token in it): the take moves no more tasks than the cap has places,
+// and each task it moves holds one of them from the take to its call's
+// end (serveTake). A cap per key stays with the lease lane
+// (reservesAtTake), which passes over a key at its cap; a take in FIFO
+// order could not.
+func (r *runner) takeLeases() func() *lua.TakeLeases {
 	ds := r.ds
-	if ds.Concurrency == 0 {
-		return nil
-	}
-	return &lua.TakeLeases{Leases: r.d.space.Leases(ds.Name), Counts: r.d.space.LeaseCounts(ds.Name),
+	base := lua.TakeLeases{Leases: r.d.space.Leases(ds.Name), Counts: r.d.space.LeaseCounts(ds.Name),
 		Cap: int64(ds.Concurrency), Lease: ds.leaseTime()}
+	return func() *lua.TakeLeases {
+		l := base
+		return &l
+	}
 }
 
-// releaseTaken gives back a lease the take gave, and has the engine look
-// at the queue: the place may let the next task go.
-func (r *runner) releaseTaken(member string) {
+// releaseLease gives back a place among the calls in flight, whether
+// the take or the lease lane gave it; where the take decides the cap, the
+// engine looks at the queue again (the place may let the next task go).
+func (r *runner) releaseLease(member string) {
 	r.leases.release(member)
-	r.wakeTake()
+	if r.reserving {
+		r.wakeTake()
+	}
 }
 
-// takeCeiling is the key ceilings of r's next take on a fair downstream:
-// key_rate (an operator's rate for a key comes first, in the script),
-// stretched by the late tolerance as keyCeiling.interval stretches it.
-func (r *runner) takeCeiling() *lua.TakeCeiling {
-	c := &lua.TakeCeiling{Prefix: r.d.space.KeyCeiling(r.ds.Name, ""), Margin: ceilingMargin}
+// takeCeiling is the key ceilings of r's takes on a fair downstream, as
+// the engine asks them before each take: key_rate and key_rates (an
+// operator's rate for a key comes first, in the script), stretched by
+// the late tolerance at the rate in force, as keyCeiling.interval
+// stretches them. What the file sets is read once.
+func (r *runner) takeCeiling() func() *lua.TakeCeiling {
+	base := lua.TakeCeiling{Prefix: r.d.space.KeyCeiling(r.ds.Name, ""), Margin: ceilingMargin}
 	f := r.ds.Fairness
 	if f.KeyRate.Rate > 0 {
-		c.Interval = f.KeyRate.Interval(1)
+		base.Interval = f.KeyRate.Interval(1)
 	}
 	for k, kr := range f.KeyRates {
 		if kr.Rate > 0 { // as KeyRateOf: a zero rate is none of its own
-			if c.Intervals == nil {
-				c.Intervals = make(map[string]time.Duration, len(f.KeyRates))
+			if base.Intervals == nil {
+				base.Intervals = make(map[string]time.Duration, len(f.KeyRates))
 			}
-			c.Intervals[k] = kr.Interval(1)
+			base.Intervals[k] = kr.Interval(1)
 		}
 	}
-	if r.ds.LateTolerance >= 0 {
-		c.Tolerance = r.lateTolerance(1)
+	return func() *lua.TakeCeiling {
+		c := base
+		if r.ds.LateTolerance >= 0 {
+			c.Tolerance = r.lateTolerance(1)
+		}
+		return &c
 	}
-	return c
 }
 
 // takeReserve is the reservation of r's next take; none in shadow mode,
