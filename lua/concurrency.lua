@@ -8,12 +8,19 @@
 --
 -- KEYS[1] -> ZSET leases: member "<token>|<key>", score expiry (µs)
 -- KEYS[2] -> HASH in-flight count per key (only with a per-key cap)
+-- KEYS[3], KEYS[4] -> optional, with ARGV[6] > 0: a fair downstream's held
+--            and parked ZSETs (fair.lua's KEYS[9] and KEYS[1]) whose take
+--            holds a key's tasks at its cap (prelude_capheld.lua): each
+--            lease that goes (released or expired) brings back as many
+--            of its key's held tasks as its key has places (ARGV[5])
 -- ARGV[1] -> op: "acquire", "renew" or "release"
 -- ARGV[2] -> now in µs, or 0 to read Redis TIME (explicit now is for tests)
 -- ARGV[3] -> lease time in µs (acquire, renew)
 -- ARGV[4] -> cap on leases in all (acquire; 0: none)
--- ARGV[5] -> cap on leases per key (acquire; 0: none)
--- ARGV[6..] -> members "<token>|<key>", in the order they asked (acquire:
+-- ARGV[5] -> cap on leases per key (0: none; acquire, and with KEYS[3]
+--            every op)
+-- ARGV[6] -> with KEYS[3..4]: the TTL of fair.lua's keys, ms; else 0
+-- ARGV[7..] -> members "<token>|<key>", in the order they asked (acquire:
 --              granted in that order as long as there is room; a member
 --              whose key is at its cap is passed over, not a stop)
 --
@@ -33,6 +40,10 @@ if now == nil or now <= 0 then
 end
 local ttl = tonumber(ARGV[3]) or 0
 local MARGIN_MS = 1000
+local keycap = tonumber(ARGV[5]) or 0
+-- held: a fair take holds a key's tasks at its cap here (KEYS[3..4])
+local held, parked, fttl = KEYS[3], KEYS[4], tonumber(ARGV[6]) or 0
+if fttl <= 0 or keycap <= 0 then held = nil end
 
 local function keyOf(member)
   local i = string.find(member, '|', 1, true)
@@ -42,7 +53,9 @@ end
 local function drop(member)
   if redis.call('ZREM', leases, member) == 1 then
     local k = keyOf(member)
-    if redis.call('HINCRBY', counts, k, -1) <= 0 then redis.call('HDEL', counts, k) end
+    local c = redis.call('HINCRBY', counts, k, -1)
+    if c <= 0 then redis.call('HDEL', counts, k) end
+    if held and k ~= '' then capUnhold(held, parked, k, keycap - math.max(c, 0), fttl) end
     return 1
   end
   return 0
@@ -66,7 +79,7 @@ end
 
 if op == 'release' then
   local n = 0
-  for i = 6, #ARGV do n = n + drop(ARGV[i]) end
+  for i = 7, #ARGV do n = n + drop(ARGV[i]) end
   keep()
   return n
 end
@@ -74,7 +87,7 @@ end
 expire()
 if op == 'renew' then
   local n = 0
-  for i = 6, #ARGV do
+  for i = 7, #ARGV do
     if redis.call('ZSCORE', leases, ARGV[i]) then
       redis.call('ZADD', leases, now + ttl, ARGV[i])
       n = n + 1
@@ -84,10 +97,10 @@ if op == 'renew' then
   return n
 end
 
-local cap, keycap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local cap = tonumber(ARGV[4])
 local total = redis.call('ZCARD', leases)
 local out = {}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   local m = ARGV[i]
   local k = keyOf(m)
   local ok = (cap == 0 or total < cap)

@@ -30,7 +30,9 @@
 -- KEYS[9] -> held      ZSET: a paused key's tasks, all
 --                      scored 0, member "<len(key)>|<key>|<tag>|<member>",
 --                      so one key's tasks are one lexicographic range
---                      (take.lua puts them there when it meets them)
+--                      (take.lua puts them there when it meets them); and
+--                      a key's tasks at its cap on calls in flight, after
+--                      a "~" (prelude_capheld.lua)
 -- KEYS[10] -> pos      HASH task id -> its number in pending
 --                      (prelude_fairpos.lua)
 -- KEYS[11] -> asynq:{q}:scheduled  ZSET (a due task leaves it)
@@ -215,9 +217,10 @@ elseif op == 'resume' then
   redis.call('HDEL', KEYS[6], ARGV[6])
 else
   -- held tasks whose key is no longer paused (a resume that did not
-  -- finish) go back, a few per call
+  -- finish) go back, a few per call (a key's tasks held at its cap on
+  -- calls in flight, "~...", sort after them: a call's end releases them)
   if redis.call('ZCARD', held) > 0 then
-    for _, hm in ipairs(redis.call('ZRANGEBYLEX', held, '-', '+', 'LIMIT', 0, 16)) do
+    for _, hm in ipairs(redis.call('ZRANGEBYLEX', held, '-', '(~', 'LIMIT', 0, 16)) do
       local n, rest = string.match(hm, '^(%d+)|(.*)$')
       local key = string.sub(rest, 1, tonumber(n))
       if not paused(key) then

@@ -96,7 +96,7 @@
 --            R > 0 the take reserves its tasks' slots as shaping.lua's
 --            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
 --            KEYS: next_free, announced, issued, claims, quotas) with
---            ARGV[26..] (shaping.lua's ARGV; the take sets its max wait
+--            ARGV[27..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
 --            what the lists and the budget allow), so the rate, the
 --            quotas and the announced limit are decided where the task
@@ -133,6 +133,16 @@
 --            (status 2), whichever process makes it. KEYS[24+R] and
 --            KEYS[25+R] must then be filled (the lease keys, or any key
 --            of the same hash tag without a cap).
+-- ARGV[26] -> with R > 0 on a fair downstream, a cap per key on calls in
+--            flight (0: none; with ARGV[22] 0, no cap in all): the leases'
+--            members are "<token><id>|<key>" and the counts HASH counts
+--            them per key; a parked task whose key is at its cap (its
+--            leases and its tasks taken before in this take) is held in
+--            held (prelude_capheld.lua) instead, and comes back to parked
+--            when a call of its key ends (concurrency.lua's release, or a
+--            lease that expires, here or there); a task at the tail not
+--            in fair order whose key is at its cap stays there, and the
+--            take goes on with the parked ones.
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
@@ -151,7 +161,7 @@
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          L, then L fields: shaping.lua's reply to the reservation (L = 0
 --          without one; with one, L >= 8 whenever the reservation ran),
---          then per task taken: id, msg, slot_us, priority}
+--          then per task taken: id, msg, slot_us, priority, lease key}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent), 4 early (the first slot starts
 --           later than the look-ahead; or, with a reservation on a fair
@@ -167,7 +177,9 @@
 --   this call.
 --   msg is the task hash's "msg" field, or "" when the hash has none (the
 --   caller archives such a task with the reason); priority is the task's
---   (its hash's "shaper_priority", 3 when none or without priority lists).
+--   (its hash's "shaper_priority", 3 when none or without priority lists);
+--   lease key is the key of its lease under a cap per key (ARGV[26]), ""
+--   otherwise.
 -- Errors: an argument out of range.
 -- Without a rate (ARGV[1] and ARGV[2] both 0) KEYS[1] is neither read nor
 -- written.

@@ -27,6 +27,17 @@ do
   end
 end
 
+-- a cap per key on calls in flight (ARGV[26]; 0: none): keyFull tells
+-- whether key is at it, its leases (the counts HASH) and its tasks lined
+-- up by this take counted
+local kcap = tonumber(ARGV[26]) or 0
+local kcapCounts = KEYS[25 + (tonumber(ARGV[16] or '0') or 0)]
+local kcapLined = {}
+local function keyFull(key)
+  if kcap <= 0 or not key or key == '' then return false end
+  return (tonumber(redis.call('HGET', kcapCounts, key) or '0') or 0) + (kcapLined[key] or 0) >= kcap
+end
+
 -- ceilingOf is key's ceiling: µs between its slots of one unit,
 -- stretched by the late tolerance (µs per second of interval), as
 -- keyceiling.lua's callers stretch it; 0: none. An operator's rate for
@@ -52,7 +63,10 @@ end
 -- not in fair order (all of the tail, numbered or not, when nothing is
 -- parked, later or held), then the parked tasks by start tag. A paused
 -- key's task goes to held on the way (as popFair moves it); an entry
--- whose task is gone is dropped; a task whose key is at its ceiling at
+-- whose task is gone is dropped; a parked task whose key is at its cap
+-- on calls in flight goes to held (capHold: a call of its key that ends
+-- brings it back), and one at the tail stops the tail there; a task
+-- whose key is at its ceiling at
 -- the slot it would get (est(j), the start of slot j) goes to later,
 -- due at its tat (fairWake: the first such tat), and so do the key's
 -- other tasks met (toLater): a ceilinged key gets one slot a take, and
@@ -137,9 +151,14 @@ local function fairLine(n, est)
           redis.call('ZREM', KEYS[15], m)
           redis.call('HDEL', KEYS[23], id)
           uncount(key)
+        elseif keyFull(key) then
+          capHold(KEYS[22], KEYS[15], m, key, s, fttl)
         else
           local iv, ok = ceilinged(key, j)
-          if ok then return id, h[1], {id = id, m = m, s = s, key = key, iv = iv} end
+          if ok then
+            kcapLined[key] = (kcapLined[key] or 0) + 1
+            return id, h[1], {id = id, m = m, s = s, key = key, iv = iv}
+          end
           toLater(m, key, iv)
         end
       end
@@ -162,8 +181,10 @@ local function fairLine(n, est)
       -- before, else its admission key (one enqueued and not parked yet,
       -- or by asynq's own Client)
       local key = rest and string.sub(rest, 1, tonumber(nk)) or header(h[1] or '', 'shaper-key')
+      if keyFull(key) then break end
       if key then iv, ok = ceilinged(key, j) end
       if not ok then break end
+      if key then kcapLined[key] = (kcapLined[key] or 0) + 1 end
       return id, h[1] or '', {id = id, tail = true, numbered = numbered, key = key, iv = iv}
     end
     -- the tail stops here: one not taken now stays the tail, and a
@@ -178,7 +199,8 @@ end
 
 -- pickChosen takes the next of the tasks fairLine lined up (chosen),
 -- nil when none is left, false when its task is no longer where it was
--- (its slot goes unused), and sets its key's ceiling at slot s
+-- (its slot goes unused), and sets its key's ceiling at slot s; then the
+-- task's key
 local ci = 0
 local function pickChosen(s)
   ci = ci + 1
@@ -204,5 +226,5 @@ local function pickChosen(s)
     local tat = s + e.iv
     redis.call('SET', kcPrefix .. e.key, string.format('%.0f', tat), 'PX', math.max(math.ceil((tat - now) / 1000), 0) + kcMargin)
   end
-  return id
+  return id, e.key
 end

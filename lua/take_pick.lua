@@ -16,12 +16,13 @@ if nres > 0 then
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
-  for i = 26, #ARGV do ra[#ra + 1] = ARGV[i] end
+  for i = 27, #ARGV do ra[#ra + 1] = ARGV[i] end
   if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
   lcap, llease, ltoken = tonumber(ARGV[22]) or 0, tonumber(ARGV[23]) or 0, ARGV[24] or ''
-  if lcap > 0 and (llease < 1 or KEYS[25 + nres] == nil) then
+  if (lcap > 0 or kcap > 0) and (llease < 1 or KEYS[25 + nres] == nil) then
     return redis.error_reply('take: a concurrency cap needs its lease keys and a lease time')
   end
+  if kcap > 0 and not fair then return redis.error_reply('take: a cap per key serves fair order') end
 end
 
 local function reply(status, nxt, drained)
@@ -66,18 +67,23 @@ if rk then
   local lead = tonumber(ARGV[17]) or 0
   local nf = tonumber(redis.call('GET', rk[1]) or '0') or 0
   if lead > 0 and nf - now > lead then return reply(4, nf, 0) end
-  if lcap > 0 then
-    -- concurrency.lua's leases: expired ones go, and no more tasks than
-    -- places left among the calls in flight
+  if lcap > 0 or kcap > 0 then
+    -- concurrency.lua's leases: expired ones go (a key's held tasks come
+    -- back to its places), and no more tasks than places left among the
+    -- calls in flight
     local lk, ck = KEYS[24 + nres], KEYS[25 + nres]
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', now)) do
       redis.call('ZREM', lk, m)
       local key = string.sub(m, string.find(m, '|', 1, true) + 1)
-      if redis.call('HINCRBY', ck, key, -1) <= 0 then redis.call('HDEL', ck, key) end
+      local c = redis.call('HINCRBY', ck, key, -1)
+      if c <= 0 then redis.call('HDEL', ck, key) end
+      if kcap > 0 and key ~= '' then capUnhold(KEYS[22], KEYS[15], key, kcap - math.max(c, 0), fttl) end
     end
-    local room = lcap - redis.call('ZCARD', lk)
-    if room <= 0 then return reply(3, 0, 0) end
-    if n > room then n = room end
+    if lcap > 0 then
+      local room = lcap - redis.call('ZCARD', lk)
+      if room <= 0 then return reply(3, 0, 0) end
+      if n > room then n = room end
+    end
   end
   -- no more tasks than the bucket's slots that start within the
   -- look-ahead (the quotas and the announced limit may allow fewer), so
@@ -322,9 +328,9 @@ for j = 0, n - 1 do
   if s < now then s = now end
   if s - now > ahead then break end
   fairPre = nil
-  local id
+  local id, lkey
   if chosen then
-    id = pickChosen(rres and s)
+    id, lkey = pickChosen(rres and s)
   else
     id = pick()
   end
@@ -349,16 +355,18 @@ for j = 0, n - 1 do
     local prio = 3
     if levels then prio = tonumber(redis.call('HGET', tk, 'shaper_priority') or '3') or 3 end
     out[#out + 1] = prio
+    -- its place among the calls in flight, held from now to its call's
+    -- end: member "<token><id>|<key>", the key only under a cap per key
+    if kcap <= 0 or not lkey then lkey = '' end
+    out[#out + 1] = lkey
     count = count + 1
-    if lcap > 0 and rres then
-      -- its place among the calls in flight, held from now to its call's
-      -- end (member "<token><id>|": no key, as no key cap applies)
-      redis.call('ZADD', KEYS[24 + nres], now + llease, ltoken .. id .. '|')
-      redis.call('HINCRBY', KEYS[25 + nres], '', 1)
+    if (lcap > 0 or kcap > 0) and rres then
+      redis.call('ZADD', KEYS[24 + nres], now + llease, ltoken .. id .. '|' .. lkey)
+      redis.call('HINCRBY', KEYS[25 + nres], lkey, 1)
     end
   end
 end
-if lcap > 0 and rres and count > 0 then
+if (lcap > 0 or kcap > 0) and rres and count > 0 then
   local ms = math.ceil(llease / 1000) + 1000
   redis.call('PEXPIRE', KEYS[24 + nres], ms)
   redis.call('PEXPIRE', KEYS[25 + nres], ms)

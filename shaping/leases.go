@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/shaping/take"
 )
@@ -39,6 +40,9 @@ type leaseLane struct {
 	kick chan struct{}
 	// last is the placed channel of the waiter granted last
 	last chan struct{}
+	// capHeld: where a fair take holds a key's tasks at its cap, which
+	// each lease that goes releases (nil: the take holds none)
+	capHeld *lua.CapHeld
 }
 
 type leaseWaiter struct {
@@ -47,7 +51,12 @@ type leaseWaiter struct {
 }
 
 func newLeaseLane(svc *services, ds Downstream) *leaseLane {
-	return &leaseLane{svc: svc, ds: ds, q: list.New(), held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+	l := &leaseLane{svc: svc, ds: ds, q: list.New(), held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+	if ds.KeyConcurrency > 0 && ds.Fairness != nil && ds.reservesAtTake() {
+		f := svc.space.Fair(ds.Name)
+		l.capHeld = &lua.CapHeld{Held: f.Held, Parked: f.Parked, TTL: fairindex.KeyTTL}
+	}
+	return l
 }
 
 func (l *leaseLane) nudge() {
@@ -127,7 +136,8 @@ func (l *leaseLane) release(member string) {
 func (l *leaseLane) call(ctx context.Context, op string, members []string) ([]int64, error) {
 	sp := l.svc.space
 	ls, counts := sp.Leases(l.ds.Name), sp.LeaseCounts(l.ds.Name)
-	a := lua.LeaseArgs{Lease: int64(l.ds.leaseTime() / time.Microsecond), Cap: int64(l.ds.Concurrency), KeyCap: int64(l.ds.KeyConcurrency)}
+	a := lua.LeaseArgs{Lease: int64(l.ds.leaseTime() / time.Microsecond), Cap: int64(l.ds.Concurrency), KeyCap: int64(l.ds.KeyConcurrency),
+		Held: l.capHeld}
 	var v []int64
 	var err error
 	switch op {

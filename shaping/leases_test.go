@@ -140,6 +140,58 @@ func TestKeyConcurrencyOnePerKey(t *testing.T) {
 	}
 }
 
+// key_concurrency 1 on a fair downstream, 3 dispatchers, 10 tenants and
+// one of them with a backlog five times the others': the take decides
+// the cap per key (a key at its cap has its tasks held aside until one
+// of its calls ends), so never two calls of one key at once, the others
+// are not held up (several keys in flight), every task goes once, and
+// asynq's active list holds only the calls' tasks and those finishing:
+// at most twice the 10 places, where workers taking ahead of the leases
+// held their whole budget waiting.
+func TestFairKeyConcurrencyAtTheTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	f := newInflight(50 * time.Millisecond)
+	fair := &shaping.Fairness{}
+	p := queue.NewProducer(e.rdb, queue.ProducerConfig{Prefix: e.prefix, Fair: map[string]queue.FairShare{"api": {Fairness: fair, Rate: limiters.PerSecond(500)}}})
+	n := 0
+	enq := func(key string, k int) {
+		for range k {
+			_, err := p.Enqueue(ctx, queue.Task{Downstream: "api", Key: key, Payload: []byte(fmt.Sprint(n))})
+			must(t, err)
+			n++
+		}
+	}
+	enq("tenant-0", 50)
+	for i := 1; i < 10; i++ {
+		enq(fmt.Sprint("tenant-", i), 10)
+	}
+	dispatchers(t, e.rdb, e.prefix, 3, shaping.Downstream{Name: "api", Rate: limiters.PerSecond(500), KeyConcurrency: 1, Fairness: fair, Handler: f.handle})
+	active, maxActive := keys.New(e.prefix).Asynq("api").Active(), int64(0)
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool {
+		maxActive = max(maxActive, e.rdb.LLen(ctx, active).Val())
+		return f.count() >= n
+	})
+	t.Logf("active list at most %d; calls in flight at most %d", maxActive, f.max)
+	if maxActive > 2*10 {
+		t.Errorf("asynq's active list held %d tasks, want at most twice the places (20): a task is taken only with its place", maxActive)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.maxKey > 1 {
+		t.Errorf("%d calls of one key in flight at once, want at most 1", f.maxKey)
+	}
+	if f.max < 5 {
+		t.Errorf("at most %d calls in flight at once over 10 keys, want several (a full key must not block the others)", f.max)
+	}
+	for i := range n {
+		if c := f.seen[fmt.Sprint(i)]; c != 1 {
+			t.Errorf("task %d delivered %d times, want 1", i, c)
+		}
+	}
+}
+
 // Leases of a crashed process (never released, never renewed) free their
 // places within the lease time; the survivors then use the whole cap.
 func TestDeadProcessLeasesExpire(t *testing.T) {

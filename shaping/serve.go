@@ -135,7 +135,7 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 		d.Weights = r.ds.Priority.Weights
 	}
 	switch {
-	case r.reservesAtTake():
+	case r.ds.reservesAtTake():
 		// the take reserves its tasks' slots: what it moves is the slots
 		// that start within the engine's look-ahead, wherever they are
 		d.Reserve, d.Reserved = r.takeReserve, r.takeReserved

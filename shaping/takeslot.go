@@ -16,19 +16,19 @@ import (
 // carries its slot to the release path in taken.slot (deadline.go), and
 // runner.grantOf hands it out once.
 
-// reservesAtTake reports whether r's takes reserve its tasks' slots: a
+// reservesAtTake reports whether ds's takes reserve its tasks' slots: a
 // downstream served by the engine in first-in first-out, priority or fair
 // order (the take picks the next task among all waiting, so no claims
 // between processes are needed) whose slot needs nothing but the bucket's
-// word, its key ceilings and its cap on calls in flight (no lease to
-// wait for after the slot): not a per-key concurrency cap (a take in
-// FIFO order could not pass over a key at its cap), fair order with
+// word, its key ceilings and its caps on calls in flight (no lease to
+// wait for after the slot): not a per-key concurrency cap in FIFO order
+// (a take could not pass over a key at its cap; in fair order it holds
+// the key's tasks aside until one of its calls ends), fair order with
 // priorities (the take's line for fair order does not see the priority
 // lists) or a key_rates map of more than maxTakeKeyRates keys.
-func (r *runner) reservesAtTake() bool {
-	ds := r.ds
-	if f := ds.Fairness; f != nil && (ds.Priority != nil || len(f.KeyRates) > maxTakeKeyRates) {
-		return false
+func (ds Downstream) reservesAtTake() bool {
+	if f := ds.Fairness; f != nil {
+		return ds.Priority == nil && len(f.KeyRates) <= maxTakeKeyRates
 	}
 	return ds.Batch == nil && ds.KeyConcurrency == 0
 }
@@ -37,17 +37,16 @@ func (r *runner) reservesAtTake() bool {
 // carries the map; a longer one stays with the lane, which reads it).
 const maxTakeKeyRates = 256
 
-// takeLeases is r's cap on calls in flight at the take, as the engine
-// asks it before each take (a copy each time: the engine sets the take's
-// token in it): the take moves no more tasks than the cap has places,
-// and each task it moves holds one of them from the take to its call's
-// end (serveTake). A cap per key stays with the lease lane
-// (reservesAtTake), which passes over a key at its cap; a take in FIFO
-// order could not.
+// takeLeases is r's caps on calls in flight at the take, as the engine
+// asks them before each take (a copy each time: the engine sets the
+// take's token in it): the take moves no more tasks than the cap has
+// places, holds a key's tasks aside at its cap per key (fair order
+// only: reservesAtTake), and each task it moves holds one place from the
+// take to its call's end (serveTake).
 func (r *runner) takeLeases() func() *lua.TakeLeases {
 	ds := r.ds
 	base := lua.TakeLeases{Leases: r.d.space.Leases(ds.Name), Counts: r.d.space.LeaseCounts(ds.Name),
-		Cap: int64(ds.Concurrency), Lease: ds.leaseTime()}
+		Cap: int64(ds.Concurrency), KeyCap: int64(ds.KeyConcurrency), Lease: ds.leaseTime()}
 	return func() *lua.TakeLeases {
 		l := base
 		return &l

@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // LeaseArgs are concurrency.lua's arguments besides its op and members.
@@ -15,8 +16,21 @@ type LeaseArgs struct {
 	Lease int64
 	// Cap is ARGV[4]: leases in all (acquire; 0: none).
 	Cap int64
-	// KeyCap is ARGV[5]: leases per key (acquire; 0: none).
+	// KeyCap is ARGV[5]: leases per key (0: none; acquire, and with
+	// Held every op).
 	KeyCap int64
+	// Held, with KeyCap, names a fair downstream whose take holds a key's
+	// tasks at its cap: each lease that goes brings back as many of its
+	// key's held tasks as the key has places (KEYS[3..4], ARGV[6]); nil:
+	// none.
+	Held *CapHeld
+}
+
+// CapHeld is where a fair take holds a key's tasks at its cap on calls
+// in flight: fair.lua's held and parked ZSETs, and the TTL of its keys.
+type CapHeld struct {
+	Held, Parked string
+	TTL          time.Duration
 }
 
 // AcquireLeases asks for a lease per member, granted in order while there
@@ -59,12 +73,16 @@ func (s *Store) leaseCount(ctx context.Context, op, leases, counts string, a Lea
 // leases runs concurrency.lua; its reply is an integer (renew, release) or
 // a list of integers (acquire), returned as a list either way.
 func (s *Store) leases(ctx context.Context, op, leases, counts string, a LeaseArgs, members []string) ([]int64, error) {
-	args := make([]any, 0, 5+len(members))
-	args = append(args, op, a.Now, a.Lease, a.Cap, a.KeyCap)
+	args := make([]any, 0, 6+len(members))
+	ks, fttl := []string{leases, counts}, int64(0)
+	if h := a.Held; h != nil && a.KeyCap > 0 {
+		ks, fttl = append(ks, h.Held, h.Parked), max(h.TTL.Milliseconds(), 1)
+	}
+	args = append(args, op, a.Now, a.Lease, a.Cap, a.KeyCap, fttl)
 	for _, m := range members {
 		args = append(args, m)
 	}
-	v, err := concurrency.Run(ctx, s.rdb, []string{leases, counts}, args...).Result()
+	v, err := concurrency.Run(ctx, s.rdb, ks, args...).Result()
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ var (
 	control           = script("control.lua")
 	recoverScript     = script("recover.lua")
 	quarantine        = script("quarantine.lua")
-	concurrency       = script("concurrency.lua")
+	concurrency       = script("prelude_capheld.lua", "concurrency.lua")
 	breaker           = script("prelude_clock.lua", "breaker.lua")
 	answer            = script("prelude_clock.lua", "answer.lua")
 )

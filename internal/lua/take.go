@@ -15,7 +15,7 @@ import (
 // The take engine's scripts (shaping/take): take a task with its slot, and
 // finish it in asynq's storage as asynq's own processor would.
 var (
-	takeScript = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "prelude_taskmsg.lua",
+	takeScript = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "prelude_taskmsg.lua", "prelude_capheld.lua",
 		"take.lua", "take_fairline.lua", "take_pick.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
@@ -103,22 +103,28 @@ type TakePause struct{ Key, Field string }
 // TakeLeases is a downstream's cap on calls in flight, decided where the
 // take reserves: the take moves no more tasks than the cap has places
 // left (concurrency.lua's leases), and gives each task taken with a slot
-// a lease, member Token + its id + "|" (LeaseMember), which its holder
-// renews and releases as concurrency.lua's.
+// a lease, member Token + its id + "|" + its key (LeaseMember), which its
+// holder renews and releases as concurrency.lua's.
 type TakeLeases struct {
 	// Leases and Counts are concurrency.lua's KEYS (keys.Space.Leases,
 	// LeaseCounts).
 	Leases, Counts string
-	// Cap is the most leases in all (at least 1).
+	// Cap is the most leases in all (0: none, with a KeyCap).
 	Cap int64
+	// KeyCap is the most leases per admission key of a fair downstream
+	// (0: none): a key at its cap has its parked tasks held (fair.lua's
+	// held, prelude_capheld.lua) until one of its calls ends, which
+	// releases them (concurrency.lua with CapHeld).
+	KeyCap int64
 	// Lease is how long a lease lasts unrenewed (at least 1µs).
 	Lease time.Duration
 	// Token is unique to the take ("|" not allowed).
 	Token string
 }
 
-// LeaseMember is the lease a take with l gave task id.
-func (l *TakeLeases) LeaseMember(id string) string { return l.Token + id + "|" }
+// LeaseMember is the lease a take with l gave task id of key (the
+// reply's TakenTask.LeaseKey).
+func (l *TakeLeases) LeaseMember(id, key string) string { return l.Token + id + "|" + key }
 
 // argv is ARGV[22..24].
 func (l *TakeLeases) argv() []any {
@@ -126,6 +132,14 @@ func (l *TakeLeases) argv() []any {
 		return []any{0, 0, ""}
 	}
 	return []any{l.Cap, max(l.Lease.Microseconds(), 1), l.Token}
+}
+
+// keyCap is ARGV[26].
+func (l *TakeLeases) keyCap() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.KeyCap
 }
 
 // TakeCeiling is a fair downstream's per-key ceiling, decided where the
@@ -211,6 +225,9 @@ type TakenTask struct {
 	Msg      []byte
 	Slot     int64
 	Priority int
+	// LeaseKey is the key of its lease under a cap per key
+	// (TakeLeases.LeaseMember); "" otherwise.
+	LeaseKey string
 }
 
 // Take runs take.lua: up to a.Slots tasks, each with its own slot.
@@ -270,8 +287,11 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		rks := rr.keys(a.Bucket)
 		ks = append(ks, rks...)
 		if l := a.Leases; l != nil {
-			if l.Cap < 1 || l.Leases == "" || l.Counts == "" || strings.Contains(l.Token, "|") {
+			if l.Cap < 0 || l.KeyCap < 0 || l.Cap+l.KeyCap < 1 || l.Leases == "" || l.Counts == "" || strings.Contains(l.Token, "|") {
 				return TakeReply{}, fmt.Errorf("take: leases need a cap of at least 1, both keys and a token without '|'")
+			}
+			if l.KeyCap > 0 && a.Fair == nil {
+				return TakeReply{}, fmt.Errorf("take: a cap per key needs fair order")
 			}
 			ks = append(ks, l.Leases, l.Counts)
 		} else {
@@ -282,7 +302,7 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 			ks, field = append(ks, p.Key), p.Field
 		}
 		argv = append(append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), a.Leases.argv()...),
-			field)
+			field, a.Leases.keyCap())
 		argv = append(argv, rr.argv(modeCharge)...)
 		quotas = len(rr.Quotas)
 	}
@@ -329,7 +349,7 @@ func parseTake(v []any, quotas int) (TakeReply, error) {
 	r := TakeReply{Status: TakeStatus(h[0]), Now: h[1], Next: h[2], Drained: h[3] == 1,
 		Recovered: h[4], Forwarded: h[5]}
 	nres := int(h[6])
-	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%4 != 0 || nres > 0 && nres != 8+2*quotas {
+	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%5 != 0 || nres > 0 && nres != 8+2*quotas {
 		return TakeReply{}, fmt.Errorf("take: reply has %d fields with %d of a reservation", len(v), nres)
 	}
 	if nres > 0 {
@@ -344,15 +364,16 @@ func parseTake(v []any, quotas int) (TakeReply, error) {
 		res := bucketReply(rv, quotas)
 		r.Reservation = &res
 	}
-	for i := 7 + nres; i < len(v); i += 4 {
+	for i := 7 + nres; i < len(v); i += 5 {
 		id, ok1 := v[i].(string)
 		msg, ok2 := v[i+1].(string)
 		slot, ok3 := v[i+2].(int64)
 		prio, ok4 := v[i+3].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/4+1)
+		key, ok5 := v[i+4].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/5+1)
 		}
-		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio)})
+		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio), LeaseKey: key})
 	}
 	return r, nil
 }

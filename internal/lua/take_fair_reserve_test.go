@@ -12,6 +12,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/fairindex"
+	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
 )
@@ -29,6 +30,7 @@ type fairReserveRig struct {
 	kc    string // the key ceilings' prefix
 	fq    *fairindex.Queue
 	clock time.Time // the fair index's clock (its parks and feeds)
+	sp    keys.Space
 }
 
 func newFairReserveRig(t *testing.T, interval time.Duration) *fairReserveRig {
@@ -36,7 +38,7 @@ func newFairReserveRig(t *testing.T, interval time.Duration) *fairReserveRig {
 	rdb, prefix, sp, q, fk, fq, cl := fairRig(t)
 	f := &fairindex.Fairness{}
 	r := &fairReserveRig{t: t, st: lua.New(rdb), names: map[string]string{}, ctl: control.New(rdb, prefix),
-		rdb: rdb, kc: sp.KeyCeiling("d1", ""), fq: fq, clock: time.Now()}
+		rdb: rdb, kc: sp.KeyCeiling("d1", ""), fq: fq, clock: time.Now(), sp: sp}
 	fq.SetNow(func() time.Time { return r.clock })
 	seq := map[string]int{}
 	r.park = func(key string, n int) {
@@ -255,5 +257,61 @@ func TestTakeReserveKeyCeilingsOfTheirOwn(t *testing.T) {
 		if tat := r.rdb.Get(ctx, r.kc+key).Val(); tat != fmt.Sprint(want) {
 			t.Errorf("%s's tat %s; want %d", key, tat, want)
 		}
+	}
+}
+
+// A cap per key decided at the take (TakeLeases.KeyCap): a key's tasks go
+// while it has places among the calls in flight (its leases, member
+// token+id+"|"+key, and its tasks taken before in the same take); its
+// other parked tasks the take meets wait in held, out of everyone's way,
+// and the release of one of its leases (concurrency.lua, with CapHeld)
+// brings back as many as it freed, at their turns, so its next task goes
+// at the next take. A lease that expires frees its place as well.
+func TestTakeReserveHoldsAKeyAtItsCap(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx, sp := context.Background(), r.sp
+	l := &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), KeyCap: 2, Lease: 30 * time.Second, Token: "tk:"}
+	r.a.Leases = l
+	held := &lua.CapHeld{Held: r.a.Fair.Held, Parked: r.a.Fair.Parked, TTL: fairindex.KeyTTL}
+	r.park("A", 5)
+	r.park("B", 1)
+	t0 := time.Now().UnixMicro()
+	rep, got := r.take(t0, t0)
+	if want := "[A0@0 B0@10 A1@20]"; got != want {
+		t.Fatalf("first take: %s; want %s (A at its cap of 2)", got, want)
+	}
+	members := map[string]string{}
+	for _, tk := range rep.Tasks {
+		members[r.names[tk.ID]] = l.LeaseMember(tk.ID, tk.LeaseKey)
+	}
+	if n := r.rdb.HGet(ctx, l.Counts, "A").Val(); n != "2" {
+		t.Errorf("A's count %q; want 2", n)
+	}
+	if n := r.rdb.ZCard(ctx, held.Held).Val(); n != 3 {
+		t.Errorf("held: %d; want A's 3 others", n)
+	}
+	if ttl := r.rdb.PTTL(ctx, held.Held).Val(); ttl <= 0 {
+		t.Errorf("held's TTL %v; want one", ttl)
+	}
+	if rep, got = r.take(t0+100000, t0); rep.Status != lua.TakeEmpty || got != "[]" {
+		t.Fatalf("second take: status %d, %s; want empty (A at its cap)", rep.Status, got)
+	}
+	a := lua.LeaseArgs{KeyCap: 2, Held: held}
+	if n, err := r.st.ReleaseLeases(ctx, l.Leases, l.Counts, a, []string{members["B0"], members["A0"]}); err != nil || n != 2 {
+		t.Fatalf("release: %d, %v", n, err)
+	}
+	if n := r.rdb.ZCard(ctx, held.Held).Val(); n != 2 {
+		t.Errorf("held after a release of A: %d; want 2 (one back)", n)
+	}
+	if _, got = r.take(t0+200000, t0); got != "[A2@200]" {
+		t.Fatalf("after a release: %s; want [A2@200]", got)
+	}
+	// A1's and A2's leases expire: the take frees both places and brings
+	// back A's last two
+	if _, got = r.take(t0+30300000, t0); got != "[A3@30300 A4@30310]" {
+		t.Fatalf("after the leases expired: %s; want [A3@30300 A4@30310]", got)
+	}
+	if n := r.rdb.Exists(ctx, held.Held).Val(); n != 0 {
+		t.Errorf("held still exists")
 	}
 }

@@ -311,7 +311,7 @@ func TestTakeReserveLeasesUnderACap(t *testing.T) {
 		t.Fatalf("first take: status %d, %d tasks; want 2 (the cap)", rep.Status, len(rep.Tasks))
 	}
 	for _, tk := range rep.Tasks {
-		exp, err := r.rdb.ZScore(ctx, sp.Leases("d1"), l.LeaseMember(tk.ID)).Result()
+		exp, err := r.rdb.ZScore(ctx, sp.Leases("d1"), l.LeaseMember(tk.ID, tk.LeaseKey)).Result()
 		if err != nil || int64(exp) != t0+30000000 {
 			t.Errorf("task %s: lease expires %v (%v); want now + 30s", tk.ID, int64(exp), err)
 		}
@@ -320,7 +320,7 @@ func TestTakeReserveLeasesUnderACap(t *testing.T) {
 		t.Fatalf("second take: status %d, %d tasks; want full, none", rep.Status, len(rep.Tasks))
 	}
 	// one released (concurrency.lua's release), one expired by +30.001s
-	if n, err := r.st.ReleaseLeases(ctx, l.Leases, l.Counts, lua.LeaseArgs{}, []string{l.LeaseMember(r.ids[0])}); err != nil || n != 1 {
+	if n, err := r.st.ReleaseLeases(ctx, l.Leases, l.Counts, lua.LeaseArgs{}, []string{l.LeaseMember(r.ids[0], "")}); err != nil || n != 1 {
 		t.Fatalf("release: %d, %v", n, err)
 	}
 	if rep = r.take(t0+2000, false); len(rep.Tasks) != 1 || rep.Tasks[0].ID != r.ids[2] {

@@ -223,7 +223,7 @@ func (e *Engine) applyTake(l *lane, leases *lua.TakeLeases, r lua.TakeReply, err
 		if rs := r.Reservation; rs != nil {
 			j.res = &Reservation{Slot: tt.Slot, Now: r.Now, Issued: rs.Issued + int64(i+1)}
 			if leases != nil {
-				j.res.Lease = leases.LeaseMember(tt.ID)
+				j.res.Lease = leases.LeaseMember(tt.ID, tt.LeaseKey)
 			}
 		}
 		j.prev, prev = prev, j.calling
