@@ -13,6 +13,8 @@
 --   capUnhold(held, parked, key, k, ttl): up to k of key's held tasks go
 --     back to parked at their tags (they are next in fair order); returns
 --     how many went. ttl: ms, the TTL fair.lua gives its keys.
+--   capUnholdAll(held, parked, k, ttl): up to k held tasks of any key go
+--     back (no cap per key holds them any more).
 
 local function capHeldPrefix(key) return '~' .. #key .. '|' .. key .. '|' end
 
@@ -29,6 +31,18 @@ local function capUnhold(held, parked, key, k, ttl)
   for _, hm in ipairs(ms) do
     local tag, m = string.match(string.sub(hm, #p + 1), '^([^|]+)|(.*)$')
     redis.call('ZADD', parked, tag, m)
+    redis.call('ZREM', held, hm)
+  end
+  if #ms > 0 then redis.call('PEXPIRE', parked, ttl) end
+  return #ms
+end
+
+local function capUnholdAll(held, parked, k, ttl)
+  local ms = redis.call('ZRANGEBYLEX', held, '[~', '+', 'LIMIT', 0, k)
+  for _, hm in ipairs(ms) do
+    local n, rest = string.match(hm, '^~(%d+)|(.*)$')
+    local tag, m = string.match(string.sub(rest or '', tonumber(n or '0') + 2), '^([^|]+)|(.*)$')
+    if tag then redis.call('ZADD', parked, tag, m) end
     redis.call('ZREM', held, hm)
   end
   if #ms > 0 then redis.call('PEXPIRE', parked, ttl) end

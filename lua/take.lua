@@ -21,7 +21,9 @@
 -- "shaper_fair" to its member without the id), tasks
 -- whose lease expired go back to the head of pending in state "pending"
 -- with no attempt consumed (at most 100), and completed tasks past their
--- retention are deleted (at most 100).
+-- retention are deleted (at most 100); on a fair downstream without a cap
+-- per key (ARGV[26]), tasks held at such a cap go back to fair order (at
+-- most 100).
 --
 -- KEYS[1] -> <prefix>:take:{<q>}:next_free  STRING, µs since the epoch
 -- KEYS[2] -> asynq:{<q>}:pending             LIST
@@ -345,6 +347,9 @@ if maintain then
     redis.call('DEL', tprefix .. id)
     redis.call('ZREM', KEYS[8], id)
   end
+  -- tasks held at a cap per key that this take does not have (ARGV[26]:
+  -- key_concurrency removed) go back to fair order, 100 at a time
+  if fair and (tonumber(ARGV[26]) or 0) <= 0 then capUnholdAll(KEYS[22], KEYS[15], 100, fttl) end
   -- an idle queue's periodic maintenance ends here, cheaply
   if waiting() == 0 then return {1, now, 0, 1, recovered, forwarded, 0} end
 end

@@ -315,3 +315,25 @@ func TestTakeReserveHoldsAKeyAtItsCap(t *testing.T) {
 		t.Errorf("held still exists")
 	}
 }
+
+// Tasks held at a cap per key go back to fair order at the maintenance of
+// a take without one (key_concurrency removed from the downstream), so
+// none waits for a call's end that no take counts any more.
+func TestTakeWithoutAKeyCapReleasesHeldTasks(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx, sp := context.Background(), r.sp
+	r.a.Leases = &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), KeyCap: 1, Lease: 30 * time.Second, Token: "tk:"}
+	r.park("A", 3)
+	t0 := time.Now().UnixMicro()
+	if _, got := r.take(t0, t0); got != "[A0@0]" {
+		t.Fatalf("with a cap of 1: %s; want [A0@0]", got)
+	}
+	if n := r.rdb.ZCard(ctx, r.a.Fair.Held).Val(); n != 2 {
+		t.Fatalf("held: %d; want 2", n)
+	}
+	r.a.Leases, r.a.Maintain = nil, true
+	must(t, r.rdb.Del(ctx, r.a.Maintained).Err())
+	if _, got := r.take(t0+100000, t0); got != "[A1@100 A2@110]" {
+		t.Fatalf("without a cap: %s; want [A1@100 A2@110]", got)
+	}
+}
