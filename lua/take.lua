@@ -135,16 +135,21 @@
 --            (status 2), whichever process makes it. KEYS[24+R] and
 --            KEYS[25+R] must then be filled (the lease keys, or any key
 --            of the same hash tag without a cap).
--- ARGV[26] -> with R > 0 on a fair downstream, a cap per key on calls in
---            flight (0: none; with ARGV[22] 0, no cap in all): the leases'
---            members are "<token><id>|<key>" and the counts HASH counts
---            them per key; a parked task whose key is at its cap (its
---            leases and its tasks taken before in this take) is held in
+-- ARGV[26] -> with R > 0 and without priority lists, a cap per key on
+--            calls in flight (0: none; with ARGV[22] 0, no cap in all):
+--            the leases' members are "<token><id>|<key>" and the counts
+--            HASH counts them per key. A key is at its cap with its
+--            leases and its tasks taken before in this take. On a fair
+--            downstream a parked task whose key is at its cap is held in
 --            held (prelude_capheld.lua) instead, and comes back to parked
 --            when a call of its key ends (concurrency.lua's release, or a
 --            lease that expires, here or there); a task at the tail not
 --            in fair order whose key is at its cap stays there, and the
---            take goes on with the parked ones.
+--            take goes on with the parked ones. In first-in first-out
+--            order (take_capline.lua) the take passes over the tasks of a
+--            key at its cap, its key being its msg's "shaper-key" header,
+--            looking at most max(4 × ARGV[4], 64) tasks deep; when every
+--            task in view is of such a key, status 3 (full).
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
@@ -165,7 +170,8 @@
 --          without one; with one, L >= 8 whenever the reservation ran),
 --          then per task taken: id, msg, slot_us, priority, lease key}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
---           2 paused, 3 full (budget spent), 4 early (the first slot starts
+--           2 paused, 3 full (budget spent, or every task in view is
+--           of a key at its cap in first-in first-out order), 4 early (the first slot starts
 --           later than the look-ahead; or, with a reservation on a fair
 --           downstream, every key waiting is at its ceiling: next_us is
 --           when the first may go).
@@ -352,6 +358,17 @@ if maintain then
   if fair and (tonumber(ARGV[26]) or 0) <= 0 then capUnholdAll(KEYS[22], KEYS[15], 100, fttl) end
   -- an idle queue's periodic maintenance ends here, cheaply
   if waiting() == 0 then return {1, now, 0, 1, recovered, forwarded, 0} end
+end
+
+-- a cap per key on calls in flight (ARGV[26]; 0: none): keyFull tells
+-- whether key is at it, its leases (the counts HASH) and its tasks lined
+-- up by this take counted
+local kcap = tonumber(ARGV[26]) or 0
+local kcapCounts = KEYS[25 + (tonumber(ARGV[16] or '0') or 0)]
+local kcapLined = {}
+local function keyFull(key)
+  if kcap <= 0 or not key or key == '' then return false end
+  return (tonumber(redis.call('HGET', kcapCounts, key) or '0') or 0) + (kcapLined[key] or 0) >= kcap
 end
 
 -- the reservation (ARGV[16]): shaping.lua's KEYS and ARGV, its reply, and

@@ -27,17 +27,6 @@ do
   end
 end
 
--- a cap per key on calls in flight (ARGV[26]; 0: none): keyFull tells
--- whether key is at it, its leases (the counts HASH) and its tasks lined
--- up by this take counted
-local kcap = tonumber(ARGV[26]) or 0
-local kcapCounts = KEYS[25 + (tonumber(ARGV[16] or '0') or 0)]
-local kcapLined = {}
-local function keyFull(key)
-  if kcap <= 0 or not key or key == '' then return false end
-  return (tonumber(redis.call('HGET', kcapCounts, key) or '0') or 0) + (kcapLined[key] or 0) >= kcap
-end
-
 -- ceilingOf is key's ceiling: µs between its slots of one unit,
 -- stretched by the late tolerance (µs per second of interval), as
 -- keyceiling.lua's callers stretch it; 0: none. An operator's rate for
@@ -207,7 +196,14 @@ local function pickChosen(s)
   local e = chosen[ci]
   if not e then return nil end
   local id = nil
-  if e.tail then
+  if e.fifo then
+    -- from the middle of pending near its tail (capLine), as RPOPLPUSH
+    -- moves the tail
+    if redis.call('LREM', KEYS[2], -1, e.id) == 1 then
+      redis.call('LPUSH', KEYS[3], e.id)
+      id = e.id
+    end
+  elseif e.tail then
     id = redis.call('RPOPLPUSH', KEYS[2], KEYS[3])
     if e.numbered then redis.call('HDEL', KEYS[23], id) end
   else

@@ -22,7 +22,7 @@ if nres > 0 then
   if (lcap > 0 or kcap > 0) and (llease < 1 or KEYS[25 + nres] == nil) then
     return redis.error_reply('take: a concurrency cap needs its lease keys and a lease time')
   end
-  if kcap > 0 and not fair then return redis.error_reply('take: a cap per key serves fair order') end
+  if kcap > 0 and levels then return redis.error_reply('take: a cap per key serves fair or first-in first-out order') end
 end
 
 local function reply(status, nxt, drained)
@@ -106,7 +106,10 @@ if rk then
   -- priority order. Weighted: pickWeighted's turns, played on a copy of
   -- its tags (KEYS[14]).
   local nextInLine, inView
-  if fair then
+  if kcap > 0 and not fair then
+    chosen = {}
+    nextInLine, inView = capLine(n)
+  elseif fair then
     chosen = {}
     nextInLine, inView = fairLine(n, function(j)
       return math.max(math.max(nf, now - b1) + j * iv1, now)
@@ -183,7 +186,10 @@ if rk then
     kind, msgs[id], k, units = kd, m, k + 1, units + c
     if e then chosen[k] = e end
   end
-  if kind == nil and chosen then
+  if kind == nil and chosen and not fair then
+    -- every task in view is of a key at its cap: full until a call ends
+    return reply(3, 0, 0)
+  elseif kind == nil and chosen then
     -- nothing may go now: every key waiting is at its ceiling or paused.
     -- Early, when a task waits in later: the next take is due when the
     -- first may go (next_us less the lead is when the engine takes)

@@ -23,8 +23,8 @@ import (
 // nothing active, all pending in asynq's view, no attempt consumed), and
 // a reset of the quota lets every task go, each once. A FIFO downstream's
 // take reserves the slots of what it moves, so past the quota it moves
-// nothing (no task is taken to be given back); one with a per-key
-// concurrency cap takes ahead of its lane's reservation, and the lane, once it finds
+// nothing (no task is taken to be given back); one with priorities and a
+// per-key concurrency cap takes ahead of its lane's reservation, and the lane, once it finds
 // the next slot an hour away, gives the tasks it holds back to the head
 // of the queue.
 func TestSpentQuotaHoldsNoTask(t *testing.T) {
@@ -43,11 +43,11 @@ func spentQuotaHoldsNoTask(t *testing.T, lane bool) {
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	rec := newRecorder()
 	quotas := []shaping.Quota{{Limit: 3, Per: time.Hour}}
-	inFlight := 0
+	ds := shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Handler: rec.handle}
 	if lane {
-		inFlight = 10
+		ds.KeyConcurrency, ds.Priority = 10, &shaping.Priority{}
 	}
-	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, KeyConcurrency: inFlight, Handler: rec.handle}))
+	must(t, d.Add(ds))
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
 	defer p.Close()
 	in := queue.NewInspector(rdb, prefix)

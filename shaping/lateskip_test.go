@@ -20,7 +20,7 @@ import (
 // slot (shaper_shaping_late_skips_total, no release) and queues again; the
 // next slot, woken on time, is released. The fake clock makes the late
 // wake-up exact: nothing waits on the wall clock for a slot. The
-// downstream has a per-key concurrency cap, so that its lane reserves the slots
+// downstream has priorities and a per-key concurrency cap, so that its lane reserves the slots
 // and the worker sleeps on the fake clock (a FIFO downstream's take
 // reserves them and the engine sleeps until each on the wall clock; the
 // same check, skipLate, then runs on the slot it reserved).
@@ -35,7 +35,7 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 		Registerer: reg, Clock: clk, ControlInterval: time.Hour, ShutdownTimeout: 5 * time.Second})
 	rec := newRecorder()
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(2), Workers: 1, MaxWait: 5 * time.Second,
-		LateTolerance: 100 * time.Millisecond, KeyConcurrency: 1, Handler: rec.handle}))
+		LateTolerance: 100 * time.Millisecond, KeyConcurrency: 1, Priority: &shaping.Priority{}, Handler: rec.handle}))
 	defer d.Shutdown(context.Background())
 	e := &env{t: t, rdb: rdb, prefix: prefix, p: queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})}
 	e.enqueue("api", 2, nil)

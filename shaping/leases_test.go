@@ -115,16 +115,28 @@ func TestConcurrencyCapAcrossDispatchers(t *testing.T) {
 	}
 }
 
-// key_concurrency 1 with 10 keys: never two calls of one key at once, and
-// a key at its cap does not hold up the others (several keys in flight).
+// key_concurrency 1 with 10 keys, 3 dispatchers: never two calls of one
+// key at once, and a key at its cap does not hold up the others (several
+// keys in flight). The take decides the cap (it passes over the tasks of
+// a key at its cap, which stay in pending), so asynq's active list holds
+// only the calls' tasks and those finishing: at most twice the 10 places.
 func TestKeyConcurrencyOnePerKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	ctx := context.Background()
 	f := newInflight(50 * time.Millisecond)
 	const n = 100
 	e.enqueue("api", n, func(i int, task *queue.Task) { task.Key = fmt.Sprintf("tenant-%d", i%10) })
 	dispatchers(t, e.rdb, e.prefix, 3, shaping.Downstream{Name: "api", Rate: limiters.PerSecond(500), KeyConcurrency: 1, Handler: f.handle})
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool { return f.count() >= n })
+	active, maxActive := keys.New(e.prefix).Asynq("api").Active(), int64(0)
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool {
+		maxActive = max(maxActive, e.rdb.LLen(ctx, active).Val())
+		return f.count() >= n
+	})
+	t.Logf("active list at most %d; calls in flight at most %d", maxActive, f.max)
+	if maxActive > 2*10 {
+		t.Errorf("asynq's active list held %d tasks, want at most twice the places (20): a task is taken only with its place", maxActive)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.maxKey > 1 {

@@ -21,16 +21,17 @@ import (
 // order (the take picks the next task among all waiting, so no claims
 // between processes are needed) whose slot needs nothing but the bucket's
 // word, its key ceilings and its caps on calls in flight (no lease to
-// wait for after the slot): not a per-key concurrency cap in FIFO order
-// (a take could not pass over a key at its cap; in fair order it holds
-// the key's tasks aside until one of its calls ends), fair order with
-// priorities (the take's line for fair order does not see the priority
-// lists) or a key_rates map of more than maxTakeKeyRates keys.
+// wait for after the slot): not a per-key concurrency cap with
+// priorities (the take passes over a key at its cap in first-in
+// first-out order, and holds its tasks aside in fair order, not in the
+// priority lists), fair order with priorities (the take's line for fair
+// order does not see the priority lists) or a key_rates map of more than
+// maxTakeKeyRates keys.
 func (ds Downstream) reservesAtTake() bool {
 	if f := ds.Fairness; f != nil {
 		return ds.Priority == nil && len(f.KeyRates) <= maxTakeKeyRates
 	}
-	return ds.Batch == nil && ds.KeyConcurrency == 0
+	return ds.Batch == nil && (ds.KeyConcurrency == 0 || ds.Priority == nil)
 }
 
 // maxTakeKeyRates bounds the key_rates a take carries (each take

@@ -16,7 +16,7 @@ import (
 // finish it in asynq's storage as asynq's own processor would.
 var (
 	takeScript = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "prelude_taskmsg.lua", "prelude_capheld.lua",
-		"take.lua", "take_fairline.lua", "take_pick.lua")
+		"take.lua", "take_fairline.lua", "take_capline.lua", "take_pick.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
@@ -111,10 +111,12 @@ type TakeLeases struct {
 	Leases, Counts string
 	// Cap is the most leases in all (0: none, with a KeyCap).
 	Cap int64
-	// KeyCap is the most leases per admission key of a fair downstream
-	// (0: none): a key at its cap has its parked tasks held (fair.lua's
-	// held, prelude_capheld.lua) until one of its calls ends, which
-	// releases them (concurrency.lua with CapHeld).
+	// KeyCap is the most leases per admission key (0: none; not with
+	// priority lists). In fair order a key at its cap has its parked
+	// tasks held (fair.lua's held, prelude_capheld.lua) until one of its
+	// calls ends, which releases them (concurrency.lua with CapHeld); in
+	// first-in first-out order the take passes over its tasks, which
+	// stay in pending where they are.
 	KeyCap int64
 	// Lease is how long a lease lasts unrenewed (at least 1µs).
 	Lease time.Duration
@@ -290,8 +292,8 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 			if l.Cap < 0 || l.KeyCap < 0 || l.Cap+l.KeyCap < 1 || l.Leases == "" || l.Counts == "" || strings.Contains(l.Token, "|") {
 				return TakeReply{}, fmt.Errorf("take: leases need a cap of at least 1, both keys and a token without '|'")
 			}
-			if l.KeyCap > 0 && a.Fair == nil {
-				return TakeReply{}, fmt.Errorf("take: a cap per key needs fair order")
+			if l.KeyCap > 0 && len(a.Levels) > 0 {
+				return TakeReply{}, fmt.Errorf("take: a cap per key serves fair or first-in first-out order, not priority lists")
 			}
 			ks = append(ks, l.Leases, l.Counts)
 		} else {

@@ -364,3 +364,48 @@ func (r *takeRig) reserving(interval time.Duration) {
 	r.a.Reserve = &lua.BucketArgs{Interval: interval.Microseconds(), Answers: lua.AnswerKeys{Announced: sp.Announced("d1"),
 		Issued: sp.Issued("d1")}, Claims: sp.PriorityClaims("d1")}
 }
+
+// A cap per key in first-in first-out order (TakeLeases.KeyCap without
+// fair order): the take passes over a task whose key (its "shaper-key"
+// header) is at its cap, counting its leases and its tasks taken before
+// in the same take; such a task stays in pending where it is and goes
+// first once a call of its key ends. When every task in view is of a key
+// at its cap, nothing moves (full).
+func TestTakeReservePassesOverAKeyAtItsCap(t *testing.T) {
+	r := newTakeRig(t, 0)
+	sp, ctx := r.sp, context.Background()
+	cl := asynq.NewClientFromRedisClient(r.rdb)
+	name := map[string]string{}
+	for i, key := range []string{"A", "A", "B", "A", "C"} {
+		info, err := cl.Enqueue(asynq.NewTaskWithHeaders("job", nil, map[string]string{"shaper-key": key}), asynq.Queue(sp.Queue("d1")))
+		must(t, err)
+		name[info.ID] = fmt.Sprint(key, i)
+	}
+	r.reserving(10 * time.Millisecond)
+	l := &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), KeyCap: 1, Lease: 30 * time.Second, Token: "tk:"}
+	r.a.Leases = l
+	names := func(rep lua.TakeReply) string {
+		var out []string
+		for _, tk := range rep.Tasks {
+			out = append(out, name[tk.ID])
+		}
+		return fmt.Sprint(out)
+	}
+	t0 := time.Now().UnixMicro()
+	rep := r.take(t0, false)
+	if got := names(rep); got != "[A0 B2 C4]" {
+		t.Fatalf("first take: %s; want [A0 B2 C4] (one of A)", got)
+	}
+	if p := r.rdb.LRange(ctx, r.q.Pending(), 0, -1).Val(); len(p) != 2 {
+		t.Fatalf("pending %v; want A1 and A3, where they were", p)
+	}
+	if rep2 := r.take(t0+100000, false); rep2.Status != lua.TakeFull || len(rep2.Tasks) != 0 {
+		t.Fatalf("second take: status %d, %s; want full (A at its cap)", rep2.Status, names(rep2))
+	}
+	if _, err := r.st.ReleaseLeases(ctx, l.Leases, l.Counts, lua.LeaseArgs{KeyCap: 1}, []string{l.LeaseMember(rep.Tasks[0].ID, rep.Tasks[0].LeaseKey)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(r.take(t0+200000, false)); got != "[A1]" {
+		t.Fatalf("after A0's call: %s; want [A1]", got)
+	}
+}
