@@ -122,8 +122,9 @@ func poke(c chan struct{}) {
 // room for the next at once. On a fair downstream this keeps a key that
 // arrives (the take picks its first task next, in fair order) from
 // waiting behind the budget's worth of tasks already taken. One with a
-// cap per key takes up to the budget: its lane passes over the tasks of
-// keys at their cap, which would otherwise fill the look-ahead.
+// cap per key and priorities takes up to the budget: its lease lane
+// passes over the tasks of keys at their cap, which would otherwise fill
+// the look-ahead. Every other downstream's take reserves (reservesAtTake).
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	// InLine: a take's tasks queue at the lane in take order (under a
 	// concurrency cap, in the lease lane's queue: the next task, of
