@@ -112,7 +112,10 @@
 --            In line is the order the take picks (FIFO, priority,
 --            strict or weighted, or fair order: the tasks at the tail not
 --            in fair order, then the parked ones by tag, passing over a
---            task whose key is at its ceiling, ARGV[18..21]). ARGV[1] and
+--            task whose key is at its ceiling, ARGV[18..21]; with priority
+--            lists, strict only: the tails of levels 1 and 2, then fair
+--            order, then the tails of levels 4 and 5, a list's run
+--            stopping at a task whose key is at its ceiling). ARGV[1] and
 --            ARGV[2] must be 0 (KEYS[1] is not used), and the slots
 --            before KEYS[24] must be filled.
 -- ARGV[17] -> with R > 0, the lead in µs (0: none): the take reserves

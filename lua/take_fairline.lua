@@ -183,7 +183,53 @@ local function fairLine(n, est)
   end
   -- in view: the tail, and what nextParked may find (a line that finds
   -- nothing ends the take as empty, or early when a task waits in later)
-  return nextInLine, #tails + 1
+  return nextInLine, #tails + 1, ceilinged
+end
+
+-- levelsLine lines up a fair downstream's next tasks when it has priority
+-- lists (strict priority): the lists in priority order, pending's tasks
+-- in fair order (line, from fairLine, with its ceilinged) and each other
+-- list's from its tail, a run that stops at a task whose key (its msg's
+-- "shaper-key" header) is at its ceiling (it stays that list's tail; the
+-- next list goes on). An entry of a list whose task hash is gone is
+-- dropped. Returns nextInLine and how many entries may be in view.
+local function levelsLine(n, line, inLine, ceilinged)
+  local stage, lists, view = 1, {}, inLine
+  for l, k in ipairs(serve) do
+    if k ~= KEYS[2] then
+      lists[l] = redis.call('LRANGE', k, -n, -1)
+      view = view + #lists[l]
+    end
+  end
+  return function(j)
+    while stage <= #serve do
+      local k = serve[stage]
+      if k == KEYS[2] then
+        local id, m, e = line(j)
+        if id then return id, m, e end
+        stage = stage + 1
+      else
+        local ids = lists[stage]
+        local id = ids[#ids]
+        if not id then
+          stage = stage + 1
+        else
+          ids[#ids] = nil
+          local m = redis.call('HGET', tprefix .. id, 'msg')
+          if not m then
+            redis.call('LREM', k, -1, id) -- deleted behind shaper's back
+          else
+            local key = header(m, 'shaper-key')
+            local iv, ok = 0, true
+            if key then iv, ok = ceilinged(key, j) end
+            if ok then return id, m, {id = id, list = k, key = key, iv = iv} end
+            stage = stage + 1
+          end
+        end
+      end
+    end
+    return nil
+  end, view
 end
 
 -- pickChosen takes the next of the tasks fairLine lined up (chosen),
@@ -196,7 +242,10 @@ local function pickChosen(s)
   local e = chosen[ci]
   if not e then return nil end
   local id = nil
-  if e.fifo then
+  if e.list then
+    -- the tail of its priority list (levelsLine takes a run from there)
+    id = redis.call('RPOPLPUSH', e.list, KEYS[3])
+  elseif e.fifo then
     -- from the middle of pending near its tail (capLine), as RPOPLPUSH
     -- moves the tail
     if redis.call('LREM', KEYS[2], -1, e.id) == 1 then

@@ -11,8 +11,8 @@ if nres > 0 then
   if interval > 0 or burst > 0 then
     return redis.error_reply('take: a reservation serves a queue without a rate of its own')
   end
-  if fair and levels then
-    return redis.error_reply('take: a reservation serves fair order without priority lists')
+  if fair and weights then
+    return redis.error_reply('take: a reservation serves fair order with strict priority, not weighted')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
@@ -111,9 +111,11 @@ if rk then
     nextInLine, inView = capLine(n)
   elseif fair then
     chosen = {}
-    nextInLine, inView = fairLine(n, function(j)
+    local line, inLine, ceilinged = fairLine(n, function(j)
       return math.max(math.max(nf, now - b1) + j * iv1, now)
     end)
+    nextInLine, inView = line, inLine
+    if levels then nextInLine, inView = levelsLine(n, line, inLine, ceilinged) end
   elseif weights then
     local t, seen, at = {}, {}, {}
     local j = 0

@@ -24,12 +24,13 @@ import (
 // wait for after the slot): not a per-key concurrency cap with
 // priorities (the take passes over a key at its cap in first-in
 // first-out order, and holds its tasks aside in fair order, not in the
-// priority lists), fair order with priorities (the take's line for fair
-// order does not see the priority lists) or a key_rates map of more than
-// maxTakeKeyRates keys.
+// priority lists), fair order with weighted priorities (the take's fair
+// line serves the priority lists in strict order: levels 1 and 2, fair
+// order, levels 4 and 5) or a key_rates map of more than maxTakeKeyRates
+// keys.
 func (ds Downstream) reservesAtTake() bool {
 	if f := ds.Fairness; f != nil {
-		return ds.Priority == nil && len(f.KeyRates) <= maxTakeKeyRates
+		return (ds.Priority == nil || ds.Priority.Weights.Strict()) && len(f.KeyRates) <= maxTakeKeyRates
 	}
 	return ds.Batch == nil && (ds.KeyConcurrency == 0 || ds.Priority == nil)
 }

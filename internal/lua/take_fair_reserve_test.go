@@ -14,6 +14,7 @@ import (
 	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/limiters"
 )
 
@@ -335,5 +336,45 @@ func TestTakeWithoutAKeyCapReleasesHeldTasks(t *testing.T) {
 	must(t, r.rdb.Del(ctx, r.a.Maintained).Err())
 	if _, got := r.take(t0+100000, t0); got != "[A1@100 A2@110]" {
 		t.Fatalf("without a cap: %s; want [A1@100 A2@110]", got)
+	}
+}
+
+// A fair downstream with strict priority reserves at the take in
+// priority order: the tails of levels 1 and 2, then pending's tasks in
+// fair order, then the tails of levels 4 and 5. A list's run stops at a
+// task whose key (its "shaper-key" header) is at its ceiling, which stays
+// that list's tail while the take goes on with the next list.
+func TestTakeReservesFairOrderWithPriorities(t *testing.T) {
+	r := newFairReserveRig(t, 10*time.Millisecond)
+	ctx, sp := context.Background(), r.sp
+	var levels []string
+	for _, p := range priority.Levels {
+		levels = append(levels, sp.TakePriority("d1", p))
+	}
+	r.a.Levels = levels
+	r.a.Ceiling = &lua.TakeCeiling{Prefix: r.kc, Intervals: map[string]time.Duration{"X": time.Second}, Margin: time.Second}
+	cl := asynq.NewClientFromRedisClient(r.rdb)
+	q := sp.Asynq("d1")
+	place := func(p int, key, name string) {
+		info, err := cl.Enqueue(asynq.NewTaskWithHeaders("job", nil, map[string]string{"shaper-key": key}), asynq.Queue(q.Name))
+		must(t, err)
+		r.names[info.ID] = name
+		if res, err := r.st.PlacePriority(ctx, q, sp.TakePriority("d1", p), info.ID, p); err != nil || res != lua.PlaceMoved {
+			t.Fatalf("place %s: %v, %v", name, res, err)
+		}
+	}
+	place(5, "Z", "P5")
+	r.park("A", 2)
+	r.park("B", 1)
+	place(1, "X", "P1x")
+	place(1, "X", "P1x'")
+	place(2, "Y", "P2")
+	t0 := time.Now().UnixMicro()
+	_, got := r.take(t0, t0)
+	if want := "[P1x@0 P2@10 A0@20 B0@30 A1@40 P5@50]"; got != want {
+		t.Fatalf("take: %s; want %s (X's second at level 1 waits for its ceiling)", got, want)
+	}
+	if _, got = r.take(t0+1100000, t0); got != "[P1x'@1100]" {
+		t.Fatalf("a second later: %s; want [P1x'@1100]", got)
 	}
 }
