@@ -157,10 +157,13 @@
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
 --            share): [18] each key's interval in µs for one unit (0:
---            none), then, after a ";", the keys with intervals of their
---            own, "<len(key)>|<key><µs>;" each (an operator's rate for a
---            key in the controls HASH, "r:<key>" = "<rate>/<period µs>",
---            comes before both), [19] the late
+--            none), then, when keys have intervals of their own, "@" and
+--            the fallback interval in µs: the keys' own are in
+--            KEYS[27+R] (keyrates.lua's HASH; KEYS[26+R] must then be
+--            filled), and while it is missing every key gets the
+--            fallback (an operator's rate for a key in the controls
+--            HASH, "r:<key>" = "<rate>/<period µs>", comes before all of
+--            them), [19] the late
 --            tolerance in µs, which stretches an interval by that many µs
 --            per second of it, [20] the tat keys' prefix (the key name
 --            follows; "": no ceilings), [21] how long a tat key outlives

@@ -10,21 +10,18 @@
 -- process (keyceiling.lua's tat STRINGs, which the lanes claim too)
 local kcPer, kcTol = tonumber(string.match(ARGV[18] or '', '^%d+')) or 0, tonumber(ARGV[19]) or 0
 local kcPrefix, kcMargin = ARGV[20] or '', tonumber(ARGV[21]) or 1000
--- the keys with ceilings of their own (ARGV[18] after the default:
--- "<len(key)>|<key><µs>;" each), key -> µs
-local kcRates = {}
-do
-  local spec = ARGV[18] or ''
-  local at = (string.find(spec, ';', 1, true) or #spec) + 1
-  while at <= #spec do
-    local bar = string.find(spec, '|', at, true)
-    if not bar then break end
-    local len = tonumber(string.sub(spec, at, bar - 1))
-    local key = string.sub(spec, bar + 1, bar + len)
-    local semi = string.find(spec, ';', bar + len + 1, true) or (#spec + 1)
-    kcRates[key] = tonumber(string.sub(spec, bar + len + 1, semi - 1))
-    at = semi + 1
-  end
+-- the keys with ceilings of their own (ARGV[18] "<default>@<fallback>"):
+-- keyrates.lua's HASH, KEYS[27+R], "k:<key>" -> µs; while it is missing
+-- (a flush: its writer puts it back), every key gets the fallback, the
+-- slowest of them, so that none goes faster than its own
+local kcHash = string.match(ARGV[18] or '', '@(%d+)$')
+local kcLive
+local function ownPer(key)
+  if not kcHash then return nil end
+  local h = KEYS[27 + (tonumber(ARGV[16] or '0') or 0)]
+  if kcLive == nil then kcLive = redis.call('EXISTS', h) == 1 end
+  if not kcLive then return tonumber(kcHash) end
+  return tonumber(redis.call('HGET', h, 'k:' .. key) or '')
 end
 
 -- ceilingOf is key's ceiling: µs between its slots of one unit,
@@ -33,7 +30,7 @@ end
 -- the key (controls "r:<key>", "<rate>/<period µs>") comes first.
 local function ceilingOf(key)
   if kcPrefix == '' then return 0 end
-  local per = fairCtlPer(KEYS[21], fctl, key) or kcRates[key] or kcPer
+  local per = fairCtlPer(KEYS[21], fctl, key) or ownPer(key) or kcPer
   if per <= 0 then return 0 end
   return per + math.ceil(per * kcTol / 1000000)
 end

@@ -189,6 +189,9 @@ func (d *Dispatcher) Start() error {
 		}
 		cancel()
 		r.seedOffset()
+		if r.ds.Fairness != nil {
+			r.ensureKeyRates() // before its first take (which gives every key the slowest ceiling without)
+		}
 		if err := d.serveQueue(r, q); err != nil {
 			return fmt.Errorf("shaping: start %q: %w", name, err)
 		}

@@ -43,8 +43,13 @@ const fairFullFeed = time.Second
 func (r *runner) feed() {
 	var full time.Time // the last feed that read what waits
 	waiting := false
+	rates := r.d.cfg.Clock.Now() // the last ensureKeyRates (Start made one)
 	for {
 		now := r.d.cfg.Clock.Now()
+		if now.Sub(rates) >= keyRatesEvery {
+			r.ensureKeyRates()
+			rates = now
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
 		var st FairState
 		var err error

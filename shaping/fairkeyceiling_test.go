@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/redistest"
 	"github.com/shaper-io/shaper/internal/testutil"
 	"github.com/shaper-io/shaper/limiters"
@@ -125,20 +126,25 @@ func TestFairKeyCeilingThreeDispatchers(t *testing.T) {
 }
 
 // Tiers: a fair downstream at 200/s with key_rate 2/s and key_rates
-// {vip: 10/s}, two dispatchers, 30 tasks of vip and 30 of each of two
-// basic keys, all due at once: counted at the release, vip has at most
-// 10 + 1 in any second (and more than 2 + 1: its own ceiling, not the
-// default, binds), each basic key at most 2 + 1; every task is delivered
-// once.
+// {vip: 10/s} and 300 other keys (a map the takes read from Redis, where
+// each process puts it), two dispatchers, 30 tasks of vip and 30 of each
+// of two basic keys, all due at once: counted at the release, vip has at
+// most 10 + 1 in any second (and more than 2 + 1: its own ceiling, not
+// the default, binds), each basic key at most 2 + 1; every task is
+// delivered once.
 func TestFairKeyRatesTiers(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
+	sp := keys.New(prefix)
 	const rate, n = 200, 30
 	var mu sync.Mutex
 	at := map[string][]time.Time{}
 	seen := map[string]int{}
 	tiers := &shaping.Fairness{KeyRate: limiters.PerSecond(2), KeyRates: map[string]limiters.Limit{"vip": limiters.PerSecond(10)}}
+	for i := range 300 {
+		tiers.KeyRates[fmt.Sprint("other-", i)] = limiters.PerSecond(5)
+	}
 	for range 2 {
 		d := shaping.New(rdb, shaping.Config{Prefix: prefix})
 		must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(rate), Fairness: tiers,
@@ -166,6 +172,9 @@ func TestFairKeyRatesTiers(t *testing.T) {
 		defer mu.Unlock()
 		return len(at["vip"]) == n && len(at["basic-a"]) >= 8 && len(at["basic-b"]) >= 8
 	})
+	if n := rdb.HLen(context.Background(), sp.Fair("api").Rates).Val(); n != 302 {
+		t.Errorf("the key_rates HASH has %d fields; want 301 keys and the version", n)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, k := range keys {

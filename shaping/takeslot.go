@@ -1,7 +1,10 @@
 package shaping
 
 import (
+	"context"
 	"time"
+
+	"github.com/shaper-io/shaper/internal/fairindex"
 
 	"github.com/shaper-io/shaper/internal/lua"
 )
@@ -26,18 +29,13 @@ import (
 // first-out order, and holds its tasks aside in fair order, not in the
 // priority lists), fair order with weighted priorities (the take's fair
 // line serves the priority lists in strict order: levels 1 and 2, fair
-// order, levels 4 and 5) or a key_rates map of more than maxTakeKeyRates
-// keys.
+// order, levels 4 and 5).
 func (ds Downstream) reservesAtTake() bool {
-	if f := ds.Fairness; f != nil {
-		return (ds.Priority == nil || ds.Priority.Weights.Strict()) && len(f.KeyRates) <= maxTakeKeyRates
+	if p := ds.Priority; p != nil && (ds.KeyConcurrency > 0 || ds.Fairness != nil && !p.Weights.Strict()) {
+		return false
 	}
-	return ds.Batch == nil && (ds.KeyConcurrency == 0 || ds.Priority == nil)
+	return ds.Batch == nil
 }
-
-// maxTakeKeyRates bounds the key_rates a take carries (each take
-// carries the map; a longer one stays with the lane, which reads it).
-const maxTakeKeyRates = 256
 
 // takeLeases is r's caps on calls in flight at the take, as the engine
 // asks them before each take (a copy each time: the engine sets the
@@ -76,12 +74,10 @@ func (r *runner) takeCeiling() func() *lua.TakeCeiling {
 	if f.KeyRate.Rate > 0 {
 		base.Interval = f.KeyRate.Interval(1)
 	}
-	for k, kr := range f.KeyRates {
-		if kr.Rate > 0 { // as KeyRateOf: a zero rate is none of its own
-			if base.Intervals == nil {
-				base.Intervals = make(map[string]time.Duration, len(f.KeyRates))
-			}
-			base.Intervals[k] = kr.Interval(1)
+	if own := keyIntervals(f); len(own) > 0 {
+		base.Rates, base.Fallback = r.d.space.Fair(r.ds.Name).Rates, base.Interval
+		for _, iv := range own {
+			base.Fallback = max(base.Fallback, iv)
 		}
 	}
 	return func() *lua.TakeCeiling {
@@ -113,5 +109,41 @@ func (r *runner) takeReserved(v lua.BucketReply) {
 	r.observeReservation(res)
 	if res.Count > 0 {
 		r.observeWaits(res)
+	}
+}
+
+// keyIntervals is f's key_rates as intervals for one unit of cost (a
+// zero rate is none of its own, as KeyRateOf has it).
+func keyIntervals(f *Fairness) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for k, kr := range f.KeyRates {
+		if kr.Rate > 0 {
+			out[k] = kr.Interval(1)
+		}
+	}
+	return out
+}
+
+// keyRatesEvery is how often a process makes sure its fair downstream's
+// key_rates are where its takes read them (a flush loses them: the takes
+// then give every key the slowest ceiling until this puts them back).
+const keyRatesEvery = 30 * time.Second
+
+// ensureKeyRates writes r's key_rates where its takes read them, unless
+// they are there already (lua.Store.EnsureKeyRates); a no-op without.
+func (r *runner) ensureKeyRates() {
+	own := keyIntervals(r.ds.Fairness)
+	if len(own) == 0 || !r.ds.reservesAtTake() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
+	defer cancel()
+	written, err := r.d.store.EnsureKeyRates(ctx, r.d.space.Fair(r.ds.Name).Rates, lua.KeyRatesVersion(own), fairindex.KeyTTL, own)
+	switch {
+	case err != nil:
+		r.d.log.Warn("shaping: cannot write key_rates where the takes read them; they give every key the slowest ceiling meanwhile",
+			"downstream", r.ds.Name, "err", err)
+	case written:
+		r.d.log.Info("shaping: key_rates written where the takes read them", "downstream", r.ds.Name, "keys", len(own))
 	}
 }

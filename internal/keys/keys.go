@@ -344,13 +344,16 @@ type FairKeys struct {
 	// Pos is a HASH of task ID → its number in asynq's pending list
 	// (prelude_fairpos.lua), so a take finds it without a scan.
 	Pos string
+	// Rates is a HASH of the keys' own ceilings (key_rates) where the
+	// takes read them (keyrates.lua).
+	Rates string
 }
 
 // Fair returns downstream ds's fair-share keys.
 func (s Space) Fair(ds string) FairKeys {
 	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
 	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
-		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc", Controls: b + "keyctl", Held: b + "held", Pos: b + "pos"}
+		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc", Controls: b + "keyctl", Held: b + "held", Pos: b + "pos", Rates: b + "keyrates"}
 }
 
 // List returns the keys in the order fair.lua takes them (KEYS[1..6]).

@@ -155,9 +155,12 @@ type TakeCeiling struct {
 	// Interval is each key's interval for one unit; 0: none (a key's
 	// operator rate in the fair controls HASH still gives it one).
 	Interval time.Duration
-	// Intervals are the keys with an interval of their own (0: none),
-	// in place of Interval; an operator's rate comes first.
-	Intervals map[string]time.Duration
+	// Rates names the HASH of the keys with an interval of their own, in
+	// place of Interval (EnsureKeyRates writes it; "": none); an
+	// operator's rate comes first. Fallback is every key's interval
+	// while the HASH is missing: the slowest of Interval and the map's.
+	Rates    string
+	Fallback time.Duration
 	// Tolerance stretches an interval by Tolerance per second of it, so
 	// that a release late by up to Tolerance keeps the ceiling.
 	Tolerance time.Duration
@@ -170,15 +173,11 @@ func (c *TakeCeiling) argv() []any {
 	if c == nil || c.Prefix == "" {
 		return []any{0, 0, "", 1}
 	}
-	var spec strings.Builder
-	spec.WriteString(strconv.FormatInt(max(c.Interval.Microseconds(), 0), 10))
-	if len(c.Intervals) > 0 {
-		spec.WriteByte(';')
-		for k, iv := range c.Intervals {
-			fmt.Fprintf(&spec, "%d|%s%d;", len(k), k, max(iv.Microseconds(), 0))
-		}
+	spec := strconv.FormatInt(max(c.Interval.Microseconds(), 0), 10)
+	if c.Rates != "" {
+		spec += "@" + strconv.FormatInt(max(c.Fallback.Microseconds(), 1), 10)
 	}
-	return []any{spec.String(), max(c.Tolerance.Microseconds(), 0), c.Prefix, max(c.Margin.Milliseconds(), 1)}
+	return []any{spec, max(c.Tolerance.Microseconds(), 0), c.Prefix, max(c.Margin.Milliseconds(), 1)}
 }
 
 // TakeStatus says what a take did.
@@ -302,6 +301,12 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		field := ""
 		if p := a.Pause; p != nil && p.Key != "" {
 			ks, field = append(ks, p.Key), p.Field
+		}
+		if c := a.Ceiling; c != nil && c.Prefix != "" && c.Rates != "" {
+			if field == "" {
+				ks = append(ks, a.Bucket) // no pause: the same hash tag, not read
+			}
+			ks = append(ks, c.Rates)
 		}
 		argv = append(append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), a.Leases.argv()...),
 			field, a.Leases.keyCap())

@@ -241,13 +241,30 @@ func TestTakeReserveCeilsTasksNotInFairOrder(t *testing.T) {
 	}
 }
 
-// A key with a ceiling of its own (TakeCeiling.Intervals, the file's
-// key_rates) is spaced by it, the others by the default.
+// A key with a ceiling of its own (the file's key_rates, in the HASH
+// EnsureKeyRates writes and TakeCeiling.Rates names) is spaced by it,
+// the others by the default. While the HASH is missing every key gets
+// the fallback, the slowest; a second EnsureKeyRates of the same map
+// writes nothing, a call after a flush writes it again.
 func TestTakeReserveKeyCeilingsOfTheirOwn(t *testing.T) {
 	r := newFairReserveRig(t, 10*time.Millisecond)
 	ctx := context.Background()
+	own := map[string]time.Duration{"B|x": 300 * time.Millisecond, "C": 50 * time.Millisecond}
+	rates := r.sp.Fair("d1").Rates
+	ensure := func(want bool) {
+		t.Helper()
+		written, err := r.st.EnsureKeyRates(ctx, rates, lua.KeyRatesVersion(own), time.Hour, own)
+		if err != nil || written != want {
+			t.Fatalf("EnsureKeyRates: written %v (%v); want %v", written, err, want)
+		}
+		if ttl := r.rdb.PTTL(ctx, rates).Val(); ttl <= 0 {
+			t.Errorf("the key_rates HASH has TTL %v; want one", ttl)
+		}
+	}
+	ensure(true)
+	ensure(false)
 	r.a.Ceiling = &lua.TakeCeiling{Prefix: r.kc, Interval: 100 * time.Millisecond, Margin: time.Second,
-		Intervals: map[string]time.Duration{"B|x": 300 * time.Millisecond, "C": 50 * time.Millisecond}}
+		Rates: rates, Fallback: 300 * time.Millisecond}
 	t0 := r.clock.UnixMicro()
 	r.park("A", 1)
 	r.park("B|x", 1)
@@ -259,6 +276,16 @@ func TestTakeReserveKeyCeilingsOfTheirOwn(t *testing.T) {
 			t.Errorf("%s's tat %s; want %d", key, tat, want)
 		}
 	}
+	// the HASH flushed: C (50ms of its own) gets the fallback, 300ms
+	must(t, r.rdb.Del(ctx, rates).Err())
+	r.park("C", 1)
+	if _, got := r.take(t0+1000000, t0); got != "[C0@1000]" {
+		t.Fatalf("take after a flush: %s; want [C0@1000]", got)
+	}
+	if tat := r.rdb.Get(ctx, r.kc+"C").Val(); tat != fmt.Sprint(t0+1000000+300000) {
+		t.Errorf("C's tat after a flush %s; want the fallback's, %d", tat, t0+1300000)
+	}
+	ensure(true)
 }
 
 // A cap per key decided at the take (TakeLeases.KeyCap): a key's tasks go
@@ -352,7 +379,11 @@ func TestTakeReservesFairOrderWithPriorities(t *testing.T) {
 		levels = append(levels, sp.TakePriority("d1", p))
 	}
 	r.a.Levels = levels
-	r.a.Ceiling = &lua.TakeCeiling{Prefix: r.kc, Intervals: map[string]time.Duration{"X": time.Second}, Margin: time.Second}
+	own := map[string]time.Duration{"X": time.Second}
+	if _, err := r.st.EnsureKeyRates(ctx, sp.Fair("d1").Rates, lua.KeyRatesVersion(own), time.Hour, own); err != nil {
+		t.Fatal(err)
+	}
+	r.a.Ceiling = &lua.TakeCeiling{Prefix: r.kc, Rates: sp.Fair("d1").Rates, Fallback: time.Second, Margin: time.Second}
 	cl := asynq.NewClientFromRedisClient(r.rdb)
 	q := sp.Asynq("d1")
 	place := func(p int, key, name string) {
