@@ -113,9 +113,8 @@
 --            strict or weighted, or fair order: the tasks at the tail not
 --            in fair order, then the parked ones by tag, passing over a
 --            task whose key is at its ceiling, ARGV[18..21]; with priority
---            lists, strict only: the tails of levels 1 and 2, then fair
---            order, then the tails of levels 4 and 5, a list's run
---            stopping at a task whose key is at its ceiling). ARGV[1] and
+--            lists, strict or weighted, fair order is level 3, and a
+--            level's run stops at a task whose key is at its ceiling). ARGV[1] and
 --            ARGV[2] must be 0 (KEYS[1] is not used), and the slots
 --            before KEYS[24] must be filled.
 -- ARGV[17] -> with R > 0, the lead in µs (0: none): the take reserves
@@ -138,7 +137,7 @@
 --            (status 2), whichever process makes it. KEYS[24+R] and
 --            KEYS[25+R] must then be filled (the lease keys, or any key
 --            of the same hash tag without a cap).
--- ARGV[26] -> with R > 0 and without priority lists, a cap per key on
+-- ARGV[26] -> with R > 0, a cap per key on
 --            calls in flight (0: none; with ARGV[22] 0, no cap in all):
 --            the leases' members are "<token><id>|<key>" and the counts
 --            HASH counts them per key. A key is at its cap with its
@@ -149,10 +148,11 @@
 --            lease that expires, here or there); a task at the tail not
 --            in fair order whose key is at its cap stays there, and the
 --            take goes on with the parked ones. In first-in first-out
---            order (take_capline.lua) the take passes over the tasks of a
---            key at its cap, its key being its msg's "shaper-key" header,
---            looking at most max(4 × ARGV[4], 64) tasks deep; when every
---            task in view is of such a key, status 3 (full).
+--            order, and in each priority list (take_lists.lua), the take
+--            passes over the tasks of a key at its cap, its key being its
+--            msg's "shaper-key" header, looking at most max(4 × ARGV[4],
+--            64) tasks deep; when every task in view is of such a key,
+--            status 3 (full).
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims

@@ -1,7 +1,7 @@
--- take_fairline.lua: the fair line of a reserving take: take.lua's
--- chunk goes on here (internal/lua runs take.lua, this file and
--- take_pick.lua as one script, so this part uses take.lua's locals and
--- take_pick.lua uses this one's).
+-- take_fairline.lua: the fair line of a reserving take, and the pick of
+-- what a line chose: take.lua's chunk goes on here (internal/lua runs
+-- take.lua, this file, take_lists.lua and take_pick.lua as one script,
+-- so this part uses take.lua's locals and the next ones use this one's).
 --
 -- KEYS[15..23] (fair.lua's keys) and ARGV[18..21] (the key ceilings): as
 -- take.lua's header gives them.
@@ -183,53 +183,11 @@ local function fairLine(n, est)
   return nextInLine, #tails + 1, ceilinged
 end
 
--- levelsLine lines up a fair downstream's next tasks when it has priority
--- lists (strict priority): the lists in priority order, pending's tasks
--- in fair order (line, from fairLine, with its ceilinged) and each other
--- list's from its tail, a run that stops at a task whose key (its msg's
--- "shaper-key" header) is at its ceiling (it stays that list's tail; the
--- next list goes on). An entry of a list whose task hash is gone is
--- dropped. Returns nextInLine and how many entries may be in view.
-local function levelsLine(n, line, inLine, ceilinged)
-  local stage, lists, view = 1, {}, inLine
-  for l, k in ipairs(serve) do
-    if k ~= KEYS[2] then
-      lists[l] = redis.call('LRANGE', k, -n, -1)
-      view = view + #lists[l]
-    end
-  end
-  return function(j)
-    while stage <= #serve do
-      local k = serve[stage]
-      if k == KEYS[2] then
-        local id, m, e = line(j)
-        if id then return id, m, e end
-        stage = stage + 1
-      else
-        local ids = lists[stage]
-        local id = ids[#ids]
-        if not id then
-          stage = stage + 1
-        else
-          ids[#ids] = nil
-          local m = redis.call('HGET', tprefix .. id, 'msg')
-          if not m then
-            redis.call('LREM', k, -1, id) -- deleted behind shaper's back
-          else
-            local key = header(m, 'shaper-key')
-            local iv, ok = 0, true
-            if key then iv, ok = ceilinged(key, j) end
-            if ok then return id, m, {id = id, list = k, key = key, iv = iv} end
-            stage = stage + 1
-          end
-        end
-      end
-    end
-    return nil
-  end, view
-end
+-- levelTags: the weighted levels' tags after the last task pickChosen
+-- took from a levelsLine (take_pick.lua writes them as pickWeighted's)
+local levelTags
 
--- pickChosen takes the next of the tasks fairLine lined up (chosen),
+-- pickChosen takes the next of the tasks a line lined up (chosen),
 -- nil when none is left, false when its task is no longer where it was
 -- (its slot goes unused), and sets its key's ceiling at slot s; then the
 -- task's key
@@ -239,13 +197,10 @@ local function pickChosen(s)
   local e = chosen[ci]
   if not e then return nil end
   local id = nil
-  if e.list then
-    -- the tail of its priority list (levelsLine takes a run from there)
-    id = redis.call('RPOPLPUSH', e.list, KEYS[3])
-  elseif e.fifo then
-    -- from the middle of pending near its tail (capLine), as RPOPLPUSH
-    -- moves the tail
-    if redis.call('LREM', KEYS[2], -1, e.id) == 1 then
+  if e.from then
+    -- from its list (pending, a priority list) near its tail (listLine,
+    -- levelsLine), as RPOPLPUSH moves the tail
+    if redis.call('LREM', e.from, -1, e.id) == 1 then
       redis.call('LPUSH', KEYS[3], e.id)
       id = e.id
     end
@@ -264,6 +219,7 @@ local function pickChosen(s)
     end
   end
   if not id then return false end
+  if e.t then levelTags = e.t end
   if e.iv > 0 and s then
     local tat = s + e.iv
     redis.call('SET', kcPrefix .. e.key, string.format('%.0f', tat), 'PX', math.max(math.ceil((tat - now) / 1000), 0) + kcMargin)

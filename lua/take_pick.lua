@@ -11,9 +11,6 @@ if nres > 0 then
   if interval > 0 or burst > 0 then
     return redis.error_reply('take: a reservation serves a queue without a rate of its own')
   end
-  if fair and weights then
-    return redis.error_reply('take: a reservation serves fair order with strict priority, not weighted')
-  end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
   for i = 27, #ARGV do ra[#ra + 1] = ARGV[i] end
@@ -22,7 +19,6 @@ if nres > 0 then
   if (lcap > 0 or kcap > 0) and (llease < 1 or KEYS[25 + nres] == nil) then
     return redis.error_reply('take: a concurrency cap needs its lease keys and a lease time')
   end
-  if kcap > 0 and levels then return redis.error_reply('take: a cap per key serves fair or first-in first-out order') end
 end
 
 local function reply(status, nxt, drained)
@@ -106,14 +102,18 @@ if rk then
   -- priority order. Weighted: pickWeighted's turns, played on a copy of
   -- its tags (KEYS[14]).
   local nextInLine, inView
-  if kcap > 0 and not fair then
+  if fair or kcap > 0 then
+    -- a line of chosen tasks (pickChosen moves them): fair order, or
+    -- pending's under a cap per key; over the priority lists, if any
     chosen = {}
-    nextInLine, inView = capLine(n)
-  elseif fair then
-    chosen = {}
-    local line, inLine, ceilinged = fairLine(n, function(j)
-      return math.max(math.max(nf, now - b1) + j * iv1, now)
-    end)
+    local line, inLine, ceilinged
+    if fair then
+      line, inLine, ceilinged = fairLine(n, function(j)
+        return math.max(math.max(nf, now - b1) + j * iv1, now)
+      end)
+    else
+      line, inLine = listLine(KEYS[2], n)
+    end
     nextInLine, inView = line, inLine
     if levels then nextInLine, inView = levelsLine(n, line, inLine, ceilinged) end
   elseif weights then
@@ -380,6 +380,7 @@ if (lcap > 0 or kcap > 0) and rres and count > 0 then
   redis.call('PEXPIRE', KEYS[25 + nres], ms)
 end
 fairDone(drained)
+if levelTags then tags = levelTags end
 if tags then
   if drained == 1 then
     redis.call('DEL', KEYS[14])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -114,17 +113,10 @@ func poke(c chan struct{}) {
 }
 
 // takeDownstream is how the engine serves r: each process holds at most
-// r's workers (the budget across the fleet is workers per live process).
-// A downstream takes only what keeps takeAhead of releases waiting for
-// their slots (Want), so what it holds is about that look-ahead and its
-// calls in flight, not the whole budget; the release path's bucket still
-// decides each slot, and a task that leaves unsent (late, refused) makes
-// room for the next at once. On a fair downstream this keeps a key that
-// arrives (the take picks its first task next, in fair order) from
-// waiting behind the budget's worth of tasks already taken. One with a
-// cap per key and priorities takes up to the budget: its lease lane
-// passes over the tasks of keys at their cap, which would otherwise fill
-// the look-ahead. Every other downstream's take reserves (reservesAtTake).
+// r's workers (the budget across the fleet is workers per live process),
+// and each take reserves the slots of what it moves (reservesAtTake), so
+// what a process holds is the tasks whose slots start within the take's
+// look-ahead and its calls in flight, whatever the budget.
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	// InLine: a take's tasks queue at the lane in take order (under a
 	// concurrency cap, in the lease lane's queue: the next task, of
@@ -135,8 +127,7 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	if r.ds.Priority != nil {
 		d.Weights = r.ds.Priority.Weights
 	}
-	switch {
-	case r.ds.reservesAtTake():
+	if r.ds.reservesAtTake() {
 		// the take reserves its tasks' slots: what it moves is the slots
 		// that start within the engine's look-ahead, wherever they are
 		d.Reserve, d.Reserved = r.takeReserve, r.takeReserved
@@ -151,9 +142,6 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 		if r.leases != nil {
 			d.Leases, d.Unheld = r.takeLeases(), r.releaseLease
 		}
-	case r.ds.KeyConcurrency == 0:
-		d.Want = r.takeWant
-		r.paced = true
 	}
 	return d
 }
@@ -178,16 +166,6 @@ const fairLookAhead = 100 * time.Millisecond
 // waits behind their scripts; a take late past its lead loses slots.
 const fairLead = 50 * time.Millisecond
 
-// takeAhead is how many releases' worth a FIFO downstream keeps taken
-// ahead of its slots, split between the live processes.
-const takeAhead = 200 * time.Millisecond
-
-// ahead is how many of r's tasks this process keeps waiting for a slot.
-func (r *runner) ahead() int64 {
-	per := r.rate.Load().PerSec() * takeAhead.Seconds() / float64(max(r.d.procs.Load(), 1))
-	return int64(math.Ceil(per)) + 1
-}
-
 // waiting is how many of r's tasks this process holds that are not in a
 // call: waiting for a place among the calls or for a slot.
 // Waiters a key ceiling holds back (a key past its rate) do not count:
@@ -195,45 +173,6 @@ func (r *runner) ahead() int64 {
 // wait in pending behind them.
 func (r *runner) waiting() int64 {
 	return r.held.Load() - r.releasing.Load() - int64(r.lane.ceilinged.Load())
-}
-
-// refill is how few of r's waiting tasks make the engine take again: a
-// third of ahead, at least 1. The one still waiting covers the take's
-// round trip, and each take brings about two thirds of ahead, so a take
-// and its reservation serve several releases even at low rates.
-//
-// A fair downstream takes again once fairTakeEvery's worth of its slots
-// here went: a key that arrives is first in fair order, and is thus taken
-// within about that, and then passes the waiters of keys with more
-// service (fairOrder).
-func (r *runner) refill() int64 {
-	if r.ds.Fairness != nil {
-		per := r.rate.Load().PerSec() * fairTakeEvery.Seconds() / float64(max(r.d.procs.Load(), 1))
-		return max(r.ahead()-max(int64(math.Ceil(per)), 1), 1)
-	}
-	return max(r.ahead()/3, 1)
-}
-
-// takeWant is how many tasks the engine should take for r now: what
-// tops the waiting ones up to ahead, once they are down to refill. A
-// downstream with priorities tops up at every slot, so a task of a
-// higher priority that arrives waits for one slot, not for the
-// look-ahead.
-func (r *runner) takeWant() int {
-	ahead, waiting := r.ahead(), r.waiting()
-	if waiting > r.refill() && r.ds.Priority == nil {
-		return 0
-	}
-	return int(max(ahead-waiting, 0))
-}
-
-// roomMade is called when one of r's waiting tasks starts its call or
-// leaves: the engine takes again once they are down to refill (with
-// priorities: at once).
-func (r *runner) roomMade() {
-	if r.paced && !r.reserving && (r.waiting() <= r.refill() || r.ds.Priority != nil && r.waiting() < r.ahead()) {
-		r.wakeTake()
-	}
 }
 
 // serveTake is the engine's handler for r.
@@ -472,7 +411,6 @@ func (r *runner) task(at *asynq.Task, id string, retried int) (*Task, HandlerFun
 func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr error, started bool) {
 	r.releasing.Add(1)
 	defer r.releasing.Add(-1)
-	r.roomMade()
 	select {
 	case <-r.d.stopping:
 		return nil, false
@@ -519,9 +457,6 @@ func (r *runner) hold(delta int64) {
 	n := r.held.Add(delta)
 	if m := r.d.m; m != nil {
 		m.Held.WithLabelValues(r.ds.Name).Set(float64(n))
-	}
-	if delta < 0 {
-		r.roomMade()
 	}
 }
 

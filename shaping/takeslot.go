@@ -19,23 +19,12 @@ import (
 // carries its slot to the release path in taken.slot (deadline.go), and
 // runner.grantOf hands it out once.
 
-// reservesAtTake reports whether ds's takes reserve its tasks' slots: a
-// downstream served by the engine in first-in first-out, priority or fair
-// order (the take picks the next task among all waiting, so no claims
-// between processes are needed) whose slot needs nothing but the bucket's
-// word, its key ceilings and its caps on calls in flight (no lease to
-// wait for after the slot): not a per-key concurrency cap with
-// priorities (the take passes over a key at its cap in first-in
-// first-out order, and holds its tasks aside in fair order, not in the
-// priority lists), fair order with weighted priorities (the take's fair
-// line serves the priority lists in strict order: levels 1 and 2, fair
-// order, levels 4 and 5).
-func (ds Downstream) reservesAtTake() bool {
-	if p := ds.Priority; p != nil && (ds.KeyConcurrency > 0 || ds.Fairness != nil && !p.Weights.Strict()) {
-		return false
-	}
-	return ds.Batch == nil
-}
+// reservesAtTake reports whether ds's takes reserve its tasks' slots:
+// every downstream the engine serves (all but a batch, which asynq's
+// server serves): its policy (first-in first-out, priority strict or
+// weighted, fair order) picks the next task among all waiting when the
+// slot exists, with its key ceilings and its caps on calls in flight.
+func (ds Downstream) reservesAtTake() bool { return ds.Batch == nil }
 
 // takeLeases is r's caps on calls in flight at the take, as the engine
 // asks them before each take (a copy each time: the engine sets the

@@ -16,7 +16,7 @@ import (
 // finish it in asynq's storage as asynq's own processor would.
 var (
 	takeScript = script("prelude_fairpos.lua", "prelude_fairturn.lua", "prelude_reserve.lua", "prelude_taskmsg.lua", "prelude_capheld.lua",
-		"take.lua", "take_fairline.lua", "take_capline.lua", "take_pick.lua")
+		"take.lua", "take_fairline.lua", "take_lists.lua", "take_pick.lua")
 	takeDone      = script("take_done.lua")
 	takeFail      = script("take_fail.lua")
 	takeRequeue   = script("take_requeue.lua")
@@ -290,9 +290,6 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 		if l := a.Leases; l != nil {
 			if l.Cap < 0 || l.KeyCap < 0 || l.Cap+l.KeyCap < 1 || l.Leases == "" || l.Counts == "" || strings.Contains(l.Token, "|") {
 				return TakeReply{}, fmt.Errorf("take: leases need a cap of at least 1, both keys and a token without '|'")
-			}
-			if l.KeyCap > 0 && len(a.Levels) > 0 {
-				return TakeReply{}, fmt.Errorf("take: a cap per key serves fair or first-in first-out order, not priority lists")
 			}
 			ks = append(ks, l.Leases, l.Counts)
 		} else {

@@ -409,3 +409,94 @@ func TestTakeReservePassesOverAKeyAtItsCap(t *testing.T) {
 		t.Fatalf("after A0's call: %s; want [A1]", got)
 	}
 }
+
+// Weighted priority through a line of chosen tasks (a cap per key on the
+// downstream: levelsLine with the weights) takes the same order as
+// pickWeighted, take after take: the levels' turns it keeps are those
+// after the last task it took.
+func TestTakeWeightedLineKeepsTheTurns(t *testing.T) {
+	rdb := redistest.Client(t)
+	plain, capped := newWeightedRig(t, rdb), newWeightedRig(t, rdb)
+	for _, r := range []*weightedRig{plain, capped} {
+		q := r.sp.Asynq("d1")
+		for _, lv := range []int{5, 3, 1} {
+			for i := range 6 {
+				info, err := r.cl.Enqueue(asynq.NewTaskWithHeaders("job", []byte(fmt.Sprintf("L%d-%d", lv, i)),
+					map[string]string{"shaper-key": fmt.Sprint("k", i)}), asynq.Queue(q.Name))
+				must(t, err)
+				if lv != priority.Default {
+					_, err := r.st.PlacePriority(context.Background(), q, r.sp.TakePriority("d1", lv), info.ID, lv)
+					must(t, err)
+				}
+			}
+		}
+	}
+	sp := capped.sp
+	capped.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"),
+		Issued: sp.Issued("d1")}, Claims: sp.PriorityClaims("d1")}
+	capped.a.LookAhead = 1000000
+	capped.a.Leases = &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), KeyCap: 100, Lease: 30 * time.Second, Token: "tk:"}
+	order := func(r *weightedRig) []string {
+		var out []string
+		for len(out) < 18 {
+			a := r.a
+			a.Slots = 4
+			rep, err := r.st.Take(context.Background(), a)
+			must(t, err)
+			if len(rep.Tasks) == 0 {
+				t.Fatalf("a take moved nothing after %v", out)
+			}
+			for _, tt := range rep.Tasks {
+				m, err := asynqmsg.Decode(tt.Msg)
+				must(t, err)
+				out = append(out, string(m.Payload))
+			}
+		}
+		return out
+	}
+	want, got := order(plain), order(capped)
+	t.Logf("order %v", want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("a line of chosen tasks took %v; pickWeighted %v", got, want)
+	}
+}
+
+// A cap per key with strict priority: the take serves the lists in
+// priority order and passes over, in each, a task whose key is at its cap
+// (counting the tasks it took before in the same take), which stays where
+// it is in its list.
+func TestTakeReservePriorityUnderAKeyCap(t *testing.T) {
+	rdb := redistest.Client(t)
+	r := newWeightedRig(t, rdb)
+	r.a.Weights, r.a.Turns = priority.Weights{}, "" // strict
+	q, sp, ctx := r.sp.Asynq("d1"), r.sp, context.Background()
+	name := map[string]string{}
+	for _, tk := range []struct {
+		lv  int
+		key string
+	}{{1, "X"}, {1, "X"}, {1, "Y"}, {3, "X"}, {3, "Z"}, {5, "Y"}, {5, "W"}} {
+		info, err := r.cl.Enqueue(asynq.NewTaskWithHeaders("job", nil, map[string]string{"shaper-key": tk.key}), asynq.Queue(q.Name))
+		must(t, err)
+		name[info.ID] = fmt.Sprint("L", tk.lv, tk.key)
+		if tk.lv != priority.Default {
+			_, err := r.st.PlacePriority(ctx, q, sp.TakePriority("d1", tk.lv), info.ID, tk.lv)
+			must(t, err)
+		}
+	}
+	r.a.Reserve = &lua.BucketArgs{Interval: 10000, Answers: lua.AnswerKeys{Announced: sp.Announced("d1"),
+		Issued: sp.Issued("d1")}, Claims: sp.PriorityClaims("d1")}
+	r.a.LookAhead, r.a.Slots = 1000000, 10
+	r.a.Leases = &lua.TakeLeases{Leases: sp.Leases("d1"), Counts: sp.LeaseCounts("d1"), KeyCap: 1, Lease: 30 * time.Second, Token: "tk:"}
+	rep, err := r.st.Take(ctx, r.a)
+	must(t, err)
+	var got []string
+	for _, tt := range rep.Tasks {
+		got = append(got, name[tt.ID])
+	}
+	if fmt.Sprint(got) != "[L1X L1Y L3Z L5W]" {
+		t.Fatalf("take: %v; want [L1X L1Y L3Z L5W] (one call of each key)", got)
+	}
+	if n := rdb.LLen(ctx, sp.TakePriority("d1", 1)).Val(); n != 1 {
+		t.Errorf("level 1 holds %d; want X's second, where it was", n)
+	}
+}
