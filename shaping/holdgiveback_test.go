@@ -23,8 +23,9 @@ import (
 // nothing active, all pending in asynq's view, no attempt consumed), and
 // a reset of the quota lets every task go, each once. A FIFO downstream's
 // take reserves the slots of what it moves, so past the quota it moves
-// nothing (no task is taken to be given back); one with priorities and a
-// per-key concurrency cap takes ahead of its lane's reservation, and the lane, once it finds
+// nothing (no task is taken to be given back); a task of two units,
+// which the take moves without a slot for its lane to reserve, is taken
+// ahead of that reservation, and the lane, once it finds
 // the next slot an hour away, gives the tasks it holds back to the head
 // of the queue.
 func TestSpentQuotaHoldsNoTask(t *testing.T) {
@@ -42,18 +43,18 @@ func spentQuotaHoldsNoTask(t *testing.T, lane bool) {
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	rec := newRecorder()
-	quotas := []shaping.Quota{{Limit: 3, Per: time.Hour}}
-	ds := shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Handler: rec.handle}
+	cost := int64(1)
 	if lane {
-		ds.KeyConcurrency, ds.Priority = 10, &shaping.Priority{}
+		cost = 2
 	}
-	must(t, d.Add(ds))
+	quotas := []shaping.Quota{{Limit: 3 * cost, Per: time.Hour}}
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(100), Quotas: quotas, Handler: rec.handle}))
 	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})
 	defer p.Close()
 	in := queue.NewInspector(rdb, prefix)
 	const n = 12
 	for i := range n {
-		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: fmt.Appendf(nil, "%d", i)})
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Cost: cost, Payload: fmt.Appendf(nil, "%d", i)})
 		must(t, err)
 	}
 	must(t, d.Start())

@@ -19,11 +19,9 @@ import (
 // A worker whose timer fires after its slot plus LateTolerance wastes the
 // slot (shaper_shaping_late_skips_total, no release) and queues again; the
 // next slot, woken on time, is released. The fake clock makes the late
-// wake-up exact: nothing waits on the wall clock for a slot. The
-// downstream has priorities and a per-key concurrency cap, so that its lane reserves the slots
-// and the worker sleeps on the fake clock (a FIFO downstream's take
-// reserves them and the engine sleeps until each on the wall clock; the
-// same check, skipLate, then runs on the slot it reserved).
+// wake-up exact: the take reserves the slot, and the release sleeps until
+// it on the fake clock (the slot plus the clock offset seeded at start);
+// the skipped task's next slot comes from its lane.
 func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
@@ -35,20 +33,21 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 		Registerer: reg, Clock: clk, ControlInterval: time.Hour, ShutdownTimeout: 5 * time.Second})
 	rec := newRecorder()
 	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(2), Workers: 1, MaxWait: 5 * time.Second,
-		LateTolerance: 100 * time.Millisecond, KeyConcurrency: 1, Priority: &shaping.Priority{}, Handler: rec.handle}))
+		LateTolerance: 100 * time.Millisecond, Handler: rec.handle}))
 	defer d.Shutdown(context.Background())
 	e := &env{t: t, rdb: rdb, prefix: prefix, p: queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix})}
 	e.enqueue("api", 2, nil)
 	must(t, d.Start())
 	waitFor(t, 5*time.Second, "the first release (its slot is now)", func() bool { return rec.count() == 1 })
 
-	// The worker sleeps until the next slot, 500ms after the first (on the
-	// fake clock, within the offset's few ms); the liveness loop's timers
-	// are due at 250ms, 750ms, 1.75s and every 2s, the control loop's in an
-	// hour.
-	due := workerTimer(t, clk, start.Add(400*time.Millisecond), start.Add(600*time.Millisecond))
+	// The release sleeps until the next slot, 500ms after the first, on
+	// the fake clock: its slot plus the offset seeded at start, which is
+	// less than 500ms on by what the start-up took on the wall clock
+	// before the first take (the liveness loop's timers are due at 250ms,
+	// 750ms, 1.75s and every 2s, the control loop's in an hour).
+	due := workerTimer(t, clk, start, start.Add(600*time.Millisecond))
 	clk.AdvanceTo(due.Add(300 * time.Millisecond)) // wakes 300ms behind the slot
-	next := workerTimer(t, clk, start.Add(900*time.Millisecond), start.Add(1100*time.Millisecond))
+	next := workerTimer(t, clk, due.Add(400*time.Millisecond), due.Add(600*time.Millisecond))
 	if n := rec.count(); n != 1 {
 		t.Fatalf("%d releases after a wake-up 300ms late (tolerance 100ms), want 1: the late slot must be skipped", n)
 	}
@@ -62,14 +61,21 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 	}
 }
 
-// workerTimer waits for a pending timer due after now, within (from, to).
+// workerTimer waits for a pending timer due after now, within (from, to),
+// that is not the liveness loop's (250ms and 750ms after start, then
+// every 2s from 1.75s).
 func workerTimer(t *testing.T, clk *clocktest.Fake, from, to time.Time) time.Time {
 	t.Helper()
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	liveness := func(p time.Time) bool {
+		d := p.Sub(start)
+		return d == 250*time.Millisecond || d == 750*time.Millisecond || d >= 1750*time.Millisecond && (d-1750*time.Millisecond)%(2*time.Second) == 0
+	}
 	var due time.Time
 	waitFor(t, 5*time.Second, "a worker asleep until its slot", func() bool {
 		now := clk.Now()
 		for _, p := range clk.Pending() {
-			if p.After(now) && p.After(from) && p.Before(to) {
+			if p.After(now) && p.After(from) && p.Before(to) && !liveness(p) {
 				due = p
 				return true
 			}
