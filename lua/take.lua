@@ -256,6 +256,18 @@ if levels and ARGV[13] and ARGV[13] ~= '' then
   end
   if not ok then return redis.error_reply('take: weights must be five integers in [1, 1000], with the turns key') end
 end
+-- turnsNow is the weighted levels' tags as KEYS[14] holds them (five
+-- numbers, each 0 when missing)
+local function turnsNow()
+  local t, j = {}, 0
+  for v in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
+    j = j + 1
+    t[j] = math.max(tonumber(v) or 0, 0)
+  end
+  for l = 1, 5 do t[l] = t[l] or 0 end
+  return t
+end
+
 -- one process's maintenance serves every process for ARGV[11] ms; the
 -- others' calls skip it, and on an idle queue cost one LLEN (no TIME)
 local maintain = ARGV[9] == '1'

@@ -80,16 +80,7 @@ local function levelsLine(n, pendingLine, pendingView, ceilinged)
       view = view + inView
     end
   end
-  local done, t = {}, nil
-  if weights then
-    t = {}
-    local j = 0
-    for v in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
-      j = j + 1
-      t[j] = math.max(tonumber(v) or 0, 0)
-    end
-    for l = 1, 5 do t[l] = t[l] or 0 end
-  end
+  local done, t = {}, weights and turnsNow()
   return function(j)
     while true do
       local best

@@ -117,15 +117,9 @@ if rk then
     nextInLine, inView = line, inLine
     if levels then nextInLine, inView = levelsLine(n, line, inLine, ceilinged) end
   elseif weights then
-    local t, seen, at = {}, {}, {}
-    local j = 0
-    for v in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
-      j = j + 1
-      t[j] = math.max(tonumber(v) or 0, 0)
-    end
+    local t, seen, at = turnsNow(), {}, {}
     inView = 0
     for l = 1, 5 do
-      t[l] = t[l] or 0
       seen[l] = redis.call('LRANGE', serve[l], -n, -1)
       at[l], inView = #seen[l], inView + #seen[l]
     end
@@ -295,15 +289,7 @@ end
 -- level found empty is passed over for the rest of the call.
 local tags, empty
 local function pickWeighted()
-  if not tags then
-    tags, empty = {}, {}
-    local j = 0
-    for t in string.gmatch(redis.call('GET', KEYS[14]) or '', '%S+') do
-      j = j + 1
-      tags[j] = math.max(tonumber(t) or 0, 0)
-    end
-    for j = 1, 5 do tags[j] = tags[j] or 0 end
-  end
+  if not tags then tags, empty = turnsNow(), {} end
   while true do
     local best
     for j = 1, 5 do

@@ -123,11 +123,21 @@ func TestConcurrencyCapAcrossDispatchers(t *testing.T) {
 func TestKeyConcurrencyOnePerKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ctx := context.Background()
 	f := newInflight(50 * time.Millisecond)
 	const n = 100
 	e.enqueue("api", n, func(i int, task *queue.Task) { task.Key = fmt.Sprintf("tenant-%d", i%10) })
 	dispatchers(t, e.rdb, e.prefix, 3, shaping.Downstream{Name: "api", Rate: limiters.PerSecond(500), KeyConcurrency: 1, Handler: f.handle})
+	checkKeyCapOfOne(t, e, f, n)
+}
+
+// checkKeyCapOfOne waits for n calls over 10 keys under key_concurrency 1
+// and checks them: asynq's active list at most twice the 10 places (the
+// calls' tasks, and those whose finishing writes are on their way), never
+// two calls of one key at once, several keys in flight together, and
+// every task delivered once.
+func checkKeyCapOfOne(t *testing.T, e *env, f *inflight, n int) {
+	t.Helper()
+	ctx := context.Background()
 	active, maxActive := keys.New(e.prefix).Asynq("api").Active(), int64(0)
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool {
 		maxActive = max(maxActive, e.rdb.LLen(ctx, active).Val())
@@ -180,28 +190,7 @@ func TestFairKeyConcurrencyAtTheTake(t *testing.T) {
 		enq(fmt.Sprint("tenant-", i), 10)
 	}
 	dispatchers(t, e.rdb, e.prefix, 3, shaping.Downstream{Name: "api", Rate: limiters.PerSecond(500), KeyConcurrency: 1, Fairness: fair, Handler: f.handle})
-	active, maxActive := keys.New(e.prefix).Asynq("api").Active(), int64(0)
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d calls", n), func() bool {
-		maxActive = max(maxActive, e.rdb.LLen(ctx, active).Val())
-		return f.count() >= n
-	})
-	t.Logf("active list at most %d; calls in flight at most %d", maxActive, f.max)
-	if maxActive > 2*10 {
-		t.Errorf("asynq's active list held %d tasks, want at most twice the places (20): a task is taken only with its place", maxActive)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.maxKey > 1 {
-		t.Errorf("%d calls of one key in flight at once, want at most 1", f.maxKey)
-	}
-	if f.max < 5 {
-		t.Errorf("at most %d calls in flight at once over 10 keys, want several (a full key must not block the others)", f.max)
-	}
-	for i := range n {
-		if c := f.seen[fmt.Sprint(i)]; c != 1 {
-			t.Errorf("task %d delivered %d times, want 1", i, c)
-		}
-	}
+	checkKeyCapOfOne(t, e, f, n)
 }
 
 // Leases of a crashed process (never released, never renewed) free their
