@@ -17,6 +17,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/fairindex"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/statuspage"
@@ -37,8 +38,8 @@ type Explanation struct {
 	Priority int `json:"priority"`
 	// Due is when a scheduled task or a retry becomes due.
 	Due *time.Time `json:"due,omitempty"`
-	// Held is, for a task that waits in the queue (Reason Queued or
-	// FairTurn), what holds its downstream now; nil when no live process
+	// Held is, for a task that waits in the queue (Reason Queued,
+	// FairTurn, KeyPaused or KeyCap), what holds its downstream now; nil when no live process
 	// announced it.
 	Held *statuspage.Why `json:"downstream_why,omitempty"`
 	// Ahead is, for a queued task, how many tasks of a higher priority
@@ -51,6 +52,7 @@ const (
 	Queued    = "queued"     // pending: it goes as its downstream's slots come (Held says what paces them)
 	FairTurn  = "fair_turn"  // parked in fair order until its key's turn
 	KeyPaused = "key_paused" // its key is paused (shaper ctl key … pause)
+	KeyCap    = "key_cap"    // its key is at its key_concurrency: it waits for one of its calls to end
 	Scheduled = "scheduled"  // not due yet: a ProcessAt, or deferred by admission
 	Retry     = "retry"      // a failed attempt; the next one is due at Due
 	Taken     = "taken"      // active: taken with its slot, waiting for it or in its call
@@ -109,8 +111,17 @@ func Task(ctx context.Context, in *queue.Inspector, rdb redis.UniversalClient, p
 			return Explanation{}, fmt.Errorf("explain: %w", err)
 		}
 		e.Reason, e.Text = keyReason(kc[meta.Key], meta.Key, ds, e.Reason, e.Text)
+		if e.Reason == FairTurn {
+			held, err := fairindex.CapHeld(ctx, rdb, sp.Fair(ds), meta.Key, id)
+			if err != nil {
+				return Explanation{}, fmt.Errorf("explain: %w", err)
+			}
+			if held {
+				e.Reason, e.Text = KeyCap, fmt.Sprintf("waits in the queue for a place among its key's calls in flight (key %q is at its key_concurrency); it goes at its turn once one of them ends", meta.Key)
+			}
+		}
 	}
-	if e.Reason == Queued || e.Reason == FairTurn || e.Reason == KeyPaused {
+	if e.Reason == Queued || e.Reason == FairTurn || e.Reason == KeyPaused || e.Reason == KeyCap {
 		why, ok, err := statuspage.FleetWhy(ctx, rdb, prefix, ds, now)
 		if err != nil {
 			return Explanation{}, fmt.Errorf("explain: %w", err)
