@@ -98,17 +98,19 @@
 --            R > 0 the take reserves its tasks' slots as shaping.lua's
 --            reservation (mode 0) does, on KEYS[24..23+R] (shaping.lua's
 --            KEYS: next_free, announced, issued, claims, quotas) with
---            ARGV[27..] (shaping.lua's ARGV; the take sets its max wait
+--            ARGV[28..] (shaping.lua's ARGV; the take sets its max wait
 --            to the look-ahead, its mode to 0, its now and its slots to
 --            what the lists and the budget allow), so the rate, the
 --            quotas and the announced limit are decided where the task
---            moves, for the run of tasks of one unit of cost (their msg's
---            header "shaper-cost") next in line; a run of tasks of more
---            units next in line (as many as their units fit in the
---            look-ahead's slots, at least one), or of tasks past their
---            deadline ("shaper-deadline"), is taken without a slot or a
---            reservation (the caller reserves for the ones, archives the
---            others), so that no slot goes to a task that cannot use it.
+--            moves, for the run of tasks of one cost (their msg's header
+--            "shaper-cost") next in line: one unit each, or, for a run of
+--            tasks of more units (as many as their units fit in the
+--            look-ahead's slots, at least one), a slot of that many units
+--            each, up to ARGV[27] units (a task of more is taken without
+--            a slot, and its caller refuses it); a run of tasks past their
+--            deadline ("shaper-deadline") is taken without a slot or a
+--            reservation (the caller archives them), so that no slot goes
+--            to a task that cannot use it.
 --            In line is the order the take picks (FIFO, priority,
 --            strict or weighted, or fair order: the tasks at the tail not
 --            in fair order, then the parked ones by tag, passing over a
@@ -137,6 +139,9 @@
 --            (status 2), whichever process makes it. KEYS[24+R] and
 --            KEYS[25+R] must then be filled (the lease keys, or any key
 --            of the same hash tag without a cap).
+-- ARGV[27] -> with R > 0, the most units of cost a task reserved at the
+--            take may have (the downstream's max cost and its quotas'
+--            limits; 0: tasks of more than one unit are not reserved)
 -- ARGV[26] -> with R > 0, a cap per key on
 --            calls in flight (0: none; with ARGV[22] 0, no cap in all):
 --            the leases' members are "<token><id>|<key>" and the counts
@@ -174,7 +179,8 @@
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          L, then L fields: shaping.lua's reply to the reservation (L = 0
 --          without one; with one, L >= 8 whenever the reservation ran),
---          then per task taken: id, msg, slot_us, priority, lease key}
+--          then per task taken: id, msg, slot_us, priority, lease key,
+--          units}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent, or every task in view is
 --           of a key at its cap in first-in first-out order), 4 early (the first slot starts
@@ -193,7 +199,8 @@
 --   caller archives such a task with the reason); priority is the task's
 --   (its hash's "shaper_priority", 3 when none or without priority lists);
 --   lease key is the key of its lease under a cap per key (ARGV[26]), ""
---   otherwise.
+--   otherwise; units are the units of cost its slot holds (0: it was
+--   taken without a reservation).
 -- Errors: an argument out of range.
 -- Without a rate (ARGV[1] and ARGV[2] both 0) KEYS[1] is neither read nor
 -- written.

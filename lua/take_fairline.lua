@@ -221,7 +221,7 @@ local function pickChosen(s)
   if not id then return false end
   if e.t then levelTags = e.t end
   if e.iv > 0 and s then
-    local tat = s + e.iv
+    local tat = s + e.iv * (e.c or 1)
     redis.call('SET', kcPrefix .. e.key, string.format('%.0f', tat), 'PX', math.max(math.ceil((tat - now) / 1000), 0) + kcMargin)
   end
   return id, e.key

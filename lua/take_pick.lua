@@ -5,17 +5,21 @@
 --
 -- KEYS[1..], ARGV[1..] and the reply: as take.lua's header gives them.
 local nres = tonumber(ARGV[16] or '0') or 0
--- a concurrency cap at the take (ARGV[22..24]): lcap 0 is none
-local lcap, llease, ltoken = 0, 0, ''
+-- a concurrency cap at the take (ARGV[22..24]): lcap 0 is none; the most
+-- units a task reserved at the take may have (ARGV[27])
+local lcap, llease, ltoken, maxUnits = 0, 0, '', 0
+-- the units of each task of the run reserved (one cost a run)
+local runCost = 1
 if nres > 0 then
   if interval > 0 or burst > 0 then
     return redis.error_reply('take: a reservation serves a queue without a rate of its own')
   end
   rk, ra = {}, {}
   for i = 1, nres do rk[i] = KEYS[23 + i] end
-  for i = 27, #ARGV do ra[#ra + 1] = ARGV[i] end
+  for i = 28, #ARGV do ra[#ra + 1] = ARGV[i] end
   if #rk ~= nres or #ra < 11 then return redis.error_reply('take: reservation keys or arguments missing') end
   lcap, llease, ltoken = tonumber(ARGV[22]) or 0, tonumber(ARGV[23]) or 0, ARGV[24] or ''
+  maxUnits = tonumber(ARGV[27]) or 0
   if (lcap > 0 or kcap > 0) and (llease < 1 or KEYS[25 + nres] == nil) then
     return redis.error_reply('take: a concurrency cap needs its lease keys and a lease time')
   end
@@ -178,9 +182,13 @@ if rk then
     elseif c ~= 1 then
       kd = 3
     end
-    if kind and (kd ~= kind or kd == 3 and units + c > n) then break end
+    if kind and (kd ~= kind or kd == 3 and (c ~= runCost or units + c > n)) then break end
+    if not kind then runCost = c end
     kind, msgs[id], k, units = kd, m, k + 1, units + c
-    if e then chosen[k] = e end
+    if e then
+      e.c = c
+      chosen[k] = e
+    end
   end
   if kind == nil and chosen and not fair then
     -- every task in view is of a key at its cap: full until a call ends
@@ -199,9 +207,12 @@ if rk then
     return reply(1, 0, 1)
   elseif kind == nil then
     n = 1 -- only entries whose hash is gone: the pick drops them
-  elseif kind ~= 1 then
+  elseif kind == 2 or kind == 3 and runCost > maxUnits then
     n = k
   else
+    -- a slot per task of runCost units each (a run of more units is of
+    -- one cost): its interval is runCost units', its quotas' charge too
+    if kind == 3 then ra[1], ra[7] = iv1 * runCost, runCost end
     ra[3], ra[4], ra[5], ra[6] = ahead, 0, now, k
     rres = reserve(rk, ra, nf)
     if rres.err then return rres end
@@ -353,6 +364,8 @@ for j = 0, n - 1 do
     -- end: member "<token><id>|<key>", the key only under a cap per key
     if kcap <= 0 or not lkey then lkey = '' end
     out[#out + 1] = lkey
+    -- the units its slot holds (0: none reserved here)
+    out[#out + 1] = rres and runCost or 0
     count = count + 1
     if (lcap > 0 or kcap > 0) and rres then
       redis.call('ZADD', KEYS[24 + nres], now + llease, ltoken .. id .. '|' .. lkey)

@@ -154,11 +154,11 @@ func (r *runner) grantOf(ctx context.Context, cost int64, key string, front bool
 		r.wasted(1, g)
 		return r.lane.wait(ctx, cost, key, front)
 	}
-	if cost != 1 {
-		// the take read one unit in the task's msg, its headers say
-		// otherwise: the unit goes back to the quotas (its slot of the
-		// rate is lost), and the lane reserves all the task's units
-		r.wasted(1, g)
+	if units := max(ts.res.Units, 1); cost != units {
+		// the take read other units in the task's msg than its headers
+		// say: they go back to the quotas (their slot of the rate is
+		// lost), and the lane reserves all the task's units
+		r.wasted(units, g)
 		return r.lane.wait(ctx, cost, key, front)
 	}
 	g.seq = p.seq

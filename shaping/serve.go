@@ -130,7 +130,7 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	if r.ds.reservesAtTake() {
 		// the take reserves its tasks' slots: what it moves is the slots
 		// that start within the engine's look-ahead, wherever they are
-		d.Reserve, d.Reserved = r.takeReserve, r.takeReserved
+		d.Reserve, d.Reserved, d.MaxUnits = r.takeReserve, r.takeReserved, r.ds.maxTakeUnits()
 		d.Pause = &lua.TakePause{Key: r.d.space.DownstreamState(r.ds.Name), Field: control.PausedField}
 		r.paced, r.reserving = true, true
 		if r.ds.Priority != nil {

@@ -136,3 +136,14 @@ func (r *runner) ensureKeyRates() {
 		r.d.log.Info("shaping: key_rates written where the takes read them", "downstream", r.ds.Name, "keys", len(own))
 	}
 }
+
+// maxTakeUnits is the most units of cost a task may have for its take to
+// reserve its slot: the most the bucket grants one task (MaxCost, and no
+// quota's limit less), as the lane's reservation checks it (Buckets.args).
+func (ds Downstream) maxTakeUnits() int64 {
+	m := ds.MaxCost
+	for _, q := range ds.Quotas {
+		m = min(m, q.Limit)
+	}
+	return max(m, 0)
+}

@@ -94,6 +94,11 @@ type TakeArgs struct {
 	// Pause, with Reserve, is shaper's pause, checked in the take
 	// (ARGV[25]): a paused downstream's take moves nothing (TakePaused).
 	Pause *TakePause
+	// MaxUnits, with Reserve, is the most units of cost a task the take
+	// reserves for may have (ARGV[27]): a run of tasks of one cost of more
+	// than one unit gets a slot of that many units each; a task of more
+	// than MaxUnits is taken without a slot. 0: only unit tasks reserve.
+	MaxUnits int64
 }
 
 // TakePause names shaper's pause of a downstream: Field of the state
@@ -229,6 +234,9 @@ type TakenTask struct {
 	// LeaseKey is the key of its lease under a cap per key
 	// (TakeLeases.LeaseMember); "" otherwise.
 	LeaseKey string
+	// Units is the units of cost its slot holds; 0 when the take reserved
+	// none for it (its Slot is then the take's now).
+	Units int64
 }
 
 // Take runs take.lua: up to a.Slots tasks, each with its own slot.
@@ -306,7 +314,7 @@ func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
 			ks = append(ks, c.Rates)
 		}
 		argv = append(append(append(append(argv, len(rks), max(a.Lead, 0)), a.Ceiling.argv()...), a.Leases.argv()...),
-			field, a.Leases.keyCap())
+			field, a.Leases.keyCap(), max(a.MaxUnits, 0))
 		argv = append(argv, rr.argv(modeCharge)...)
 		quotas = len(rr.Quotas)
 	}
@@ -353,7 +361,7 @@ func parseTake(v []any, quotas int) (TakeReply, error) {
 	r := TakeReply{Status: TakeStatus(h[0]), Now: h[1], Next: h[2], Drained: h[3] == 1,
 		Recovered: h[4], Forwarded: h[5]}
 	nres := int(h[6])
-	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%5 != 0 || nres > 0 && nres != 8+2*quotas {
+	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%6 != 0 || nres > 0 && nres != 8+2*quotas {
 		return TakeReply{}, fmt.Errorf("take: reply has %d fields with %d of a reservation", len(v), nres)
 	}
 	if nres > 0 {
@@ -368,16 +376,17 @@ func parseTake(v []any, quotas int) (TakeReply, error) {
 		res := bucketReply(rv, quotas)
 		r.Reservation = &res
 	}
-	for i := 7 + nres; i < len(v); i += 5 {
+	for i := 7 + nres; i < len(v); i += 6 {
 		id, ok1 := v[i].(string)
 		msg, ok2 := v[i+1].(string)
 		slot, ok3 := v[i+2].(int64)
 		prio, ok4 := v[i+3].(int64)
 		key, ok5 := v[i+4].(string)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/5+1)
+		units, ok6 := v[i+5].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/6+1)
 		}
-		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio), LeaseKey: key})
+		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio), LeaseKey: key, Units: units})
 	}
 	return r, nil
 }

@@ -500,3 +500,46 @@ func TestTakeReservePriorityUnderAKeyCap(t *testing.T) {
 		t.Errorf("level 1 holds %d; want X's second, where it was", n)
 	}
 }
+
+// With MaxUnits the take reserves a run of tasks of one cost of more
+// units too: a slot of that many units each (next_free moves by the
+// units, the quota counts them), as many as their units fit in the
+// look-ahead's slots, at least one; a task of more than MaxUnits is taken
+// without a slot (its caller refuses it). Each task says its units.
+func TestTakeReservesARunOfCostlyTasks(t *testing.T) {
+	r := newTakeRig(t, 0)
+	cl := asynq.NewClientFromRedisClient(r.rdb)
+	for i, c := range []string{"5", "5", "3", "9"} {
+		info, err := cl.Enqueue(asynq.NewTaskWithHeaders("job", []byte(fmt.Sprint(i)), map[string]string{"shaper-cost": c}),
+			asynq.Queue(r.sp.Queue("d1")))
+		must(t, err)
+		r.ids = append(r.ids, info.ID)
+	}
+	r.reserving(100 * time.Millisecond)
+	r.a.LookAhead, r.a.Slots, r.a.MaxUnits = 1000000, 100, 8
+	t0 := time.Now().UnixMicro()
+	for i, want := range []struct {
+		slots []int64 // ms from t0
+		units int64
+	}{{[]int64{0, 500}, 5}, {[]int64{1000}, 3}, {[]int64{1300}, 0}} {
+		rep := r.take(t0+int64(i), false)
+		var got []int64
+		for _, tt := range rep.Tasks {
+			if tt.Units != want.units {
+				t.Errorf("take %d: task of %d units; want %d", i, tt.Units, want.units)
+			}
+			if want.units > 0 {
+				got = append(got, (tt.Slot-t0)/1000)
+			}
+		}
+		if len(rep.Tasks) != max(len(want.slots), 1) || (rep.Reservation != nil) != (want.units > 0) {
+			t.Fatalf("take %d: %d tasks, reservation %+v; want %d", i, len(rep.Tasks), rep.Reservation, len(want.slots))
+		}
+		if want.units > 0 && fmt.Sprint(got) != fmt.Sprint(want.slots) {
+			t.Errorf("take %d: slots %v ms; want %v", i, got, want.slots)
+		}
+	}
+	if nf := r.rdb.Get(context.Background(), r.sp.Bucket("d1")).Val(); nf != fmt.Sprint(t0+1300000) {
+		t.Errorf("next_free %s; want %d: 13 units reserved, none for the task of 9", nf, t0+1300000)
+	}
+}

@@ -198,6 +198,11 @@ type Downstream struct {
 	// reserves in fair order. It runs on the loop goroutine and must not
 	// block.
 	Reserve func() (lua.BucketArgs, bool)
+	// MaxUnits, with Reserve, is the most units of cost a task may have
+	// for the take to reserve its slot (a run of tasks of one cost gets a
+	// slot of that many units each; Reservation.Units); a task of more is
+	// taken without a slot. 0: only tasks of one unit are reserved.
+	MaxUnits int64
 	// Ceiling, when set, is asked with each reservation on a Fair
 	// downstream for its per-key ceilings, decided in the same script
 	// (nil: none). It runs on the loop goroutine and must not block.

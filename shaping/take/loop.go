@@ -157,8 +157,9 @@ func (e *Engine) startTake(l *lane, now time.Time, maintain bool, want int) {
 	a.Maintain = maintain
 	if l.d.Reserve != nil {
 		if ra, ok := l.d.Reserve(); ok {
-			ra.Cost = 1 // a unit a task (Reservation.Issued counts so)
+			ra.Cost = 1 // a unit a task, or the cost of a run of more (the script sets it)
 			a.Reserve, a.Interval, a.Burst, a.Lead, a.Pause = &ra, 0, 0, l.lead.Microseconds(), l.d.Pause
+			a.MaxUnits = l.d.MaxUnits
 			if l.d.Ceiling != nil {
 				a.Ceiling = l.d.Ceiling()
 			}
@@ -218,10 +219,12 @@ func (e *Engine) applyTake(l *lane, leases *lua.TakeLeases, r lua.TakeReply, err
 		l.d.Reserved(*r.Reservation)
 	}
 	var prev chan struct{}
+	issued := int64(0) // the units of the take's reservation before this task's
 	for i, tt := range r.Tasks {
 		j := newJob(e, l, tt, local(tt.Slot), len(r.Tasks)-1-i)
-		if rs := r.Reservation; rs != nil {
-			j.res = &Reservation{Slot: tt.Slot, Now: r.Now, Issued: rs.Issued + int64(i+1)}
+		if rs := r.Reservation; rs != nil && tt.Units > 0 {
+			issued += tt.Units
+			j.res = &Reservation{Slot: tt.Slot, Now: r.Now, Issued: rs.Issued + issued, Units: tt.Units}
 			if leases != nil {
 				j.res.Lease = leases.LeaseMember(tt.ID, tt.LeaseKey)
 			}

@@ -79,6 +79,8 @@ type Reservation struct {
 	// Issued is the bucket's count of units issued up to and including
 	// this task's (an answer compares it with what the downstream saw).
 	Issued int64
+	// Units is the units of cost the slot holds (the task's cost).
+	Units int64
 	// Lease, under a concurrency cap decided at the take
 	// (Downstream.Leases), is the task's lease among the calls in flight
 	// (concurrency.lua's member): the handler renews and releases it.
