@@ -60,6 +60,11 @@ func (r *runner) answered(t *Task) {
 		}
 		r.limits.announced(*ann, rep.Left, effect, header)
 	}
+	if diff < 0 && r.reserving {
+		// a refund moved the bucket's next slot back: the engine's next
+		// take was timed by the slots before it
+		r.wakeTake()
+	}
 	m := r.d.m
 	if m == nil {
 		return
