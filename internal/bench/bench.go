@@ -125,6 +125,8 @@ type Options struct {
 	FairScale FairScaleOptions
 	// Round "keyrate"; zero fields take its defaults.
 	KeyRate KeyRateOptions
+	// Round "keycap"; zero fields take its defaults.
+	KeyCap KeyCapOptions
 
 	// Progress receives one line per step; nil is silent.
 	Progress interface{ Write([]byte) (int, error) }

@@ -23,7 +23,7 @@ const (
 
 // AllRounds lists the release-path rounds in run order.
 func AllRounds() []string {
-	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundPause, RoundFair, RoundPriority, RoundFairScale, RoundKeyRate}
+	return []string{RoundEconomy, RoundKeepup, RoundIdle, RoundKill, RoundPause, RoundFair, RoundPriority, RoundFairScale, RoundKeyRate, RoundKeyCap}
 }
 
 // ReleaseReport holds the rounds of ScenarioRelease that ran.
@@ -38,6 +38,7 @@ type ReleaseReport struct {
 	Priority  []PriorityRow  `json:"priority,omitempty"`  // priority.go
 	FairScale []FairScaleRow `json:"fairscale,omitempty"` // fairscale.go
 	KeyRate   []KeyRateRow   `json:"keyrate,omitempty"`   // keyrate.go
+	KeyCap    []KeyCapRow    `json:"keycap,omitempty"`    // keycap.go
 }
 
 // releaseDefaults fills the release-path fields of o.
@@ -82,6 +83,7 @@ func (o Options) releaseDefaults() Options {
 	o.Priority = o.Priority.withDefaults()
 	o.FairScale = o.FairScale.withDefaults(o.Quick)
 	o.KeyRate = o.KeyRate.withDefaults(o.Quick)
+	o.KeyCap = o.KeyCap.withDefaults(o.Quick)
 	return o
 }
 
@@ -107,7 +109,7 @@ func (o Options) validateRelease() error {
 	if o.KillProcs < 2 || o.KillBacklog < 2 {
 		return fmt.Errorf("bench: kill round needs >= 2 processes and a backlog >= 2, got %d and %d", o.KillProcs, o.KillBacklog)
 	}
-	return errors.Join(o.Pause.validate(), o.Priority.validate(), o.FairScale.validate(), o.KeyRate.validate())
+	return errors.Join(o.Pause.validate(), o.Priority.validate(), o.FairScale.validate(), o.KeyRate.validate(), o.KeyCap.validate())
 }
 
 // release runs the selected rounds.
@@ -151,6 +153,9 @@ func (e *env) release(ctx context.Context) *ReleaseReport {
 	}
 	if has(RoundKeyRate) {
 		r.KeyRate = e.keyRate(ctx)
+	}
+	if has(RoundKeyCap) {
+		r.KeyCap = e.keyCap(ctx)
 	}
 	return r
 }
@@ -237,6 +242,7 @@ func (r *ReleaseReport) markdown(o Options) string {
 	b.WriteString(r.priorityMarkdown())
 	b.WriteString(r.fairScaleMarkdown(o.FairScale))
 	b.WriteString(r.keyRateMarkdown())
+	b.WriteString(r.keyCapMarkdown())
 	b.WriteString(r.pauseMarkdown())
 	return b.String()
 }

@@ -32,6 +32,7 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		FairScale: FairScaleOptions{Procs: 2, Rate: 100, Tenants: 3, Tasks: 50, WRate: 60, WTenants: 3, WTasks: 15,
 			NewcomerAfter: 300 * time.Millisecond},
 		KeyRate:  KeyRateOptions{Procs: 2, Rate: 100, KeyRate: 2, Tenants: 60, Tasks: 3, Enqueuers: 8},
+		KeyCap:   KeyCapOptions{Procs: 2, Rate: 100, Tenants: 4, Tasks: 5, Call: 50 * time.Millisecond},
 		Progress: logWriter{t, start},
 	}
 	rep, err := Run(ctx, opts)
@@ -115,8 +116,16 @@ func TestReleaseRoundsSmoke(t *testing.T) {
 		x.MaxIn1s == 0 || x.TenantP50S <= 0 || x.CmdsPerTask <= 0 || x.Workers == 0 {
 		t.Errorf("keyrate row: %+v; want 180 delivered (60 tenants × 3), the most of one tenant in 1 s, keep-up, tenant drains, commands per task and the worker count", x)
 	}
+	if len(r.KeyCap) != 2 {
+		t.Fatalf("keycap rows = %d, want 2 (fifo, fair)", len(r.KeyCap))
+	}
+	for _, x := range r.KeyCap {
+		if x.Error != "" || !x.Complete || x.Delivered != 20 || x.MostOfAKey != 1 || x.MostInFlight < 2 || x.CmdsPerTask <= 0 || x.ActiveMax > 2*4 {
+			t.Errorf("keycap %s: %+v; want 20 delivered, one call of a key at a time, several keys at once, commands per task, at most twice the 4 places active", x.Order, x)
+		}
+	}
 	md := rep.Markdown()
-	for _, want := range []string{"### 7. Release path", "#### 7g.", "#### 7h.", "| `{key: tenant, key_rate: 2/s}` |", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "#### 7i.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
+	for _, want := range []string{"### 7. Release path", "#### 7g.", "#### 7j.", "#### 7h.", "| `{key: tenant, key_rate: 2/s}` |", "| weighted 3:2:1 |", "#### 7a.", "#### 7b.", "#### 7c.", "#### 7d.", "#### 7e.", "#### 7f.", "#### 7i.", "| fair 2:1:1 |", "| 20/s | asynq, no limit |",
 		"| 20/s | shaper, workers: 20 | 20 |", "Per extra downstream in one process (3 vs 1 downstreams)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)

@@ -39,6 +39,7 @@ type Sink struct {
 	recentOK  []time.Time
 	okSeen    map[string]struct{} // payloads with a 2xx hit (DistinctOK)
 	onRequest func(Hit) (status int, retryAfter time.Duration)
+	delay     time.Duration // each answer comes this long after its request
 }
 
 // New starts a sink on a loopback port.
@@ -87,6 +88,14 @@ func (s *Sink) Down() (from, to time.Time) {
 		return time.Time{}, time.Time{}
 	}
 	return s.downFrom, s.downFrom.Add(s.downFor)
+}
+
+// SetDelay makes each answer come d after its request (a call that
+// takes that long: calls in flight overlap); 0 answers at once.
+func (s *Sink) SetDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = d
 }
 
 // OnRequest lets a test pick the answer per request (status 0: default).
@@ -140,7 +149,11 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 		s.okSeen[h.Payload] = struct{}{}
 	}
 	s.hits = append(s.hits, h)
+	delay := s.delay
 	s.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay) // the call's own time, not a wait for a state
+	}
 	if retry > 0 {
 		w.Header().Set("Retry-After", strconv.FormatFloat(retry.Seconds(), 'f', -1, 64))
 	}
