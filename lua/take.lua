@@ -156,8 +156,8 @@
 --            order, and in each priority list (take_lists.lua), the take
 --            passes over the tasks of a key at its cap, its key being its
 --            msg's "shaper-key" header, looking at most max(4 × ARGV[4],
---            64) tasks deep; when every task in view is of such a key,
---            status 3 (full).
+--            64) tasks deep and 32 past the last it takes; when every
+--            task in view is of such a key, status 3 (full).
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
 --            process; keyceiling.lua's tat STRINGs, which a lane's claims
@@ -390,10 +390,16 @@ end
 -- up by this take counted
 local kcap = tonumber(ARGV[26]) or 0
 local kcapCounts = KEYS[25 + (tonumber(ARGV[16] or '0') or 0)]
-local kcapLined = {}
+local kcapLined, kcapHeld = {}, {}
 local function keyFull(key)
   if kcap <= 0 or not key or key == '' then return false end
-  return (tonumber(redis.call('HGET', kcapCounts, key) or '0') or 0) + (kcapLined[key] or 0) >= kcap
+  -- its leases, read once a take (a take moves no lease of another's)
+  local c = kcapHeld[key]
+  if c == nil then
+    c = tonumber(redis.call('HGET', kcapCounts, key) or '0') or 0
+    kcapHeld[key] = c
+  end
+  return c + (kcapLined[key] or 0) >= kcap
 end
 
 -- the reservation (ARGV[16]): shaping.lua's KEYS and ARGV, its reply, and

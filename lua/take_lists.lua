@@ -35,16 +35,18 @@ local function admit(key, j, ceilinged)
 end
 
 -- listLine lines up list k's tasks from its tail (at most listDepth(n)
--- deep) as admit lets them, its key being its msg's "shaper-key" header.
+-- deep, and no more than listPass past the last it lined up) as admit
+-- lets them, its key being its msg's "shaper-key" header.
 -- A task whose hash is gone is lined up from pending (the caller archives
 -- it) and dropped from a priority list (deleted behind shaper's back). It
 -- returns nextInLine and how many tasks are in view; nextInLine(j) gives
 -- id, msg and the entry (pickChosen's), nil when none is left.
+local listPass = 32
 local function listLine(k, n, ceilinged)
   local ids = redis.call('LRANGE', k, -listDepth(n), -1)
-  local i, stopped = #ids + 1, false
+  local i, stopped, passed = #ids + 1, false, 0
   return function(j)
-    while not stopped do
+    while not stopped and passed < listPass do
       i = i - 1
       local id = ids[i]
       if not id then return nil end
@@ -52,8 +54,11 @@ local function listLine(k, n, ceilinged)
       if m or k == KEYS[2] then
         local key = m and header(m, 'shaper-key')
         local ok, iv = admit(key, j, ceilinged)
-        if ok == true then return id, m or '', {id = id, from = k, key = key, iv = iv} end
-        stopped = ok == 'stop'
+        if ok == true then
+          passed = 0
+          return id, m or '', {id = id, from = k, key = key, iv = iv}
+        end
+        stopped, passed = ok == 'stop', passed + 1
       else
         redis.call('LREM', k, -1, id)
       end

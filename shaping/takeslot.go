@@ -47,8 +47,8 @@ func (r *runner) takeLeases() func() *lua.TakeLeases {
 // engine looks at the queue again (the place may let the next task go).
 func (r *runner) releaseLease(member string) {
 	r.leases.release(member)
-	if r.reserving {
-		r.wakeTake()
+	if r.reserving && r.srv == nil && r.d.eng != nil {
+		r.d.eng.Freed(r.ds.Name)
 	}
 }
 

@@ -27,6 +27,7 @@ type Engine struct {
 	running bool
 	addSig  chan struct{}
 	wakes   chan string
+	freed   chan string // Freed's names
 
 	events chan func() // applied by the loop goroutine, which owns every lane
 	ops    chan func() // Redis calls, run by cfg.Workers goroutines
@@ -58,7 +59,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	return &Engine{cfg: cfg, store: lua.New(cfg.Redis), names: map[string]bool{},
-		addSig: make(chan struct{}, 1), wakes: make(chan string, 256),
+		addSig: make(chan struct{}, 1), wakes: make(chan string, 256), freed: make(chan string, 256),
 		events: make(chan func(), 4096), ops: make(chan func(), 4096),
 		stopCh: make(chan struct{}), quiesced: make(chan struct{}), callCtx: callCtx, cancel: cancel,
 		logLast: map[string]time.Time{}, logDropped: map[string]int{}}, nil
@@ -90,6 +91,17 @@ func (e *Engine) Add(d Downstream) error {
 func (e *Engine) Wake(name string) {
 	select {
 	case e.wakes <- name:
+	default:
+	}
+}
+
+// Freed tells the engine that a place among downstream name's calls in
+// flight was freed: its next take comes at once if its last one found
+// every task waiting held by a cap (full) or none to take; else the take
+// already due serves it.
+func (e *Engine) Freed(name string) {
+	select {
+	case e.freed <- name:
 	default:
 	}
 }

@@ -33,6 +33,7 @@ type lane struct {
 	probe  []string      // the lists an idle check looks at: pending and levels
 
 	state        laneState
+	stuck        bool          // the last take found nothing it could take (full or empty): Engine.Freed wakes it
 	next         time.Time     // when the lane's next take or probe is due
 	gap          time.Duration // the idle probe's current backoff
 	errGap       time.Duration // the backoff after a failed call
@@ -140,6 +141,7 @@ func (l *lane) applyTake(r lua.TakeReply, at time.Time, poll time.Duration) func
 	local := func(us int64) time.Time { return at.Add(time.Duration(us-r.Now) * time.Microsecond) }
 	l.errGap = 0
 	due := local(r.Next).Add(-l.lead)
+	l.stuck = r.Status == lua.TakeFull || r.Status == lua.TakeEmpty
 	switch r.Status {
 	case lua.TakeTaken:
 		l.state, l.next, l.lost, l.early = busy, due, 0, 0

@@ -34,6 +34,10 @@ func (e *Engine) loop(ctx context.Context) {
 			if l := byName[name]; l != nil {
 				l.wake(time.Now())
 			}
+		case name := <-e.freed:
+			if l := byName[name]; l != nil && l.stuck {
+				l.wake(time.Now())
+			}
 		case <-e.addSig:
 		case <-stopCh:
 			stopCh = nil
