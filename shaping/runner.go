@@ -137,24 +137,32 @@ func (r *runner) acquire(ctx context.Context, cost int64, key string, front bool
 }
 
 // grantOf is the task's next slot: the first time, the one its take
-// reserved; else, or when a gate shut since the take, the lane's. (The
-// take reserves for tasks of one unit; a task of more units comes without
-// a slot and the lane reserves its units.)
+// reserved. A task whose slot was wasted since (a late wake-up, a
+// breaker that opened, a refused call) or whose gate shut goes back to
+// the queue, first in line, and a take reserves its next slot
+// (errGiveBack: no attempt consumed). A task taken without a slot (more
+// units than the take reserves for one task), or whose headers say
+// another cost than the take read, waits in the lane, which reserves its
+// units or refuses what no wait makes fit.
 func (r *runner) grantOf(ctx context.Context, cost int64, key string, front bool) (grant, error) {
 	ts := takenOf(ctx).slot
-	if ts == nil || ts.used {
+	if ts == nil {
 		return r.lane.wait(ctx, cost, key, front)
 	}
+	if ts.used {
+		return grant{}, errGiveBack
+	}
 	ts.used = true
+	units := max(ts.res.Units, 1)
 	g := grant{slot: time.UnixMicro(ts.res.Slot), now: time.UnixMicro(ts.res.Now), issued: ts.res.Issued}
 	p := r.releaseGate()
 	if !p.ok {
-		// paused, or the breaker opened: the unit goes back to the
-		// quotas, and the lane serves the task as it serves its waiters
-		r.wasted(1, g)
-		return r.lane.wait(ctx, cost, key, front)
+		// paused, or the breaker opened: the units go back to the
+		// quotas, and the task to the queue, where the take's gates hold it
+		r.wasted(units, g)
+		return grant{}, errGiveBack
 	}
-	if units := max(ts.res.Units, 1); cost != units {
+	if cost != units {
 		// the take read other units in the task's msg than its headers
 		// say: they go back to the quotas (their slot of the rate is
 		// lost), and the lane reserves all the task's units
