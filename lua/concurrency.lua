@@ -50,16 +50,7 @@ local function keyOf(member)
   return string.sub(member, i + 1)
 end
 
-local function drop(member)
-  if redis.call('ZREM', leases, member) == 1 then
-    local k = keyOf(member)
-    local c = redis.call('HINCRBY', counts, k, -1)
-    if c <= 0 then redis.call('HDEL', counts, k) end
-    if held and k ~= '' then capUnhold(held, parked, k, keycap - math.max(c, 0), fttl) end
-    return 1
-  end
-  return 0
-end
+local function drop(member) return leaseGone(leases, counts, member, held, parked, keycap, fttl) end
 
 local function expire()
   local gone = redis.call('ZRANGEBYSCORE', leases, '-inf', now)

@@ -15,6 +15,11 @@
 --     how many went. ttl: ms, the TTL fair.lua gives its keys.
 --   capUnholdAll(held, parked, k, ttl): up to k held tasks of any key go
 --     back (no cap per key holds them any more).
+--   leaseGone(leases, counts, m, held, parked, keycap, ttl): lease m
+--     ("<token>|<key>", concurrency.lua's) goes, released or expired: its
+--     key counts one call fewer and, with held (a fair take's), gets back
+--     as many held tasks as it has places under keycap; 1 when m was
+--     there, else 0.
 
 local function capHeldPrefix(key) return '~' .. #key .. '|' .. key .. '|' end
 
@@ -47,4 +52,13 @@ local function capUnholdAll(held, parked, k, ttl)
   end
   if #ms > 0 then redis.call('PEXPIRE', parked, ttl) end
   return #ms
+end
+
+local function leaseGone(leases, counts, m, held, parked, keycap, ttl)
+  if redis.call('ZREM', leases, m) == 0 then return 0 end
+  local key = string.sub(m, string.find(m, '|', 1, true) + 1)
+  local c = redis.call('HINCRBY', counts, key, -1)
+  if c <= 0 then redis.call('HDEL', counts, key) end
+  if held and keycap > 0 and key ~= '' then capUnhold(held, parked, key, keycap - math.max(c, 0), ttl) end
+  return 1
 end

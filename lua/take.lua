@@ -401,6 +401,10 @@ local function keyFull(key)
   end
   return c + (kcapLined[key] or 0) >= kcap
 end
+-- kcapLine counts a task of key lined up by this take (keyFull counts it)
+local function kcapLine(key)
+  if key then kcapLined[key] = (kcapLined[key] or 0) + 1 end
+end
 
 -- the reservation (ARGV[16]): shaping.lua's KEYS and ARGV, its reply, and
 -- the msgs of the tasks it reserved for, read before it

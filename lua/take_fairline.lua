@@ -142,7 +142,7 @@ local function fairLine(n, est)
         else
           local iv, ok = ceilinged(key, j)
           if ok then
-            kcapLined[key] = (kcapLined[key] or 0) + 1
+            kcapLine(key)
             return id, h[1], {id = id, m = m, s = s, key = key, iv = iv}
           end
           toLater(m, key, iv)
@@ -170,7 +170,7 @@ local function fairLine(n, est)
       if keyFull(key) then break end
       if key then iv, ok = ceilinged(key, j) end
       if not ok then break end
-      if key then kcapLined[key] = (kcapLined[key] or 0) + 1 end
+      kcapLine(key)
       return id, h[1] or '', {id = id, tail = true, numbered = numbered, key = key, iv = iv}
     end
     -- the tail stops here: one not taken now stays the tail, and a

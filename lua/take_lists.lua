@@ -30,7 +30,7 @@ local function admit(key, j, ceilinged)
     iv, ok = ceilinged(key, j)
     if not ok then return 'stop' end
   end
-  if key then kcapLined[key] = (kcapLined[key] or 0) + 1 end
+  kcapLine(key)
   return true, iv
 end
 

@@ -72,12 +72,10 @@ if rk then
     -- back to its places), and no more tasks than places left among the
     -- calls in flight
     local lk, ck = KEYS[24 + nres], KEYS[25 + nres]
+    -- (held only in fair order: KEYS[15..23] are fair.lua's then)
+    local held = fair and KEYS[22] or nil
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', now)) do
-      redis.call('ZREM', lk, m)
-      local key = string.sub(m, string.find(m, '|', 1, true) + 1)
-      local c = redis.call('HINCRBY', ck, key, -1)
-      if c <= 0 then redis.call('HDEL', ck, key) end
-      if kcap > 0 and key ~= '' then capUnhold(KEYS[22], KEYS[15], key, kcap - math.max(c, 0), fttl) end
+      leaseGone(lk, ck, m, held, KEYS[15], kcap, fttl)
     end
     if lcap > 0 then
       local room = lcap - redis.call('ZCARD', lk)

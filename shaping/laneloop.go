@@ -55,12 +55,12 @@ func (l *lane) run() {
 		ask := n
 		if probe {
 			ask = 1 // a half-open probe
-		} else if !r.paced && l.behindNow() {
-			// stock for workers still to come; a paced downstream's
+		} else if !r.reserving && l.behindNow() {
+			// stock for workers still to come; an engine downstream's
 			// takes bring tasks just ahead of their slots, and stock
 			// would only push their slots later
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
-		} else if r.paced {
+		} else if r.reserving {
 			// the tasks of the take still to come: their slots go to
 			// the stock they take from as they arrive
 			owed := l.takeOwed()

@@ -46,12 +46,12 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 	// less than 500ms on by what the start-up took on the wall clock
 	// before the first take (the liveness loop's timers are due at 250ms,
 	// 750ms, 1.75s and every 2s, the control loop's in an hour).
-	due := workerTimer(t, clk, start, start.Add(600*time.Millisecond))
+	due := workerTimer(t, clk, start, start, start.Add(600*time.Millisecond))
 	clk.AdvanceTo(due.Add(300 * time.Millisecond)) // wakes 300ms behind the slot
 	// the task went back to the queue and a take reserved its next slot,
 	// at most 500ms after the skipped one; the release sleeps until it on
 	// the fake clock, whose offset to Redis's the jump moved
-	next := workerTimer(t, clk, clk.Now(), due.Add(700*time.Millisecond))
+	next := workerTimer(t, clk, start, clk.Now(), due.Add(700*time.Millisecond))
 	if n := rec.count(); n != 1 {
 		t.Fatalf("%d releases after a wake-up 300ms late (tolerance 100ms), want 1: the late slot must be skipped", n)
 	}
@@ -66,11 +66,10 @@ func TestLateWakeUpSkipsItsSlot(t *testing.T) {
 }
 
 // workerTimer waits for a pending timer due after now, within (from, to),
-// that is not the liveness loop's (250ms and 750ms after start, then
-// every 2s from 1.75s).
-func workerTimer(t *testing.T, clk *clocktest.Fake, from, to time.Time) time.Time {
+// that is not the liveness loop's (250ms and 750ms after start, the fake
+// clock's first time, then every 2s from 1.75s).
+func workerTimer(t *testing.T, clk *clocktest.Fake, start, from, to time.Time) time.Time {
 	t.Helper()
-	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	liveness := func(p time.Time) bool {
 		d := p.Sub(start)
 		return d == 250*time.Millisecond || d == 750*time.Millisecond || d >= 1750*time.Millisecond && (d-1750*time.Millisecond)%(2*time.Second) == 0

@@ -52,7 +52,7 @@ type leaseWaiter struct {
 
 func newLeaseLane(svc *services, ds Downstream) *leaseLane {
 	l := &leaseLane{svc: svc, ds: ds, q: list.New(), held: map[string]struct{}{}, kick: make(chan struct{}, 1)}
-	if ds.KeyConcurrency > 0 && ds.Fairness != nil && ds.reservesAtTake() {
+	if ds.KeyConcurrency > 0 && ds.Fairness != nil { // a fair downstream's take holds them (never a batch's)
 		f := svc.space.Fair(ds.Name)
 		l.capHeld = &lua.CapHeld{Held: f.Held, Parked: f.Parked, TTL: fairindex.KeyTTL}
 	}

@@ -20,8 +20,8 @@ type runner struct {
 	ds       Downstream
 	handlers map[string]HandlerFunc
 	srv      *asynq.Server
-	paced    bool // the engine takes only what keeps r a few tasks ahead (takeDownstream)
-	// reserving: the engine's takes reserve r's slots (takeslot.go)
+	// reserving: the engine serves r and its takes reserve r's slots
+	// (takeslot.go); false for a batch, which r.srv serves
 	reserving bool
 	rate      atomic.Pointer[limiters.Limit]
 
@@ -73,6 +73,14 @@ func (r *runner) wake() {
 func (r *runner) wakeTake() {
 	if r.srv == nil && r.d.eng != nil {
 		r.d.eng.Wake(r.ds.Name)
+	}
+}
+
+// freedTake tells the engine that a place among r's calls in flight was
+// freed (take.Engine.Freed).
+func (r *runner) freedTake() {
+	if r.srv == nil && r.d.eng != nil {
+		r.d.eng.Freed(r.ds.Name)
 	}
 }
 

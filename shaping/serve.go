@@ -114,7 +114,7 @@ func poke(c chan struct{}) {
 
 // takeDownstream is how the engine serves r: each process holds at most
 // r's workers (the budget across the fleet is workers per live process),
-// and each take reserves the slots of what it moves (reservesAtTake), so
+// and each take reserves the slots of what it moves (takeslot.go), so
 // what a process holds is the tasks whose slots start within the take's
 // look-ahead and its calls in flight, whatever the budget.
 func (r *runner) takeDownstream(q *quarantine) take.Downstream {
@@ -127,21 +127,19 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	if r.ds.Priority != nil {
 		d.Weights = r.ds.Priority.Weights
 	}
-	if r.ds.reservesAtTake() {
-		// the take reserves its tasks' slots: what it moves is the slots
-		// that start within the engine's look-ahead, wherever they are
-		d.Reserve, d.Reserved, d.MaxUnits = r.takeReserve, r.takeReserved, r.ds.maxTakeUnits()
-		d.Pause = &lua.TakePause{Key: r.d.space.DownstreamState(r.ds.Name), Field: control.PausedField}
-		r.paced, r.reserving = true, true
-		if r.ds.Priority != nil {
-			d.LookAhead = priorityLookAhead
-		}
-		if r.ds.Fairness != nil {
-			d.Ceiling, d.LookAhead, d.Lead = r.takeCeiling(), fairLookAhead, fairLead
-		}
-		if r.leases != nil {
-			d.Leases, d.Unheld = r.takeLeases(), r.releaseLease
-		}
+	// the take reserves its tasks' slots: what it moves is the slots that
+	// start within the engine's look-ahead, wherever they are
+	d.Reserve, d.Reserved, d.MaxUnits = r.takeReserve, r.takeReserved, r.ds.maxTakeUnits()
+	d.Pause = &lua.TakePause{Key: r.d.space.DownstreamState(r.ds.Name), Field: control.PausedField}
+	r.reserving = true
+	if r.ds.Priority != nil {
+		d.LookAhead = priorityLookAhead
+	}
+	if r.ds.Fairness != nil {
+		d.Ceiling, d.LookAhead, d.Lead = r.takeCeiling(), fairLookAhead, fairLead
+	}
+	if r.leases != nil {
+		d.Leases, d.Unheld = r.takeLeases(), r.releaseLease
 	}
 	return d
 }

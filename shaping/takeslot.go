@@ -5,32 +5,25 @@ import (
 	"time"
 
 	"github.com/shaper-io/shaper/internal/fairindex"
-
 	"github.com/shaper-io/shaper/internal/lua"
 )
 
-// A FIFO, priority or fair downstream's take (with or without a
-// concurrency cap) reserves the slots of the tasks it moves, in the same script (take.Downstream.Reserve): the
-// bucket, the quotas and the announced limit decide there, so a task
-// leaves pending only with its slot, and the lane is not asked. The lane
-// still serves what the take's slot cannot: a task of more than one unit
-// (the take moves it alone, without a slot), a slot wasted (woken late, a
-// pushback, the breaker) and every slot after a refused call. The task
-// carries its slot to the release path in taken.slot (deadline.go), and
-// runner.grantOf hands it out once.
-
-// reservesAtTake reports whether ds's takes reserve its tasks' slots:
-// every downstream the engine serves (all but a batch, which asynq's
-// server serves): its policy (first-in first-out, priority strict or
-// weighted, fair order) picks the next task among all waiting when the
-// slot exists, with its key ceilings and its caps on calls in flight.
-func (ds Downstream) reservesAtTake() bool { return ds.Batch == nil }
+// Every downstream the engine serves (all but a batch, which asynq's
+// server serves) reserves at the take: its policy (first-in first-out,
+// priority strict or weighted, fair order) picks the next task among all
+// waiting when the slot exists, with its key ceilings and its caps on
+// calls in flight, in the same script (take.Downstream.Reserve). The
+// task carries its slot to the release path in taken.slot (deadline.go),
+// and runner.grantOf hands it out once; a slot wasted sends the task back
+// to the queue for a take to reserve the next. The lane serves only what
+// the take moves without a slot (more units than it reserves for one
+// task) or whose headers say another cost than the take read.
 
 // takeLeases is r's caps on calls in flight at the take, as the engine
 // asks them before each take (a copy each time: the engine sets the
 // take's token in it): the take moves no more tasks than the cap has
-// places, holds a key's tasks aside at its cap per key (fair order
-// only: reservesAtTake), and each task it moves holds one place from the
+// places, passes over or holds aside the tasks of a key at its cap per
+// key, and each task it moves holds one place from the
 // take to its call's end (serveTake).
 func (r *runner) takeLeases() func() *lua.TakeLeases {
 	ds := r.ds
@@ -47,8 +40,8 @@ func (r *runner) takeLeases() func() *lua.TakeLeases {
 // engine looks at the queue again (the place may let the next task go).
 func (r *runner) releaseLease(member string) {
 	r.leases.release(member)
-	if r.reserving && r.srv == nil && r.d.eng != nil {
-		r.d.eng.Freed(r.ds.Name)
+	if r.reserving {
+		r.freedTake()
 	}
 }
 
@@ -122,7 +115,7 @@ const keyRatesEvery = 30 * time.Second
 // they are there already (lua.Store.EnsureKeyRates); a no-op without.
 func (r *runner) ensureKeyRates() {
 	own := keyIntervals(r.ds.Fairness)
-	if len(own) == 0 || !r.ds.reservesAtTake() {
+	if len(own) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)

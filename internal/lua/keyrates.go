@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
-
-	"maps"
 )
 
 var keyRates = script("keyrates.lua")

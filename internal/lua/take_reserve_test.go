@@ -408,6 +408,10 @@ func TestTakeReservePassesOverAKeyAtItsCap(t *testing.T) {
 	if got := names(r.take(t0+200000, false)); got != "[A1]" {
 		t.Fatalf("after A0's call: %s; want [A1]", got)
 	}
+	// A1's lease expires (its process died): the take frees its place
+	if got := names(r.take(t0+30300000, false)); got != "[A3]" {
+		t.Fatalf("after A1's lease expired: %s; want [A3]", got)
+	}
 }
 
 // Weighted priority through a line of chosen tasks (a cap per key on the
