@@ -8,7 +8,7 @@
 //	go run ./cmd/shaperbench -rounds economy,keepup,idle,kill,fair,priority
 //	                                     # the release path only (scenario 7), about 6-7 minutes
 //	go run ./cmd/shaperbench -rounds fair # a late small tenant with and without fair share, about 80 s
-//	go run ./cmd/shaperbench -rounds priority # urgent tasks behind a backlog, priority next to FIFO, about 40 s
+//	go run ./cmd/shaperbench -rounds priority # urgent tasks behind a backlog, priority next to FIFO and with fair share, about 50 s
 //	go run ./cmd/shaperbench -rounds keyrate # key_rate 2/s over 10,000 tenants × 6 tasks at 1000/s × 3 processes, about 80 s
 //	                                     # (-keyrate-control: and the same load without key_rate, as much again)
 package main
@@ -45,6 +45,7 @@ func main() {
 	keyControl := fs.Bool("keyrate-control", false, "round keyrate also runs the same load without key_rate (fair share alone), for comparison")
 	fsTenants := fs.Int("fairscale-tenants", 0, "tenants of round fairscale's equal run (default 10)")
 	fsTasks := fs.Int("fairscale-tasks", 0, "tasks per tenant of round fairscale's equal run (default 500, -quick 250)")
+	prioFair := fs.Bool("priority-fair", true, "round priority also runs strict and weighted priority with fair share over 10 tenants")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -63,6 +64,7 @@ func main() {
 	opts.EconomyRates = counts("economy-rates", *econ, "a rate")
 	opts.KeyRate.Control = *keyControl
 	opts.FairScale.Tenants, opts.FairScale.Tasks = *fsTenants, *fsTasks
+	opts.Priority.Fair = *prioFair
 	if !*quiet {
 		opts.Progress = os.Stderr
 	}

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/testsink"
 	"github.com/shaper-io/shaper/queue"
+	"github.com/shaper-io/shaper/shaping"
 )
 
 // RoundPriority is the release-path round that measures urgent tasks'
@@ -31,12 +34,18 @@ type PriorityOptions struct {
 	// backlog; default 5s. A FIFO run lasts until the urgent tasks, last
 	// in the queue, are released.
 	Hold time.Duration
+	// Fair adds modes "strict+fair" and "weighted+fair": the same load on
+	// a downstream with fairness, the backlog spread over Tenants keys.
+	// Off in the zero value; cmd/shaperbench turns it on (-priority-fair).
+	Fair    bool
+	Tenants int // backlog keys of the fair modes; default 10
 }
 
 func (p PriorityOptions) withDefaults() PriorityOptions {
 	p.Rate, p.Procs = cmp.Or(p.Rate, 50), cmp.Or(p.Procs, 2)
 	p.Backlog, p.Urgent = cmp.Or(p.Backlog, 1000), cmp.Or(p.Urgent, 20)
 	p.After, p.Hold = cmp.Or(p.After, p.Rate), cmp.Or(p.Hold, 5*time.Second)
+	p.Tenants = cmp.Or(p.Tenants, 10)
 	return p
 }
 
@@ -44,6 +53,9 @@ func (p PriorityOptions) validate() error {
 	if p.Rate < 1 || p.Procs < 1 || p.Urgent < 1 || p.After < 1 || p.Backlog <= p.After {
 		return fmt.Errorf("bench: priority round needs rate, processes, urgent tasks and releases before them >= 1 and a backlog above those releases, got %d, %d, %d, %d and %d",
 			p.Rate, p.Procs, p.Urgent, p.After, p.Backlog)
+	}
+	if p.Fair && (p.Tenants < 2 || p.Tenants > p.Backlog) {
+		return fmt.Errorf("bench: priority round's fair modes need 2 to %d (the backlog) tenants, got %d", p.Backlog, p.Tenants)
 	}
 	return nil
 }
@@ -53,11 +65,15 @@ func (p PriorityOptions) validate() error {
 // tasks of priority 5 wait; once the sink has seen After releases, Urgent
 // tasks of priority 1 are enqueued one after another. In FIFO mode (no
 // priority setting) both are plain tasks, so the urgent ones wait behind
-// the backlog. The producer is the one the daemon builds from the same
+// the backlog. In the fair modes the downstream also has fairness by
+// tenant and the backlog is Tenants keys' (priorityRun says which task
+// is whose). The producer is the one the daemon builds from the same
 // config (internal/plan). Times are release times (X-Shaper-Released).
 type PriorityRow struct {
 	Mode      string `json:"mode"`
 	Priority  string `json:"priority,omitempty"` // the YAML value; "" is FIFO
+	Fairness  string `json:"fairness,omitempty"` // the YAML value; "" is none
+	Tenants   int    `json:"tenants,omitempty"`  // keys of the backlog (fair modes)
 	Rate      int    `json:"rate_per_s"`
 	Processes int    `json:"processes"`
 	Workers   int    `json:"workers_per_process"`
@@ -89,24 +105,41 @@ type PriorityRow struct {
 	// in any 1 s.
 	Achieved float64 `json:"achieved_per_s"`
 	MaxIn1s  int     `json:"max_in_any_1s_at_release"`
-	RunS     float64 `json:"run_s"`
-	Error    string  `json:"error,omitempty"`
+	// Jain (fair modes) is Jain's index of the backlog tenants' releases
+	// over the run (1: even shares; 1/Tenants: one tenant took all).
+	// UrgentKeyShare is the urgent tasks' key's part of those releases
+	// over 1/Tenants: 1 when its urgent tasks cost its backlog nothing,
+	// below 1 when fair share charged them to its turns.
+	Jain           float64 `json:"jain,omitempty"`
+	UrgentKeyShare float64 `json:"urgent_key_share,omitempty"`
+	RunS           float64 `json:"run_s"`
+	Error          string  `json:"error,omitempty"`
 }
 
 // priorityMode is one way the priority round runs the same load.
 type priorityMode struct {
 	name, setting string // setting "" is FIFO
+	fair          bool   // fairness: priorityFairness, the backlog over Tenants keys
 }
 
-func priorityModes() []priorityMode {
-	return []priorityMode{
-		{"FIFO", ""},
-		{"strict", "{}"},
-		{"weighted", "{weights: {1: 8, 2: 4, 3: 2, 4: 1, 5: 1}}"},
+// priorityWeights are the weighted modes' setting. With fairness the
+// backlog waits at level 3 (weight 2), so urgent tasks get 4 takes to
+// its 1 there, against 8 to 1 over a backlog at level 5.
+const priorityWeights = "{weights: {1: 8, 2: 4, 3: 2, 4: 1, 5: 1}}"
+
+// priorityFairness is the fair modes' fairness setting.
+const priorityFairness = "{key: tenant}"
+
+func priorityModes(fair bool) []priorityMode {
+	ms := []priorityMode{{"FIFO", "", false}, {"strict", "{}", false}, {"weighted", priorityWeights, false}}
+	if fair {
+		ms = append(ms, priorityMode{"strict+fair", "{}", true}, priorityMode{"weighted+fair", priorityWeights, true})
 	}
+	return ms
 }
 
-// The round's payload tags (tenantTask.T).
+// The round's payload tags (tenantTask.T); in the fair modes the
+// backlog's are its tenants instead.
 const (
 	tagBacklog = "backlog"
 	tagUrgent  = "urgent"
@@ -115,17 +148,78 @@ const (
 func (e *env) priority(ctx context.Context) []PriorityRow {
 	po := e.opts.Priority
 	var rows []PriorityRow
-	for _, m := range priorityModes() {
+	for _, m := range priorityModes(po.Fair) {
 		e.logf("priority: %s, %d processes at %d/s, %d waiting, then %d urgent ...", m.name, po.Procs, po.Rate, po.Backlog, po.Urgent)
 		row := e.priorityRun(ctx, m)
-		e.logf("priority: %s: urgent latency p50 %.3f p95 %.3f max %.3f s, first %.3f s, all %.3f s, %d of the backlog meanwhile; %.1f/s, max %d in 1 s; run %.1f s%s",
-			m.name, row.LatP50S, row.LatP95S, row.LatMaxS, row.FirstS, row.AllS, row.Meanwhile, row.Achieved, row.MaxIn1s, row.RunS, errSuffix(row.Error))
+		fair := ""
+		if m.fair {
+			fair = fmt.Sprintf("; Jain %.4f over %d tenants, the urgent key's share %.2f of fair", row.Jain, row.Tenants, row.UrgentKeyShare)
+		}
+		e.logf("priority: %s: urgent latency p50 %.3f p95 %.3f max %.3f s, first %.3f s, all %.3f s, %d of the backlog meanwhile; %.1f/s, max %d in 1 s%s; run %.1f s%s",
+			m.name, row.LatP50S, row.LatP95S, row.LatMaxS, row.FirstS, row.AllS, row.Meanwhile, row.Achieved, row.MaxIn1s, fair, row.RunS, errSuffix(row.Error))
 		rows = append(rows, row)
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	return rows
+}
+
+// priorityLoad is what one mode enqueues: whose tasks, at which priority.
+type priorityLoad struct {
+	extra     []string // the downstream's fields beyond rate and handler
+	tenants   []string // the backlog's payload tags, which are its keys when keyed
+	keyed     bool     // tasks carry their tenant as Key
+	low, high int      // the backlog's and the urgent tasks' priority; 0: plain
+	urgentKey string   // "" unless keyed
+}
+
+func priorityLoadOf(m priorityMode, po PriorityOptions) priorityLoad {
+	if !m.fair {
+		l := priorityLoad{tenants: []string{tagBacklog}}
+		if m.setting != "" {
+			l.extra, l.low, l.high = []string{"priority: " + m.setting}, priority.Last, priority.First
+		}
+		return l
+	}
+	// With fairness only the default level waits in fair order (the
+	// others go by priority alone), so the backlog is at 3, not 5.
+	// The urgent tasks are t00's, a backlog tenant's: fair order alone
+	// would hold them behind t00's own backlog at a tenth of the rate
+	// (about 20 s here), so a release within strict priority's bounds is
+	// priority's doing, and UrgentKeyShare shows whether fair share
+	// charges them to t00's turns. A new tenant would not tell the two
+	// apart: fair share alone releases its first task within a second.
+	l := priorityLoad{extra: []string{"priority: " + m.setting, "fairness: " + priorityFairness}, keyed: true,
+		low: priority.Default, high: priority.First}
+	for i := range po.Tenants {
+		l.tenants = append(l.tenants, fmt.Sprintf("t%02d", i))
+	}
+	l.urgentKey = l.tenants[0]
+	return l
+}
+
+// enqueueBacklog enqueues the backlog tenant by tenant, each one's tasks
+// in a row (first in, first out would serve t00 alone first, so even
+// shares are fair order's doing), and returns each task's enqueue by
+// tenant and sequence number.
+func (l priorityLoad) enqueueBacklog(ctx context.Context, p *queue.Producer, n int) (map[string][]time.Time, error) {
+	enq := map[string][]time.Time{}
+	for i, k := range l.tenants {
+		key, c := "", n/len(l.tenants)
+		if i < n%len(l.tenants) {
+			c++
+		}
+		if l.keyed {
+			key = k
+		}
+		at, err := enqueueLevel(ctx, p, k, key, c, l.low)
+		enq[k] = at
+		if err != nil {
+			return enq, err
+		}
+	}
+	return enq, nil
 }
 
 // priorityRun runs one mode: the backlog, the processes, the urgent tasks.
@@ -135,19 +229,19 @@ func (e *env) priorityRun(ctx context.Context, m priorityMode) PriorityRow {
 	sink := testsink.New()
 	defer sink.Close()
 	prefix := e.prefix("priority")
-	var extra []string
-	low, high := 0, 0 // FIFO: plain tasks
-	if m.setting != "" {
-		extra, low, high = append(extra, "priority: "+m.setting), priority.Last, priority.First
+	load := priorityLoadOf(m, po)
+	if m.fair {
+		row.Fairness, row.Tenants = priorityFairness, len(load.tenants)
 	}
-	cfg := e.shaperYAML(prefix, httpDownstream(downstream, po.Rate, 0, sink.URL(), extra...))
+	cfg := e.shaperYAML(prefix, httpDownstream(downstream, po.Rate, 0, sink.URL(), load.extra...))
 	p, err := planProducer(e, cfg)
 	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
 	defer p.Close()
-	if _, err := enqueueLevel(ctx, p, tagBacklog, po.Backlog, low); err != nil {
+	backlog, err := load.enqueueBacklog(ctx, p, po.Backlog)
+	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
@@ -164,7 +258,7 @@ func (e *env) priorityRun(ctx context.Context, m priorityMode) PriorityRow {
 		if !pollUntil(ctx, limit, 10*time.Millisecond, func() bool { return sink.Count() >= po.After }) {
 			return fmt.Errorf("%d releases before the urgent tasks, want %d", sink.Count(), po.After)
 		}
-		if urgent, err = enqueueLevel(ctx, p, tagUrgent, po.Urgent, high); err != nil {
+		if urgent, err = enqueueLevel(ctx, p, tagUrgent, load.urgentKey, po.Urgent, load.high); err != nil {
 			return err
 		}
 		if !pollUntil(ctx, limit, 20*time.Millisecond, func() bool { return countTag(sink.OK(), tagUrgent) >= po.Urgent }) {
@@ -180,19 +274,23 @@ func (e *env) priorityRun(ctx context.Context, m priorityMode) PriorityRow {
 		err = serr
 	}
 	keepFirst(&row.Error, err)
-	fillPriority(&row, urgent, sink.OK())
+	hits := sink.OK()
+	fillPriority(&row, backlog, urgent, hits)
+	if m.fair {
+		fillPriorityFair(&row, backlog, hits, load.urgentKey)
+	}
 	return row
 }
 
-// enqueueLevel enqueues n tasks tagged tag at priority prio (0: the
-// downstream's default) one after another and returns when each enqueue
-// began.
-func enqueueLevel(ctx context.Context, p *queue.Producer, tag string, n, prio int) ([]time.Time, error) {
+// enqueueLevel enqueues n tasks tagged tag with key key at priority prio
+// (0: the downstream's default) one after another and returns when each
+// enqueue began.
+func enqueueLevel(ctx context.Context, p *queue.Producer, tag, key string, n, prio int) ([]time.Time, error) {
 	at := make([]time.Time, 0, n)
 	for i := range n {
 		b, _ := json.Marshal(tenantTask{tag, i})
 		at = append(at, time.Now())
-		if _, err := p.Enqueue(ctx, queue.Task{Downstream: downstream, Payload: b, Priority: prio}); err != nil {
+		if _, err := p.Enqueue(ctx, queue.Task{Downstream: downstream, Key: key, Payload: b, Priority: prio}); err != nil {
 			return at, fmt.Errorf("enqueue %s #%d: %w", tag, i, err)
 		}
 	}
@@ -211,50 +309,80 @@ func countTag(hits []testsink.Hit, tag string) int {
 	return len(seen)
 }
 
-// fillPriority computes the measured columns of row from the urgent
-// tasks' enqueue times (by sequence number) and the sink's hits.
-func fillPriority(row *PriorityRow, urgent []time.Time, hits []testsink.Hit) {
-	seen := map[tenantTask]bool{}
-	rel := make([]time.Time, len(urgent)) // first release of each urgent task
-	var backlog []time.Time               // release of each backlog task
-	for _, h := range hits {
-		var t tenantTask
-		if json.Unmarshal([]byte(h.Payload), &t) != nil || (t.T != tagBacklog && t.T != tagUrgent) {
-			continue
-		}
-		if seen[t] {
-			row.Duplicates++
-			continue
-		}
-		seen[t] = true
-		at := h.Wake
-		if at.IsZero() {
-			at = h.At
-		}
-		if t.T == tagBacklog {
-			backlog = append(backlog, at)
-		} else if t.N >= 0 && t.N < len(rel) {
-			rel[t.N] = at
-		}
-	}
-	row.Delivered = len(seen)
+// fillPriority computes the measured columns of row from the backlog's
+// and the urgent tasks' enqueue times (by tag and sequence number) and
+// the sink's hits.
+func fillPriority(row *PriorityRow, backlog map[string][]time.Time, urgent []time.Time, hits []testsink.Hit) {
+	enq := maps.Clone(backlog)
+	enq[tagUrgent] = urgent
+	rel, delivered, dups := tenantReleases(enq, hits)
+	row.Delivered, row.Duplicates = delivered, dups
 	all := releaseTimes(hits)
 	row.Achieved = round(keepUpRate(all, time.Second), 2)
 	row.MaxIn1s = testsink.MaxInWindow(all, time.Second)
-	w := taskWaits(urgent, rel)
+	w := taskWaits(urgent, rel[tagUrgent])
 	row.UrgentDone = len(w)
 	row.Complete = len(urgent) > 0 && len(w) == len(urgent)
 	if len(w) == 0 {
 		return
 	}
 	row.LatP50S, row.LatP95S, row.LatMaxS = round(percentile(w, 0.5), 3), round(percentile(w, 0.95), 3), round(percentile(w, 1), 3)
-	_, last := spanOf(rel)
-	if !rel[0].IsZero() {
-		row.FirstS = round(rel[0].Sub(urgent[0]).Seconds(), 3)
+	ur := rel[tagUrgent]
+	_, last := spanOf(ur)
+	if !ur[0].IsZero() {
+		row.FirstS = round(ur[0].Sub(urgent[0]).Seconds(), 3)
 	}
 	row.AllS = round(last.Sub(urgent[0]).Seconds(), 3)
 	row.EnqueueS = round(urgent[len(urgent)-1].Sub(urgent[0]).Seconds(), 3)
-	row.Meanwhile = testsink.Between(backlog, urgent[0], last)
+	for k := range backlog {
+		row.Meanwhile += testsink.Between(rel[k], urgent[0], last)
+	}
+}
+
+// fillPriorityFair computes a fair mode's Jain's index and the urgent
+// key's share from the backlog's enqueue times by tenant and the hits.
+// It counts each tenant's releases up to the last release, or to the
+// last of a tenant whose backlog ran out first (it then has no share to
+// claim); a tenant never released counts 0, so a broken share shows.
+func fillPriorityFair(row *PriorityRow, backlog map[string][]time.Time, hits []testsink.Hit, urgentKey string) {
+	rel, _, _ := tenantReleases(backlog, hits)
+	tenants := slices.Sorted(maps.Keys(backlog))
+	var to time.Time
+	for _, k := range tenants {
+		if _, last := spanOf(rel[k]); last.After(to) {
+			to = last
+		}
+	}
+	for _, k := range tenants {
+		if _, last := spanOf(rel[k]); releasedBy(rel[k], last) == len(backlog[k]) && last.Before(to) {
+			to = last
+		}
+	}
+	counts := make([]float64, len(tenants))
+	var total float64
+	for i, k := range tenants {
+		counts[i] = float64(releasedBy(rel[k], to))
+		total += counts[i]
+	}
+	if total == 0 {
+		return
+	}
+	row.Jain = round(shaping.Jain(counts), 4)
+	if i := slices.Index(tenants, urgentKey); i >= 0 {
+		row.UrgentKeyShare = round(counts[i]/total*float64(len(tenants)), 3)
+	}
+}
+
+// releasedBy is how many of the releases rel (zero: not released) came
+// by to.
+func releasedBy(rel []time.Time, to time.Time) int {
+	n := 0
+	for _, t := range rel {
+		if !t.IsZero() && !t.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // priorityMarkdown renders round "priority", "" if it did not run.
@@ -269,6 +397,10 @@ func (r *ReleaseReport) priorityMarkdown() string {
 		x0.Processes, x0.Rate, inum(int64(x0.Backlog)), x0.Urgent)
 	fmt.Fprintf(&b, "Bounds for strict priority: the first urgent task within 2 intervals + 100 ms (%s), all within %d intervals + 300 ms (%s) of the first enqueue; at most %d in any 1 s.\n\n",
 		2*interval+100*time.Millisecond, x0.Urgent, time.Duration(x0.Urgent)*interval+300*time.Millisecond, x0.Rate+1)
+	if i := slices.IndexFunc(r.Priority, func(x PriorityRow) bool { return x.Fairness != "" }); i >= 0 {
+		fmt.Fprintf(&b, "Fair modes: the backlog is %d tenants' (keys t00…, enqueued tenant by tenant) at priority 3, the level fair share orders; the urgent tasks are t00's. Jain's index is over the backlog tenants' releases in the run; the urgent key's share is t00's part of them over 1/%d.\n\n",
+			r.Priority[i].Tenants, r.Priority[i].Tenants)
+	}
 	b.WriteString(priorityTable(r.Priority))
 	b.WriteString("\n")
 	return b.String()
@@ -277,7 +409,8 @@ func (r *ReleaseReport) priorityMarkdown() string {
 // priorityTable renders the priority round's rows.
 func priorityTable(rows []PriorityRow) string {
 	t := table{head: []string{"mode", "priority", "workers per process", "urgent latency p50 / p95 / max", "first urgent",
-		"all urgent (from the first enqueue)", "backlog released meanwhile", "achieved (/s)", "max in any 1 s", "delivered"}, align: "llrrrrrrrl"}
+		"all urgent (from the first enqueue)", "backlog released meanwhile", "achieved (/s)", "max in any 1 s", "fairness",
+		"Jain's index (backlog keys)", "urgent key's share of fair", "delivered"}, align: "llrrrrrrrlrrl"}
 	for _, x := range rows {
 		setting := "– (FIFO)"
 		if x.Priority != "" {
@@ -295,8 +428,15 @@ func priorityTable(rows []PriorityRow) string {
 			lat = fmt.Sprintf("%s / %s / %s s", num(x.LatP50S, 3), num(x.LatP95S, 3), num(x.LatMaxS, 3))
 			first, all = num(x.FirstS, 3)+" s", num(x.AllS, 3)+" s"
 		}
+		fairness, jain, share := "–", "–", "–"
+		if x.Fairness != "" {
+			fairness = "`" + x.Fairness + "`"
+		}
+		if x.Jain > 0 {
+			jain, share = num(x.Jain, 4), num(x.UrgentKeyShare, 2)
+		}
 		t.add(x.Mode, setting, fmt.Sprint(x.Workers), lat, first, all, fmt.Sprint(x.Meanwhile),
-			num(x.Achieved, 1), fmt.Sprintf("%d (limit %d)", x.MaxIn1s, x.Rate+1), del)
+			num(x.Achieved, 1), fmt.Sprintf("%d (limit %d)", x.MaxIn1s, x.Rate+1), fairness, jain, share, del)
 	}
 	return t.String()
 }
