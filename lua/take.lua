@@ -160,27 +160,25 @@
 --            task in view is of such a key, status 3 (full).
 -- ARGV[18..21] -> with R > 0 on a fair downstream, its key ceilings (a
 --            key's slots at least its interval apart, across every
---            process; keyceiling.lua's tat STRINGs, which a lane's claims
---            share): [18] each key's interval in µs for one unit (0:
---            none), then, when keys have intervals of their own, "@" and
---            the fallback interval in µs: the keys' own are in
---            KEYS[27+R] (keyrates.lua's HASH; KEYS[26+R] must then be
---            filled), and while it is missing every key gets the
+--            process; a tat STRING per key): [18] each key's interval in
+--            µs for one unit (0: none), then, when keys have intervals of
+--            their own, "@" and the fallback interval in µs: the keys'
+--            own are in KEYS[27+R] (keyrates.lua's HASH; KEYS[26+R] must
+--            then be filled), and while it is missing every key gets the
 --            fallback (an operator's rate for a key in the controls
 --            HASH, "r:<key>" = "<rate>/<period µs>", comes before all of
---            them), [19] the late
---            tolerance in µs, which stretches an interval by that many µs
---            per second of it, [20] the tat keys' prefix (the key name
---            follows; "": no ceilings), [21] how long a tat key outlives
---            its tat, ms. A ceilinged key takes at most one slot a take,
---            one starting at or after its tat (or a lane's claim's end),
---            and its tat becomes that slot plus its interval.
+--            them), [19] the late tolerance in µs, which stretches an
+--            interval by that many µs per second of it, [20] the tat
+--            keys' prefix (the key name follows; "": no ceilings), [21]
+--            how long a tat key outlives its tat, ms. A ceilinged key
+--            takes at most one slot a take, one starting at or after its
+--            tat, and its tat becomes that slot plus its interval.
 --
 -- Output: {status, now_us, next_us, drained, recovered, forwarded,
 --          L, then L fields: shaping.lua's reply to the reservation (L = 0
 --          without one; with one, L >= 8 whenever the reservation ran),
 --          then per task taken: id, msg, slot_us, priority, lease key,
---          units}
+--          units, left}
 --   status: 0 taken (at least one task), 1 empty (pending had none),
 --           2 paused, 3 full (budget spent, or every task in view is
 --           of a key at its cap in first-in first-out order), 4 early (the first slot starts
@@ -200,7 +198,8 @@
 --   (its hash's "shaper_priority", 3 when none or without priority lists);
 --   lease key is the key of its lease under a cap per key (ARGV[26]), ""
 --   otherwise; units are the units of cost its slot holds (0: it was
---   taken without a reservation).
+--   taken without a reservation); left is how many tasks of its key
+--   still wait in fair order after it (-1: not taken from fair order).
 -- Errors: an argument out of range.
 -- Without a rate (ARGV[1] and ARGV[2] both 0) KEYS[1] is neither read nor
 -- written.
@@ -315,9 +314,13 @@ local function toHeld(m, key, s)
   redis.call('PEXPIRE', KEYS[22], fttl)
 end
 
--- uncount counts one task of key fewer in fair order (counts)
+-- uncount counts one task of key fewer in fair order (counts); fairLeft
+-- is then how many of key's tasks still wait there (the reply's "left")
+local fairLeft = -1
 local function uncount(key)
-  if redis.call('HINCRBY', KEYS[19], key, -1) <= 0 then redis.call('HDEL', KEYS[19], key) end
+  local c = redis.call('HINCRBY', KEYS[19], key, -1)
+  if c <= 0 then redis.call('HDEL', KEYS[19], key) end
+  fairLeft = math.max(c, 0)
 end
 
 -- parkFair puts task id, just pushed to the head of pending, in fair

@@ -7,7 +7,7 @@
 -- take.lua's header gives them.
 -- key ceilings of a fair downstream whose take reserves (ARGV[18..21]):
 -- a key's slots are at least its ceiling's interval apart, across every
--- process (keyceiling.lua's tat STRINGs, which the lanes claim too)
+-- process (a tat STRING per key, ARGV[20] and the key)
 local kcPer, kcTol = tonumber(string.match(ARGV[18] or '', '^%d+')) or 0, tonumber(ARGV[19]) or 0
 local kcPrefix, kcMargin = ARGV[20] or '', tonumber(ARGV[21]) or 1000
 -- the keys with ceilings of their own (ARGV[18] "<default>@<fallback>"):
@@ -25,8 +25,9 @@ local function ownPer(key)
 end
 
 -- ceilingOf is key's ceiling: µs between its slots of one unit,
--- stretched by the late tolerance (µs per second of interval), as
--- keyceiling.lua's callers stretch it; 0: none. An operator's rate for
+-- stretched by the late tolerance (µs per second of interval), so that
+-- releases up to that late keep any second at the key's rate + 1; 0:
+-- none. An operator's rate for
 -- the key (controls "r:<key>", "<rate>/<period µs>") comes first.
 local function ceilingOf(key)
   if kcPrefix == '' then return 0 end
@@ -36,12 +37,9 @@ local function ceilingOf(key)
 end
 
 -- blockedUntil is the earliest start key's next slot may have (µs): its
--- tat, or the end of a lane's claim on it ("lo:hi"); 0 when none
+-- tat; 0 when none
 local function blockedUntil(key)
-  local v = redis.call('GET', kcPrefix .. key)
-  if not v then return 0 end
-  local _, hi = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(hi or v) or 0
+  return tonumber(redis.call('GET', kcPrefix .. key) or '') or 0
 end
 
 -- fairLine lines up a fair downstream's next tasks for a reserving take,

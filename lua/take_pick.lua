@@ -330,7 +330,7 @@ for j = 0, n - 1 do
   local s = base + j * interval
   if s < now then s = now end
   if s - now > ahead then break end
-  fairPre = nil
+  fairPre, fairLeft = nil, -1
   local id, lkey
   if chosen then
     id, lkey = pickChosen(rres and s)
@@ -364,6 +364,7 @@ for j = 0, n - 1 do
     out[#out + 1] = lkey
     -- the units its slot holds (0: none reserved here)
     out[#out + 1] = rres and runCost or 0
+    out[#out + 1] = fairLeft
     count = count + 1
     if (lcap > 0 or kcap > 0) and rres then
       redis.call('ZADD', KEYS[24 + nres], now + llease, ltoken .. id .. '|' .. lkey)

@@ -162,14 +162,7 @@ func (r *runner) setKeyControls(kc map[string]KeyControl) {
 			kc[k] = c
 		}
 	}
-	before := r.ds.Fairness.Runtime.All()
 	r.ds.Fairness.Runtime.Set(kc)
-	for k, c := range kc {
-		if c.Paused && !before[k].Paused {
-			r.lane.keyPauses.fire() // a key newly paused: its waiters leave for its held set
-			break
-		}
-	}
 	if m := r.d.m; m != nil {
 		var rate, weight, paused float64
 		for _, c := range kc {

@@ -38,10 +38,11 @@ type takenKey struct{}
 // (takeslot.go), and lease its place among the calls in flight, if the
 // take gave it one.
 type taken struct {
-	order  int64
-	behind int
-	slot   *takeSlot
-	lease  *leaseTurn
+	order   int64
+	behind  int
+	backlog bool // take.Task.Backlog
+	slot    *takeSlot
+	lease   *leaseTurn
 }
 
 // leaseTurn is a granted lease (member, for release) and the waiter's

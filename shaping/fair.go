@@ -80,7 +80,6 @@ func (r *runner) feed() {
 		if waiting {
 			wait = fairFeed
 		}
-		r.lane.exchange()
 		t := r.d.cfg.Clock.NewTimer(wait)
 		select {
 		case <-t.C():
@@ -101,32 +100,4 @@ func (r *runner) fairSeen(st FairState) {
 	r.smu.Lock()
 	r.fairSt = st
 	r.smu.Unlock()
-}
-
-// exchange shares a fair lane's service per key with the other processes'
-// (fairOrder): one script call, from the feed loop.
-func (l *lane) exchange() {
-	if l.fair == nil {
-		return
-	}
-	l.r.smu.Lock()
-	keys := l.r.fairSt.Keys
-	l.r.smu.Unlock()
-	l.mu.Lock()
-	l.fair.activeKeys = keys
-	inc, lifted, want := l.fair.exchanging()
-	l.mu.Unlock()
-	if len(inc) == 0 && len(lifted) == 0 && len(want) == 0 {
-		return
-	}
-	r := l.r
-	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
-	shared, err := r.d.fair.Exchange(ctx, r.ds.Name, r.d.cfg.Clock, inc, lifted, want)
-	cancel()
-	if err != nil {
-		r.d.log.Debug("shaping: fair share: cannot share service", "downstream", r.ds.Name, "err", err)
-	}
-	l.mu.Lock()
-	l.fair.exchanged(inc, lifted, shared, err, r.d.cfg.Clock.Now())
-	l.mu.Unlock()
 }

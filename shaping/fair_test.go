@@ -3,7 +3,6 @@ package shaping_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/internal/clocktest"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/internal/redistest"
@@ -258,44 +256,6 @@ func TestFairLoneTaskIntoEmptyPending(t *testing.T) {
 	}
 }
 
-// The lanes' shared service (fairsvc.lua): what each process reports adds
-// up for every process to read, fades with the lanes' memory (2s), and a
-// key nobody served reads zero. A key a lane lifted (new to it) starts at
-// its lifted service when the count does not hold it, and keeps the count
-// it has when it does.
-func TestFairServiceSharedAcrossProcesses(t *testing.T) {
-	q := shaping.NewFairQueue(redistest.Client(t), redistest.Prefix(t))
-	ctx := context.Background()
-	clk := clocktest.New(time.UnixMilli(time.Now().UnixMilli()))
-	if _, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 10, "B": 1}, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	got, err := q.Exchange(ctx, "api", clk, map[string]float64{"A": 5}, nil, []string{"A", "B", "C"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["A"] != 15 || got["B"] != 1 || got["C"] != 0 {
-		t.Errorf("shared service %v, want A 15, B 1, C 0", got)
-	}
-	// C new, lifted to 12 and served 1 here: 13; B lifted by a lane that
-	// did not know it: the count's 1 stays; D lifted to 12, not served yet
-	got, err = q.Exchange(ctx, "api", clk, map[string]float64{"C": 1}, map[string]float64{"B": 12, "C": 12, "D": 12}, []string{"B", "C", "D"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["B"] != 1 || got["C"] != 13 || got["D"] != 12 {
-		t.Errorf("after lifts: %v, want B 1 (held), C 13, D 12", got)
-	}
-	clk.Advance(2 * time.Second)
-	got, err = q.Exchange(ctx, "api", clk, nil, nil, []string{"A"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 15 / math.E; math.Abs(got["A"]-want) > 0.002 {
-		t.Errorf("A's service 2s later %.3f, want 15/e = %.3f", got["A"], want)
-	}
-}
-
 // A key that arrives behind a backlog on a fair downstream is released
 // within the take's look-ahead: its first task is next in fair order, so
 // the next take reserves it the first slot after those already reserved,
@@ -340,5 +300,36 @@ func TestFairNewcomerPassesTheLookAhead(t *testing.T) {
 		if n := passed - before; n > 6 {
 			t.Errorf("%s: %d of the backlog's releases between its enqueue and its release, want at most 6", key, n)
 		}
+	}
+}
+
+// The Jain index counts the keys released while another of their tasks
+// waited in fair order (the take says so per task): A and B, enqueued 20
+// each behind one another, had a backlog; C, a single task, had none.
+func TestFairJainCountsKeysWithABacklog(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	rec := newKeyRecorder()
+	f := &shaping.Fairness{}
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Fair: map[string]queue.FairShare{"api": {Fairness: f, Rate: limiters.PerSecond(200)}}})
+	t.Cleanup(func() { p.Close() })
+	for _, key := range []string{"A", "B", "C"} {
+		n := 20
+		if key == "C" {
+			n = 1
+		}
+		for i := range n {
+			_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Key: key, Payload: []byte(fmt.Sprintf("%s-%d", key, i))})
+			must(t, err)
+		}
+	}
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix})
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: limiters.PerSecond(200), Fairness: f, Handler: rec.handle}))
+	must(t, d.Start())
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	waitFor(t, 10*time.Second, "every release", func() bool { return rec.count("A")+rec.count("B")+rec.count("C") == 41 })
+	if got := fmt.Sprint(d.FairBacklogged("api")); got != "[A B]" {
+		t.Errorf("keys released with a backlog: %s, want [A B]", got)
 	}
 }

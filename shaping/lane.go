@@ -5,7 +5,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -32,19 +31,6 @@ type lane struct {
 	// covered by stock (waiter.behind): the next reservation reserves
 	// their slots too, so a take of k tasks costs one reservation, not k
 	owed int
-	fair *fairOrder // nil: FIFO; else waiters in fair order of their keys
-	// ahead: a fair lane's reserved slots not yet come, on the local
-	// clock, oldest first (the run loop's alone; see fairRoom)
-	ahead []time.Time
-	// kc: nil, or the per-key ceiling of a fair lane (Fairness.KeyRate),
-	// which then serves its waiters (keyCeiling.serve) and keeps no stock
-	kc *keyCeiling
-	// ceilinged: the waiters kc held back at its last pick, their keys
-	// past their ceiling (runner.waiting leaves them out)
-	ceilinged atomic.Int32
-	// keyPauses fires when the key controls put in force pause some key:
-	// a fair lane's waiters of a paused key leave for its held set
-	keyPauses broadcast
 	// backoff and lastLog pace the run loop through Redis errors (its alone)
 	backoff time.Duration
 	lastLog time.Time
@@ -57,14 +43,7 @@ const maxStock = 32
 const maxBatch = 256
 
 func newLane(r *runner) *lane {
-	l := &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
-	if f := r.ds.Fairness; f != nil {
-		l.fair = newFairOrder(f)
-		if f.Ceilinged() {
-			l.kc = newKeyCeiling(l, f)
-		}
-	}
-	return l
+	return &lane{r: r, q: list.New(), kick: make(chan struct{}, 1)}
 }
 
 // wait queues a worker for a slot of cost units for key (at the front
@@ -75,36 +54,21 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		tk.behind = 0 // a retry of a wasted slot: its take's tasks came long ago
 	}
 	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: tk.order, behind: tk.behind, done: make(chan grant, 1)}
-	var keyPauses <-chan struct{}
-	if l.fair != nil {
-		keyPauses = l.keyPauses.wait() // before the check: a pause after it fires this
-	}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
-	if keyPauses != nil && l.r.ds.Fairness.Paused(key) {
-		l.mu.Unlock()
-		return grant{}, errKeyPaused // taken from pending (given back before the pause)
-	}
 	if l.r.srv == nil && !l.r.longHold.gate(l.r.d.cfg.Clock.Now(), l.r.offset.get()).IsZero() {
 		l.mu.Unlock()
 		return grant{}, errGiveBack // taken as a long hold began: back it goes
 	}
-	g, ok := grant{}, false
-	if l.fair == nil {
-		// a fair lane's stocked slots go to its waiters in fair order,
-		// as they come due (handDue), not to whoever arrives first
-		g, ok = l.fromStock(cost)
-	}
+	g, ok := l.fromStock(cost)
 	l.owe(w)
 	if ok {
 		if l.tooLate(w, g.slot) {
 			l.unstock(g)
 			g = grant{err: ErrDeadlinePassed}
-		} else if l.fair != nil {
-			l.fair.served(key, cost, l.r.d.cfg.Clock.Now())
 		}
 		l.mu.Unlock()
 		inLine(ctx)
@@ -112,8 +76,6 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	}
 	var e *list.Element
 	switch {
-	case l.fair != nil:
-		e = l.fair.insert(l.q, w, front, l.r.d.cfg.Clock.Now(), l.r.rate.Load().PerSec())
 	case front:
 		e = l.q.PushFront(w)
 	default:
@@ -125,21 +87,20 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case l.kick <- struct{}{}:
 	default:
 	}
-	return l.await(ctx, w, e, keyPauses)
+	return l.await(ctx, w, e)
 }
 
 // await blocks until w, queued as e, is granted a slot, or leaves unsent:
 // its context ends, the dispatcher stops, the downstream is paused or held
-// far ahead (errGiveBack), or w's key is paused (errKeyPaused, when
-// keyPauses is the lane's key pause signal).
-func (l *lane) await(ctx context.Context, w *waiter, e *list.Element, keyPauses <-chan struct{}) (grant, error) {
+// far ahead (errGiveBack).
+func (l *lane) await(ctx context.Context, w *waiter, e *list.Element) (grant, error) {
 	var paused, held <-chan struct{}
 	if l.r.srv == nil {
 		// under the engine a paused downstream holds nothing, and nor
 		// does one whose next slot is held far ahead
 		paused, held = l.r.pause.signal(), l.r.longHold.signal()
 	}
-	var back error // errGiveBack, errKeyPaused: the task leaves unsent
+	var back error // errGiveBack: the task leaves unsent
 wait:
 	for {
 		select {
@@ -155,12 +116,6 @@ wait:
 		case <-held:
 			back = errGiveBack
 			break wait
-		case <-keyPauses:
-			if l.r.ds.Fairness.Paused(w.key) {
-				back = errKeyPaused
-				break wait
-			}
-			keyPauses = l.keyPauses.wait()
 		}
 	}
 	l.mu.Lock()
@@ -216,12 +171,11 @@ func (l *lane) restock(cost int64, seq uint64) {
 
 // owe notes, as w arrives, how many tasks of its take will follow it and
 // are not covered by stock (l.mu held). A FIFO lane without a concurrency
-// cap or quotas only: a fair lane's room decides how many slots it
-// reserves; under a cap the tasks behind may wait for a place among the
+// cap or quotas only: under a cap the tasks behind may wait for a place among the
 // calls longer than a stocked slot lasts; and a stocked slot a task
 // reaches too late is wasted, its quota units given back only afterwards.
 func (l *lane) owe(w *waiter) {
-	if l.fair == nil && l.r.leases == nil && len(l.r.ds.Quotas) == 0 {
+	if l.r.leases == nil && len(l.r.ds.Quotas) == 0 {
 		l.owed = max(w.behind-len(l.stock), 0)
 	}
 }
@@ -244,9 +198,6 @@ func (l *lane) head() (cost int64, n int, c Claim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.dropExpired()
-	if l.fair != nil {
-		l.fair.sort(l.q, l.r.d.cfg.Clock.Now())
-	}
 	prio := l.r.ds.Priority != nil
 	var level int64
 	for e := l.q.Front(); e != nil && n < maxBatch; e = e.Next() {
@@ -276,11 +227,7 @@ func (l *lane) hand(cost int64, res Reservation, seq uint64) {
 		if e == nil || e.Value.(*waiter).cost != cost {
 			break
 		}
-		w := l.remove(e)
-		if l.fair != nil {
-			l.fair.served(w.key, w.cost, l.r.d.cfg.Clock.Now())
-		}
-		w.done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
+		l.remove(e).done <- grant{slot: res.SlotN(j), now: res.Now, seq: seq, issued: res.seqN(j)}
 	}
 	if j == res.Count {
 		return
@@ -306,9 +253,6 @@ func (l *lane) remove(e *list.Element) *waiter {
 	w := e.Value.(*waiter)
 	l.q.Remove(e)
 	w.queued = false
-	if l.fair != nil {
-		l.fair.removed(w)
-	}
 	return w
 }
 
@@ -341,7 +285,7 @@ const (
 
 // reserve reserves up to ask slots of cost starting within maxWait, and
 // records what the reply says (the clock offset, the reservation's
-// metrics, and a fair lane's slots ahead). The run loop's alone.
+// metrics). The run loop's alone.
 func (l *lane) reserve(cost int64, ask int, maxWait time.Duration, c Claim) (Reservation, error) {
 	r := l.r
 	ctx, cancel := context.WithTimeout(context.Background(), r.d.cfg.RedisTimeout)
@@ -357,11 +301,6 @@ func (l *lane) reserve(cost int64, ask int, maxWait time.Duration, c Claim) (Res
 	l.setBehind(res.Count > 0 && res.Wait == 0)
 	if res.Count > 0 {
 		r.observeWaits(res)
-		if l.fair != nil {
-			for j := range res.Count {
-				l.ahead = append(l.ahead, res.SlotN(j).Add(r.offset.get()))
-			}
-		}
 	}
 	return res, nil
 }
@@ -394,11 +333,7 @@ func (l *lane) full(res Reservation, cost int64, n int) bool {
 			m.HoldGiveBacks.WithLabelValues(l.r.ds.Name).Inc()
 		}
 	}
-	d := l.roomIn(res, cost, n)
-	if due, ok := l.stockDue(); ok {
-		d = min(d, due) // a fair lane's stocked slot must not pass unhanded
-	}
-	return l.sleep(d)
+	return l.sleep(l.roomIn(res, cost, n))
 }
 
 // waiting is how many waiters are queued.
@@ -406,39 +341,6 @@ func (l *lane) waiting() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.q.Len()
-}
-
-// fairRoomFloor: a fair lane may always hold this much of its slots
-// ahead, however many processes share the look-ahead, so that a lane
-// alone (processes serving other downstreams count as live too) keeps the
-// rate through a scheduling hiccup at high rates.
-const fairRoomFloor = 20 * time.Millisecond
-
-// fairRoom is how many more slots of cost a fair lane may reserve now,
-// or, when none, how long until its oldest reserved slot comes. A fair
-// lane holds at most its process's part of the look-ahead (shared by the
-// live processes), at least 2 slots and fairRoomFloor of them, so that
-// the slots split evenly between processes: unbounded, a lane with many
-// waiters would take each opening and the slots would split by tasks
-// held, and a process holding a light key's last tasks would release them
-// at a fraction of that key's share. A lane alone still keeps its slots
-// coming, reserving the next as each comes.
-func (l *lane) fairRoom(cost int64) (int, time.Duration) {
-	r := l.r
-	now := r.d.cfg.Clock.Now()
-	i := 0
-	for i < len(l.ahead) && !l.ahead[i].After(now) {
-		i++
-	}
-	l.ahead = l.ahead[i:]
-	procs := max(r.d.procs.Load(), 1)
-	rate := r.rate.Load()
-	units := rate.UnitsIn(r.lookahead()) / max(cost, 1)
-	capN := max(int((units+procs-1)/procs), int(rate.UnitsIn(fairRoomFloor)/max(cost, 1)), 2)
-	if len(l.ahead) < capN {
-		return capN - len(l.ahead), 0
-	}
-	return 0, max(l.ahead[0].Sub(now), time.Millisecond)
 }
 
 func (l *lane) behindNow() bool {
@@ -531,25 +433,3 @@ func (l *lane) pastDeadlineNow(w *waiter) bool {
 func (l *lane) unstock(g grant) {
 	l.stock = append([]grant{g}, l.stock...)
 }
-
-// stockDue is how long until a fair lane's first stocked slot is to be
-// handed (false: it holds none).
-func (l *lane) stockDue() (time.Duration, bool) {
-	if l.fair == nil {
-		return 0, false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.stock) == 0 {
-		return 0, false
-	}
-	at := l.stock[0].slot.Add(l.r.offset.get()).Add(-fairHandLead)
-	return max(at.Sub(l.r.d.cfg.Clock.Now()), 0), true
-}
-
-// fairHandLead is how long before its start a fair lane gives a reserved
-// slot to a waiter. Until then the slot stays in the lane's stock,
-// unassigned, so a key whose task arrives meanwhile (a newcomer, a light
-// key) takes the next slot in fair order instead of queuing behind the
-// slots the look-ahead already reserved for a backlog's tasks.
-const fairHandLead = 10 * time.Millisecond

@@ -166,11 +166,8 @@ const fairLead = 50 * time.Millisecond
 
 // waiting is how many of r's tasks this process holds that are not in a
 // call: waiting for a place among the calls or for a slot.
-// Waiters a key ceiling holds back (a key past its rate) do not count:
-// the look-ahead is for tasks that may go, and other keys' tasks must not
-// wait in pending behind them.
 func (r *runner) waiting() int64 {
-	return r.held.Load() - r.releasing.Load() - int64(r.lane.ceilinged.Load())
+	return r.held.Load() - r.releasing.Load()
 }
 
 // serveTake is the engine's handler for r.
@@ -187,7 +184,7 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if pr := r.ds.Priority; pr != nil && !pr.Weights.Strict() {
 		order = t.Order
 	}
-	tk := taken{order: order, behind: t.Behind}
+	tk := taken{order: order, behind: t.Behind, backlog: t.Backlog}
 	if t.Reservation != nil {
 		// its slot is reserved, and so are those of the tasks behind it:
 		// the lane reserves for none of them
@@ -423,9 +420,7 @@ func (r *runner) release(ctx context.Context, h HandlerFunc, t *Task) (herr erro
 	}
 	herr = Call(ctx, h, t)
 	if r.ds.Fairness != nil {
-		// after the call: it takes the lane's lock, which must not
-		// stand between the late check and the release
-		r.fstats.release(t.Key, r.lane.backlogged(t.Key), now)
+		r.fstats.release(t.Key, takenOf(ctx).backlog, now)
 	}
 	return herr, true
 }
@@ -456,14 +451,4 @@ func (r *runner) hold(delta int64) {
 	if m := r.d.m; m != nil {
 		m.Held.WithLabelValues(r.ds.Name).Set(float64(n))
 	}
-}
-
-// backlogged reports whether another waiter of key is queued here.
-func (l *lane) backlogged(key string) bool {
-	if l.fair == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fair.waiting[key] > 0
 }

@@ -94,6 +94,9 @@ func (r *runner) takeReserved(v lua.BucketReply) {
 	}
 }
 
+// ceilingMargin is how long a key's tat STRING outlives its tat.
+const ceilingMargin = time.Second
+
 // keyIntervals is f's key_rates as intervals for one unit of cost (a
 // zero rate is none of its own, as KeyRateOf has it).
 func keyIntervals(f *Fairness) map[string]time.Duration {

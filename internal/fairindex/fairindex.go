@@ -1,10 +1,9 @@
 // Package fairindex is a fair downstream's shared state in Redis: the
 // weighted fair order of its admission keys over the tasks that wait in
 // asynq's pending list (fair.lua),
-// which the dispatchers' takes pick from (take.lua), and the service each
-// key was given, counted across every process (fairsvc.lua). Producers
-// (package queue) park tasks; dispatchers (package shaping) feed due tasks
-// into fair order and exchange service. Package shaping re-exports its
+// which the dispatchers' takes pick from (take.lua). Producers (package
+// queue) park tasks; dispatchers (package shaping) feed due tasks into
+// fair order. Package shaping re-exports its
 // public names (shaping.Fairness, shaping.FairQueue).
 package fairindex
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-io/shaper/clock"
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/keys"
 	"github.com/shaper-io/shaper/internal/lua"
@@ -40,8 +38,7 @@ type Fairness struct {
 	// alone, across every process: counted at the release, a key's units
 	// released in any one-second window are at most KeyRate's units in a
 	// second plus one task's cost (for tasks of cost 1: at most KeyRate + 1
-	// releases). The dispatcher's lane decides it before it reserves a
-	// key's slot; its tasks also join fair order at most that fast
+	// releases). The take decides it as it reserves a key's slot; its tasks also join fair order at most that fast
 	// (fair.lua's later set), so a take seldom picks a task that must wait
 	// for it. Only Rate and
 	// Period are read: a key has no burst.
@@ -63,20 +60,14 @@ type KeyOverrides struct {
 	cur atomic.Pointer[keyOverrides]
 }
 
-// keyOverrides is one set of key controls and whether any sets a rate
-// (asked on the lane's hot path: decided once, when set).
+// keyOverrides is one set of key controls.
 type keyOverrides struct {
-	m       map[string]control.KeyControl
-	anyRate bool
+	m map[string]control.KeyControl
 }
 
 // Set replaces every override with m (nil: none).
 func (o *KeyOverrides) Set(m map[string]control.KeyControl) {
-	v := &keyOverrides{m: m}
-	for _, c := range m {
-		v.anyRate = v.anyRate || c.Rate.Rate > 0
-	}
-	o.cur.Store(v)
+	o.cur.Store(&keyOverrides{m: m})
 }
 
 // Of is key's control in force; the zero KeyControl when none.
@@ -93,21 +84,6 @@ func (o *KeyOverrides) All() map[string]control.KeyControl {
 		return v.m
 	}
 	return nil
-}
-
-// anyRate reports whether some key has a runtime rate.
-func (o *KeyOverrides) anyRate() bool {
-	if o == nil {
-		return false
-	}
-	v := o.cur.Load()
-	return v != nil && v.anyRate
-}
-
-// Ceilinged reports whether any key has a ceiling (KeyRate, KeyRates or a
-// runtime rate).
-func (f *Fairness) Ceilinged() bool {
-	return f.KeyRate.Rate > 0 || len(f.KeyRates) > 0 || f.Runtime.anyRate()
 }
 
 // KeyRateOf is key's ceiling: its runtime rate, else its KeyRates entry,
@@ -135,19 +111,13 @@ const MaxWeight = 1e6
 // in its order: nothing is lost.
 const KeyTTL = 25 * time.Hour
 
-// Lookahead bounds how far ahead a fair downstream's lane reserves
-// slots, so that a key arriving late is released within about this.
+// Lookahead bounds how far ahead of its slot a fair downstream's task is
+// taken (a take's look-ahead is shorter), so that a key arriving late is
+// released within about this.
 const Lookahead = 200 * time.Millisecond
 
 // maxPerCall bounds the due moves of one script call.
 const maxPerCall = 1000
-
-// ServiceMemory is how long service is remembered, by each lane and in
-// the count the processes share: long enough to span a few turns of every
-// key at the lane's pace (keys that keep waiters share by weight over it),
-// short enough that a key gone quiet is not owed a burst of more than
-// ServiceMemory of its share when it returns.
-const ServiceMemory = 2 * time.Second
 
 // Weight is key's weight: its runtime weight, else Weights, else
 // DefaultWeight.
@@ -246,24 +216,6 @@ func (q *Queue) Tend(ctx context.Context, ds string) (State, error) {
 	return state(rep), err
 }
 
-// Exchange adds this process's service increments on downstream ds (units
-// per weight served since its last exchange, by key) to the service all
-// processes share, starting a key the count does not hold at its lifted
-// service, if any, and returns the shared service of the keys in want
-// (fairsvc.lua; it decays with ServiceMemory), as of clk's now (Redis TIME
-// for the real clock: lua.NowArg).
-func (q *Queue) Exchange(ctx context.Context, ds string, clk clock.Clock, inc, lifted map[string]float64, want []string) (map[string]float64, error) {
-	v, err := q.store.FairService(ctx, q.space.Fair(ds).Service, ServiceMemory, lua.NowArg(clk)/1000, inc, lifted, want)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]float64, len(want))
-	for i, k := range want {
-		out[k] = v[i]
-	}
-	return out, nil
-}
-
 // Resume moves up to limit of key's held tasks (kept out of fair order
 // while the key was paused) back to their turns on downstream ds; it
 // returns how many it moved. Call it until it
@@ -276,10 +228,9 @@ func (q *Queue) Resume(ctx context.Context, ds string, key string, limit int) (i
 
 // ExpectedStart estimates when a task just parked (the state Park
 // returned) of cost at rate will be released: pending and the parked
-// tasks before it go first, one interval each, then the lane's
-// reservation horizon (Lookahead). The workers' held tasks are not
-// counted: the lanes let keys with few waiters pass them. Keys that
-// arrive later with an earlier turn are not foreseen.
+// tasks before it go first, one interval each, then the takes' horizon
+// (Lookahead). Keys that arrive later with an earlier turn are not
+// foreseen.
 func (st State) ExpectedStart(now time.Time, rate limiters.Limit, cost int64) time.Time {
 	return now.Add(Lookahead + rate.Interval(max(cost, 1))*time.Duration(max(st.Ahead, 0)))
 }

@@ -331,9 +331,6 @@ type FairKeys struct {
 	// NotBefore is a HASH of admission key → when its next task may be
 	// promoted (ms), for a per-key ceiling.
 	NotBefore string
-	// Service is a HASH of admission key → its attained service across
-	// every process's lane (fairsvc.lua).
-	Service string
 	// Controls is a HASH of the operator's settings per admission key
 	// (shaper ctl key): "p:<key>" paused, "w:<key>" weight, "r:<key>"
 	// ceiling as "<rate>/<period µs>" (package control writes it).
@@ -353,7 +350,7 @@ type FairKeys struct {
 func (s Space) Fair(ds string) FairKeys {
 	b := s.prefix() + ":fair:{" + s.Queue(ds) + "}:"
 	return FairKeys{Parked: b + "parked", Tags: b + "tags", State: b + "state", Later: b + "later",
-		Counts: b + "counts", NotBefore: b + "nb", Service: b + "svc", Controls: b + "keyctl", Held: b + "held", Pos: b + "pos", Rates: b + "keyrates"}
+		Counts: b + "counts", NotBefore: b + "nb", Controls: b + "keyctl", Held: b + "held", Pos: b + "pos", Rates: b + "keyrates"}
 }
 
 // List returns the keys in the order fair.lua takes them (KEYS[1..6]).

@@ -151,8 +151,7 @@ func (l *TakeLeases) keyCap() int64 {
 
 // TakeCeiling is a fair downstream's per-key ceiling, decided where the
 // take reserves: a key's slots of one unit are at least its interval
-// apart across every process, on the tat STRINGs keyceiling.lua's claims
-// share.
+// apart across every process, on one tat STRING per key.
 type TakeCeiling struct {
 	// Prefix is the tat keys' name before the admission key
 	// (keys.Space.KeyCeiling(ds, "")).
@@ -237,7 +236,14 @@ type TakenTask struct {
 	// Units is the units of cost its slot holds; 0 when the take reserved
 	// none for it (its Slot is then the take's now).
 	Units int64
+	// Left is how many tasks of its key still wait in fair order after
+	// it (a backlog: the fair share's Jain index counts such keys); -1
+	// when it was not taken from fair order.
+	Left int64
 }
+
+// takenFields is how many fields of take.lua's reply each task has.
+const takenFields = 7
 
 // Take runs take.lua: up to a.Slots tasks, each with its own slot.
 func (s *Store) Take(ctx context.Context, a TakeArgs) (TakeReply, error) {
@@ -361,7 +367,7 @@ func parseTake(v []any, quotas int) (TakeReply, error) {
 	r := TakeReply{Status: TakeStatus(h[0]), Now: h[1], Next: h[2], Drained: h[3] == 1,
 		Recovered: h[4], Forwarded: h[5]}
 	nres := int(h[6])
-	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%6 != 0 || nres > 0 && nres != 8+2*quotas {
+	if nres < 0 || len(v) < 7+nres || (len(v)-7-nres)%takenFields != 0 || nres > 0 && nres != 8+2*quotas {
 		return TakeReply{}, fmt.Errorf("take: reply has %d fields with %d of a reservation", len(v), nres)
 	}
 	if nres > 0 {
@@ -376,17 +382,18 @@ func parseTake(v []any, quotas int) (TakeReply, error) {
 		res := bucketReply(rv, quotas)
 		r.Reservation = &res
 	}
-	for i := 7 + nres; i < len(v); i += 6 {
+	for i := 7 + nres; i < len(v); i += takenFields {
 		id, ok1 := v[i].(string)
 		msg, ok2 := v[i+1].(string)
 		slot, ok3 := v[i+2].(int64)
 		prio, ok4 := v[i+3].(int64)
 		key, ok5 := v[i+4].(string)
 		units, ok6 := v[i+5].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/6+1)
+		left, ok7 := v[i+6].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 {
+			return TakeReply{}, fmt.Errorf("take: task %d of the reply is malformed", (i-7-nres)/takenFields+1)
 		}
-		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio), LeaseKey: key, Units: units})
+		r.Tasks = append(r.Tasks, TakenTask{ID: id, Msg: []byte(msg), Slot: slot, Priority: int(prio), LeaseKey: key, Units: units, Left: left})
 	}
 	return r, nil
 }

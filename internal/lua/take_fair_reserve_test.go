@@ -83,8 +83,8 @@ func (r *fairReserveRig) take(now, t0 int64) (lua.TakeReply, string) {
 
 // A fair downstream's take reserves the slots of what it moves, in fair
 // order: the task at the tail not in fair order first, then the parked
-// tasks by start tag, each with its own slot; a paused key's tasks go to
-// held and take no slot.
+// tasks by start tag, each with its own slot, and how many of its key's
+// tasks still wait; a paused key's tasks go to held and take no slot.
 func TestTakeReservesInFairOrder(t *testing.T) {
 	r := newFairReserveRig(t, 10*time.Millisecond)
 	ctx := context.Background()
@@ -102,6 +102,14 @@ func TestTakeReservesInFairOrder(t *testing.T) {
 	if res := rep.Reservation; res == nil || res.Reserved != 6 {
 		t.Fatalf("reservation %+v; want 6 slots", res)
 	}
+	// each task says how many of its key's tasks still wait after it
+	var left []int64
+	for _, tk := range rep.Tasks {
+		left = append(left, tk.Left)
+	}
+	if fmt.Sprint(left) != "[3 1 2 0 1 0]" {
+		t.Errorf("left %v; want [3 1 2 0 1 0]", left)
+	}
 	rep, got = r.take(t0+100000, t0)
 	if rep.Status != lua.TakeEmpty || got != "[]" {
 		t.Errorf("second take: status %d, taken %s; want empty (C is paused)", rep.Status, got)
@@ -113,9 +121,9 @@ func TestTakeReservesInFairOrder(t *testing.T) {
 // interval (stretched by the late tolerance: 100ms + 0.5ms); the key's
 // other tasks the take meets go to later, due at its ceiling's pace, and
 // rejoin fair order when a feed finds them due. An operator's rate for a
-// key comes before the default; a lane's claim ("lo:hi") holds its key
-// until hi, and while every key waiting is held nothing moves and the
-// reply says when the first may go.
+// key comes before the default; a tat another process moved holds its
+// key until then, and while every key waiting is held nothing moves and
+// the reply says when the first may go.
 func TestTakeReserveKeepsKeyCeilings(t *testing.T) {
 	r := newFairReserveRig(t, 10*time.Millisecond)
 	ctx := context.Background()
@@ -175,12 +183,13 @@ func TestTakeReserveKeepsKeyCeilings(t *testing.T) {
 	if tat := rdb.Get(ctx, prefix+"B").Val(); tat != fmt.Sprint(t0+112000+1005000) {
 		t.Errorf("B's tat %s; want its slot + 1.005s (its operator rate)", tat)
 	}
-	// a lane's claim on A until +400ms holds A2, due at +201.5ms
-	rdb.Set(ctx, prefix+"A", fmt.Sprintf("%d:%d", t0+300000, t0+400000), time.Minute)
+	// another process's take moved A's tat to +400ms: it holds A2, due
+	// at +201.5ms
+	rdb.Set(ctx, prefix+"A", fmt.Sprint(t0+400000), time.Minute)
 	feed(210000)
 	rep, got := r.take(t0+210000, t0)
 	if rep.Status != lua.TakeEarly || got != "[]" || rep.Next != t0+400000 {
-		t.Fatalf("take at +210ms: status %d, taken %s, next +%d; want early until the claim's end (+400000)", rep.Status, got, rep.Next-t0)
+		t.Fatalf("take at +210ms: status %d, taken %s, next +%d; want early until A's tat (+400000)", rep.Status, got, rep.Next-t0)
 	}
 	if _, got = r.take(at(400000), t0); got != "[A2@400]" {
 		t.Fatalf("take at +400ms: %s; want [A2@400]", got)

@@ -87,7 +87,7 @@ func (j *job) run() {
 		return
 	}
 	t := newTask(m, j.slot, j.order, j.tt.Priority, j.behind)
-	t.Reservation = j.res
+	t.Reservation, t.Backlog = j.res, j.tt.Left > 0
 	ctx, cancel := context.WithDeadline(j.e.callCtx, deadline(m, time.Now()))
 	ctx, cancelCall := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(j.cutCtx, func() {

@@ -63,6 +63,10 @@ type Task struct {
 	// handlers are called right after it, in take order, so a handler
 	// side that reserves for a run of tasks can reserve for them too.
 	Behind int
+	// Backlog: another task of its admission key still waited in fair
+	// order when it was taken (the fair share's Jain index counts only
+	// keys with a backlog); false off fair order.
+	Backlog bool
 	// Reservation is the slot the take reserved for this task on the
 	// downstream's bucket (Downstream.Reserve), nil when it reserved none.
 	Reservation *Reservation
