@@ -39,7 +39,6 @@ type takenKey struct{}
 // take gave it one.
 type taken struct {
 	order   int64
-	behind  int
 	backlog bool // take.Task.Backlog
 	slot    *takeSlot
 	lease   *leaseTurn

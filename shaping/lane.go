@@ -27,10 +27,6 @@ type lane struct {
 	stockCost int64
 	stockSeq  uint64 // the breaker's seq when the stock was reserved
 	behind    bool   // the last reservation started at once (the bucket had room)
-	// owed: a FIFO lane's tasks of the latest take not yet queued and not
-	// covered by stock (waiter.behind): the next reservation reserves
-	// their slots too, so a take of k tasks costs one reservation, not k
-	owed int
 	// backoff and lastLog pace the run loop through Redis errors (its alone)
 	backoff time.Duration
 	lastLog time.Time
@@ -49,11 +45,7 @@ func newLane(r *runner) *lane {
 // wait queues a worker for a slot of cost units for key (at the front
 // when it is retrying a wasted slot) and blocks until the lane grants one.
 func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (grant, error) {
-	tk := takenOf(ctx)
-	if front {
-		tk.behind = 0 // a retry of a wasted slot: its take's tasks came long ago
-	}
-	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: tk.order, behind: tk.behind, done: make(chan grant, 1)}
+	w := &waiter{cost: cost, key: key, queued: true, deadline: deadlineOf(ctx), order: takenOf(ctx).order, done: make(chan grant, 1)}
 	l.mu.Lock()
 	if l.pastDeadlineNow(w) {
 		l.mu.Unlock()
@@ -64,7 +56,6 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		return grant{}, errGiveBack // taken as a long hold began: back it goes
 	}
 	g, ok := l.fromStock(cost)
-	l.owe(w)
 	if ok {
 		if l.tooLate(w, g.slot) {
 			l.unstock(g)
@@ -79,7 +70,7 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 	case front:
 		e = l.q.PushFront(w)
 	default:
-		e = l.pushInOrder(w)
+		e = l.q.PushBack(w)
 	}
 	l.mu.Unlock()
 	inLine(ctx) // the next task of the take may queue behind w now
@@ -169,27 +160,6 @@ func (l *lane) restock(cost int64, seq uint64) {
 	}
 }
 
-// owe notes, as w arrives, how many tasks of its take will follow it and
-// are not covered by stock (l.mu held). A FIFO lane without a concurrency
-// cap or quotas only: under a cap the tasks behind may wait for a place among the
-// calls longer than a stocked slot lasts; and a stocked slot a task
-// reaches too late is wasted, its quota units given back only afterwards.
-func (l *lane) owe(w *waiter) {
-	if l.r.leases == nil && len(l.r.ds.Quotas) == 0 {
-		l.owed = max(w.behind-len(l.stock), 0)
-	}
-}
-
-// takeOwed returns l.owed and clears it: once a reservation covered them
-// (or a task of the take never arrived), they are owed no more.
-func (l *lane) takeOwed() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.owed
-	l.owed = 0
-	return n
-}
-
 // head returns the cost of the first waiter and how many waiters from the
 // front share it (at most maxBatch), or 0 when none wait. On a downstream
 // with priorities they also share the first's priority, which the claim
@@ -254,26 +224,6 @@ func (l *lane) remove(e *list.Element) *waiter {
 	l.q.Remove(e)
 	w.queued = false
 	return w
-}
-
-// pushInOrder queues w behind the waiters taken before it: the jobs of
-// one take start in any order, and FIFO means the order they left the
-// queue. Only the few waiters of the latest take are stepped over.
-func (l *lane) pushInOrder(w *waiter) *list.Element {
-	if w.order == 0 {
-		return l.q.PushBack(w)
-	}
-	for e := l.q.Back(); e != nil; e = e.Prev() {
-		if o := e.Value.(*waiter).order; o != 0 && o < w.order {
-			return l.q.InsertAfter(w, e)
-		} else if o == 0 {
-			break
-		}
-	}
-	if b := l.q.Back(); b != nil && b.Value.(*waiter).order == 0 {
-		return l.q.PushBack(w)
-	}
-	return l.q.PushFront(w)
 }
 
 // minBackoff is the run loop's first wait after a Redis error; it

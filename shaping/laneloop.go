@@ -37,17 +37,9 @@ func (l *lane) run() {
 			ask = 1 // a half-open probe
 		} else if !r.reserving && l.behindNow() {
 			// stock for workers still to come; an engine downstream's
-			// takes bring tasks just ahead of their slots, and stock
-			// would only push their slots later
+			// takes reserve their tasks' slots, and stock would only
+			// push later the slots of the next take
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
-		} else if r.reserving {
-			// the tasks of the take still to come: their slots go to
-			// the stock they take from as they arrive
-			owed := l.takeOwed()
-			ask = min(n+owed, maxSlotsPerCall)
-			if claim.Level > 0 {
-				claim.Waiting += owed
-			}
 		}
 		if probe {
 			claim = Claim{}

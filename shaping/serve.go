@@ -184,11 +184,9 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if pr := r.ds.Priority; pr != nil && !pr.Weights.Strict() {
 		order = t.Order
 	}
-	tk := taken{order: order, behind: t.Behind, backlog: t.Backlog}
+	tk := taken{order: order, backlog: t.Backlog}
 	if t.Reservation != nil {
-		// its slot is reserved, and so are those of the tasks behind it:
-		// the lane reserves for none of them
-		tk.slot, tk.behind = &takeSlot{res: t.Reservation}, 0
+		tk.slot = &takeSlot{res: t.Reservation}
 		if m := t.Reservation.Lease; m != "" && r.leases != nil {
 			tk.lease = r.leases.adopt(m)
 			defer r.releaseLease(m)

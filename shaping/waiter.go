@@ -11,11 +11,9 @@ import (
 type waiter struct {
 	cost     int64
 	key      string
-	tag      float64    // fair order's tag
 	queued   bool       // in l.q (l.mu)
 	deadline time.Time  // the task's deadline on the local clock; zero: none
 	order    int64      // the take's order (taken.order); 0: none
-	behind   int        // tasks of its take still to come (taken.behind)
 	done     chan grant // buffered: the lane never blocks on a waiter
 }
 
