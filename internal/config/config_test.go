@@ -317,6 +317,7 @@ func TestBadConfigs(t *testing.T) {
 		{"collapse_window alone", ds("rate: 1/s\ncollapse_window: 1h\n" + logH), "downstreams[0].collapse_window", 4, []string{"only with collapse"}},
 		{"collapse_window too long", ds("rate: 1/s\ncollapse: keep_last\ncollapse_window: 8d\n" + logH), "downstreams[0].collapse_window", 5, []string{"1s-7d"}},
 		{"bad priority default", ds("rate: 1/s\npriority: {default: 6}\n" + logH), "downstreams[0].priority.default", 4, []string{"1 (first) to 5 (last)", "got 6"}},
+		{"priority default off fair order", ds("rate: 1/s\nfairness: {}\npriority: {default: 5}\n" + logH), "downstreams[0].priority.default", 5, []string{"must be 3 with fairness", "got 5"}},
 		{"priority with batch", ds("rate: 1/s\npriority: {}\nbatch: {max_rows: 10}\n" + logH), "downstreams[0].priority", 4, []string{"batch"}},
 		{"cron priority without the downstream's", minimal + "cron: [{name: x, schedule: '@every 1s', downstream: api, priority: 1}]\n", "cron[0].priority", 0, []string{"1 needs downstream \"api\" to serve priorities"}},
 		{"bad duration", ds("rate: 1/s\nmax_wait: 2 seconds\n" + logH), "downstreams[0].max_wait", 4, []string{`invalid duration "2 seconds"`}},

@@ -303,6 +303,12 @@ func (d *Downstream) validate(p string) *Error {
 		if d.Batch != nil {
 			return errf(p+".priority", "cannot be combined with batch (a batch is served by asynq's server, which knows no priority)")
 		}
+		if d.Fairness != nil && pr.Default != 0 && pr.Default != priority.Default {
+			// fair order is kept at priority 3 only: another default
+			// would quietly take every task that names none out of it
+			return errf(p+".priority.default", "must be %d with fairness (fair share orders the tasks of priority %d; the others go first in, first out, whatever their keys), got %d",
+				priority.Default, priority.Default, pr.Default)
+		}
 	}
 	if d.Workers < 1 {
 		return errf(p+".workers", "must be 1-%d, got %d", sizing.MaxWorkers, d.Workers)
