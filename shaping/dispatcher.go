@@ -66,7 +66,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Dispatcher {
 	d := &Dispatcher{
 		services: &services{rdb: rdb, store: lua.New(rdb), cfg: cfg, space: keys.New(cfg.Prefix), log: cfg.Logger,
 			stopping: make(chan struct{}), notices: make(chan struct{}, 1), fleet: make(chan struct{}, 1)},
-		runners: map[string]*runner{}, pid: newProcessID(),
+		runners: map[string]*runner{}, pid: keys.ProcessMember(newProcessID()),
 	}
 	d.m = metrics.New(cfg.Registerer)
 	d.alog = &logThrottle{every: asynqLogEvery, last: map[string]time.Time{}, dropped: map[string]int{}}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -62,6 +63,7 @@ type liveness struct {
 	m            *metrics.Metrics
 	trouble      *atomic.Bool    // set on trouble reaching Redis; read and cleared here
 	procs        *atomic.Int64   // live processes, as the last announce counted them
+	protocols    map[int]int     // live processes by keys.Protocol, as last read (the loop's)
 	fleet        <-chan struct{} // another process joined or left: count again now
 	stopping     <-chan struct{}
 }
@@ -197,7 +199,9 @@ func (v *liveness) announce(ctx context.Context, join bool) (gone int64, staleIn
 	if err != nil {
 		return 0, 0, err
 	}
-	v.procs.Store(max(live.Val(), 1))
+	if prev := v.procs.Swap(max(live.Val(), 1)); prev != live.Val() || join {
+		v.checkProtocols(ctx)
+	}
 	if o := oldest.Val(); len(o) == 1 && o[0].Member != v.pid {
 		// removed by the first announce at which now - RecoverAfter, in
 		// whole seconds, is past its score
@@ -205,6 +209,28 @@ func (v *liveness) announce(ctx context.Context, join bool) (gone int64, staleIn
 		staleIn = max(at.Sub(now), 0)
 	}
 	return removed.Val(), staleIn, nil
+}
+
+// checkProtocols reads the live processes' protocols (when the fleet
+// changed: a member says its protocol) and warns while some process
+// keeps other rules of the shared state than this one's.
+func (v *liveness) checkProtocols(ctx context.Context) {
+	members, err := v.rdb.ZRange(ctx, v.space.Processes(), 0, -1).Result()
+	if err != nil {
+		return
+	}
+	by := map[int]int{}
+	for _, m := range members {
+		by[keys.MemberProtocol(m)]++
+	}
+	if v.m != nil {
+		v.m.FleetProtocols.WithLabelValues().Set(float64(len(by)))
+	}
+	if len(by) > 1 && !maps.Equal(by, v.protocols) {
+		v.log.Warn("shaping: processes of another shaper version share this Redis and keep other rules of its state (per-key ceilings and caps may not hold): upgrade every process together",
+			"this_protocol", keys.Protocol, "processes_by_protocol", fmt.Sprint(by))
+	}
+	v.protocols = by
 }
 
 // recoverAll runs recover.lua on every downstream's queue.

@@ -226,12 +226,42 @@ func (s Space) ProcessesChannel() string {
 	return s.prefix() + ":procs:changes"
 }
 
-// Processes is a ZSET of the live dispatcher processes (member: host:pid:
-// random, score: unix seconds of its last announcement), read with plain
-// commands: a process silent for a while is dead, and the others recover
-// the tasks it held.
+// Processes is a ZSET of the live dispatcher processes (member:
+// ProcessMember, score: unix seconds of its last announcement), read with
+// plain commands: a process silent for a while is dead, and the others
+// recover the tasks it held.
 func (s Space) Processes() string {
 	return s.prefix() + ":procs"
+}
+
+// Protocol is the version of the state in Redis that this build's
+// processes share: processes of two protocols do not keep each other's
+// rules (an earlier one ignores tasks a later one holds aside, or
+// honours claims no process writes any more), so a rolling upgrade
+// across a change of it must upgrade every process together. CHANGELOG
+// says when it changes; each process says its own in Processes.
+const Protocol = 2
+
+// protocolMark separates a process's id from its protocol in its member.
+const protocolMark = "~p"
+
+// ProcessMember is process id's member of Processes: the id and Protocol.
+func ProcessMember(id string) string {
+	return id + protocolMark + strconv.Itoa(Protocol)
+}
+
+// MemberProtocol is the protocol a member of Processes says: 1 for one
+// that says none (a build before protocols were said).
+func MemberProtocol(member string) int {
+	i := strings.LastIndex(member, protocolMark)
+	if i < 0 {
+		return 1
+	}
+	n, err := strconv.Atoi(member[i+len(protocolMark):])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
 }
 
 // CronLock is a STRING lock taken by the process that enqueues the tick at

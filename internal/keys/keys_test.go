@@ -390,3 +390,16 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+func TestMemberProtocol(t *testing.T) {
+	for m, want := range map[string]int{
+		keys.ProcessMember("h:1:ab"): keys.Protocol,
+		"h:1:ab":                     1, // a build before protocols were said
+		"h:1:ab~p":                   1,
+		"h~p:1:ab~p7":                7,
+	} {
+		if got := keys.MemberProtocol(m); got != want {
+			t.Errorf("MemberProtocol(%q) = %d, want %d", m, got, want)
+		}
+	}
+}

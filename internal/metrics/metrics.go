@@ -38,6 +38,8 @@ type Metrics struct {
 	ShadowMode      *prometheus.GaugeVec     // downstream
 	DeadlinePassed  *prometheus.CounterVec   // downstream
 	LateRejected    *prometheus.CounterVec   // downstream
+
+	FleetProtocols *prometheus.GaugeVec // no labels
 }
 
 // New registers shaper's metrics on reg, or, for those already registered
@@ -90,6 +92,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		ShadowLimiter:   f.gauge("admission", "shadow_mode", "1 while the admission limiter runs in shadow mode in this process, 0 while it is enforced.", "downstream", "limiter"),
 		ShadowWait: f.histogram("shaping", "shadow_wait_seconds", "In shadow shaping, the wait each released task would have had (queue and slot) had the rate been enforced.",
 			[]float64{.001, .01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600}, "downstream"),
+		FleetProtocols: f.gauge("fleet", "protocols", "Versions of the shared Redis state (keys.Protocol) among the live processes, as this process last counted them: above 1, processes of another shaper version keep other rules of the state, and every process must be upgraded together."),
 		ShadowMode:     f.gauge("shaping", "shadow_mode", "1 while the downstream's shaping runs in shadow mode in this process (tasks are released at once), 0 while it is enforced.", "downstream"),
 		DeadlinePassed: f.counter("shaping", "deadline_passed_total", "Tasks archived unsent, with reason \"deadline passed\", because their deadline came before their slot.", "downstream"),
 		LateRejected:   f.counter("queue", "late_rejections_total", "Tasks refused at enqueue (on_late: reject) because their predicted start was past their deadline.", "downstream"),
