@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +41,9 @@ type ProcessSnapshot struct {
 	ID     string    `json:"id"`
 	Listen string    `json:"listen,omitempty"`
 	At     time.Time `json:"at"`
+	// Protocol is the version of the shared state it keeps
+	// (keys.Protocol); 0 from a build before it was said.
+	Protocol int `json:"protocol,omitempty"`
 	// Downstreams are its figures by downstream.
 	Downstreams map[string]ProcessDownstream `json:"downstreams"`
 }
@@ -60,7 +65,7 @@ type ProcessDownstream struct {
 func NewFleet(rdb redis.UniversalClient, prefix, listen string) *Fleet {
 	host, _ := os.Hostname()
 	return &Fleet{rdb: rdb, key: keys.New(prefix).Fleet(),
-		self: ProcessSnapshot{ID: fmt.Sprintf("%s:%d", host, os.Getpid()), Listen: listen}}
+		self: ProcessSnapshot{ID: fmt.Sprintf("%s:%d", host, os.Getpid()), Listen: listen, Protocol: keys.Protocol}}
 }
 
 // due reports whether this process's summary is due for publishing at now.
@@ -220,6 +225,24 @@ func processRows(s Snapshot) []ProcessRow {
 	}
 	self := ProcessRow{ID: cmpOr(s.Self, "this process"), Self: true, Text: processText(listen, "serves this page", me)}
 	return append([]ProcessRow{self}, others...)
+}
+
+// protocolWarning is the page's warning while the live processes keep
+// more than one protocol of the shared state; "" otherwise.
+func protocolWarning(fleet []ProcessSnapshot) string {
+	by := map[int]int{}
+	for _, p := range fleet {
+		by[max(p.Protocol, 1)]++ // a build before protocols were said kept 1
+	}
+	if len(by) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, pr := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%d on protocol %d", by[pr], pr))
+	}
+	return fmt.Sprintf("Processes of different shaper versions share this Redis (%s; this build keeps protocol %d): per-key ceilings and caps may not hold until every process is upgraded.",
+		strings.Join(parts, ", "), keys.Protocol)
 }
 
 // processText is a process's line: its address, when it was heard of,

@@ -59,8 +59,17 @@ func TestFleetShowsEveryProcess(t *testing.T) {
 	if f := s.Downstreams[0].Fleet; f == nil || f.Processes != 2 {
 		t.Errorf("api's fleet figures %+v, want 2 processes", f)
 	}
-	// b's entry goes stale: a's page drops it (its field is deleted)
+	if w := s.View.Cells["warning"]; w != "" {
+		t.Errorf("warning %q with both processes on one protocol, want none", w)
+	}
+	// b as a build before protocols were said: the page warns
 	raw := rdb.HGet(ctx, keys.New(prefix).Fleet(), "host-b:2").Val()
+	rdb.HSet(ctx, keys.New(prefix).Fleet(), "host-b:2", strings.Replace(raw, `"protocol":`, `"was":`, 1))
+	statuspage.ReadFleet(pages[0], ctx)
+	if w := pages[0].Snapshot().View.Cells["warning"]; !strings.Contains(w, "1 on protocol 1, 1 on protocol 2") {
+		t.Errorf("warning %q with b on an earlier build, want the processes by protocol", w)
+	}
+	// b's entry goes stale: a's page drops it (its field is deleted)
 	stale := strings.Replace(raw, `"at":"`, `"at":"2000-01-01T00:00:00Z","was":"`, 1)
 	rdb.HSet(ctx, keys.New(prefix).Fleet(), "host-b:2", stale)
 	statuspage.ReadFleet(pages[0], ctx)

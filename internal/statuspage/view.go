@@ -44,7 +44,7 @@ func view(s Snapshot) View {
 	v := View{Cells: map[string]string{}, Sparks: map[string]Spark{}, Rows: map[string]bool{}, Processes: processRows(s)}
 	v.Cells["updated"] = s.GeneratedAt.Format("15:04:05") + " UTC"
 	v.Cells["window"] = strconv.FormatFloat(math.Round(s.WindowSeconds), 'f', 0, 64) + " s"
-	v.Cells["warning"] = s.Warning
+	v.Cells["warning"] = strings.TrimSpace(s.Warning + " " + protocolWarning(s.Fleet))
 	v.Cells["live"] = "live"
 	fleetCells(v.Cells, s)
 	if !s.Redis.Reachable {
