@@ -286,13 +286,6 @@ func (l *lane) full(res Reservation, cost int64, n int) bool {
 	return l.sleep(l.roomIn(res, cost, n))
 }
 
-// waiting is how many waiters are queued.
-func (l *lane) waiting() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.q.Len()
-}
-
 func (l *lane) behindNow() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

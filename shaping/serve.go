@@ -164,12 +164,6 @@ const fairLookAhead = 100 * time.Millisecond
 // waits behind their scripts; a take late past its lead loses slots.
 const fairLead = 50 * time.Millisecond
 
-// waiting is how many of r's tasks this process holds that are not in a
-// call: waiting for a place among the calls or for a slot.
-func (r *runner) waiting() int64 {
-	return r.held.Load() - r.releasing.Load()
-}
-
 // serveTake is the engine's handler for r.
 func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if t.Type == "" {
