@@ -104,7 +104,6 @@ func (d *services) controlLoop(runners []*runner) {
 					// a control change (a reset, a rate, a resume): sleeps
 					// and pushback records sized by the old state end
 					r.push.until.Store(0)
-					r.longHold.clear()
 					r.push.bare.Store(0)
 					r.wake()
 				}

@@ -106,7 +106,6 @@ func (d *Dispatcher) Add(ds Downstream) error {
 		ds.Fairness = &f
 	}
 	r := &runner{d: d.services, ds: ds, handlers: map[string]HandlerFunc{}, pause: newPauseSwitch()}
-	r.longHold.maxWait = ds.MaxWait
 	r.lane = newLane(r)
 	if ds.Concurrency > 0 || ds.KeyConcurrency > 0 {
 		r.leases = newLeaseLane(d.services, ds)

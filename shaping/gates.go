@@ -9,8 +9,8 @@ import (
 
 // A downstream's gates, as one chain. The take asks every gate in order
 // without waiting (takeGate): the operator's pause, an open circuit
-// breaker, a long hold the lane found (hold.go) and a hold the downstream
-// announced (a pushback); nothing leaves the queue while one is shut. A
+// breaker and a hold the downstream announced (a pushback); nothing
+// leaves the queue while one is shut. A
 // task already taken waits at the first two (releaseGate), and the
 // breaker's leave makes its call a probe when half open. A task's own
 // deadline is the last gate, checked wherever it waits (expire,
@@ -22,7 +22,9 @@ import (
 type gate func(local time.Time) (until time.Time, open bool)
 
 // gateChain is a downstream's take gates, in order: pause, breaker (when
-// configured), long hold, pushback.
+// configured), pushback. A long hold in the bucket (a spent quota, an
+// announced limit with nothing left) needs no gate: the take's own
+// reservation finds it, moves nothing, and says when to take again.
 type gateChain []gate
 
 // shut returns until when the first gate shut at local stays shut, and
@@ -56,10 +58,6 @@ func (r *runner) takeGates() gateChain {
 		})
 	}
 	return append(c,
-		func(local time.Time) (time.Time, bool) { // a long hold
-			at := r.longHold.gate(local, r.offset.get())
-			return at, at.IsZero()
-		},
 		func(local time.Time) (time.Time, bool) { // a pushback
 			// the downstream asked to wait until then: take when the last
 			// MaxWait before it starts, so the first slots after it are used

@@ -51,10 +51,6 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 		l.mu.Unlock()
 		return grant{}, ErrDeadlinePassed
 	}
-	if l.r.srv == nil && !l.r.longHold.gate(l.r.d.cfg.Clock.Now(), l.r.offset.get()).IsZero() {
-		l.mu.Unlock()
-		return grant{}, errGiveBack // taken as a long hold began: back it goes
-	}
 	g, ok := l.fromStock(cost)
 	if ok {
 		if l.tooLate(w, g.slot) {
@@ -82,14 +78,12 @@ func (l *lane) wait(ctx context.Context, cost int64, key string, front bool) (gr
 }
 
 // await blocks until w, queued as e, is granted a slot, or leaves unsent:
-// its context ends, the dispatcher stops, the downstream is paused or held
-// far ahead (errGiveBack).
+// its context ends, the dispatcher stops, or the downstream is paused
+// (errGiveBack).
 func (l *lane) await(ctx context.Context, w *waiter, e *list.Element) (grant, error) {
-	var paused, held <-chan struct{}
+	var paused <-chan struct{}
 	if l.r.srv == nil {
-		// under the engine a paused downstream holds nothing, and nor
-		// does one whose next slot is held far ahead
-		paused, held = l.r.pause.signal(), l.r.longHold.signal()
+		paused = l.r.pause.signal() // under the engine a paused downstream holds nothing
 	}
 	var back error // errGiveBack: the task leaves unsent
 wait:
@@ -102,9 +96,6 @@ wait:
 		case <-l.r.d.stopping:
 			break wait
 		case <-paused:
-			back = errGiveBack
-			break wait
-		case <-held:
 			back = errGiveBack
 			break wait
 		}
@@ -275,13 +266,6 @@ func (l *lane) trouble(what string, err error) bool {
 func (l *lane) full(res Reservation, cost int64, n int) bool {
 	if m := l.r.d.m; m != nil {
 		m.BucketFull.WithLabelValues(l.r.ds.Name).Inc()
-	}
-	// a batching downstream's asynq server keeps its tasks (asynq takes
-	// them); under the engine a long hold holds none (hold.go)
-	if l.r.srv == nil && l.r.unquoting.Load() == 0 && l.r.longHold.observe(res) {
-		if m := l.r.d.m; m != nil {
-			m.HoldGiveBacks.WithLabelValues(l.r.ds.Name).Inc()
-		}
 	}
 	return l.sleep(l.roomIn(res, cost, n))
 }

@@ -46,12 +46,6 @@ type runner struct {
 	limits limitState // quotas and announced limit as last seen
 	clamp  clampState // the last answer cut to max_hold or a cost cap
 	push   pushbacks  // the holds the downstream announced
-	// longHold is a long hold the lane found (hold.go): the engine takes
-	// nothing until shortly before it ends
-	longHold holds
-	// unquoting: wasted slots whose quota units are on their way back
-	// (wasted); a hold found meanwhile may be theirs
-	unquoting atomic.Int32
 
 	woken broadcast // fired by wake
 }
@@ -272,16 +266,8 @@ func (r *runner) wasted(cost int64, gs ...grant) {
 	if len(gs) == 0 || len(r.ds.Quotas) == 0 {
 		return
 	}
-	r.unquoting.Add(1)
 	go func() {
-		defer func() {
-			// the units are back: a long hold found while they were on
-			// their way may have counted them as spent, so the lane looks
-			// again (a hold that is real is found again at once)
-			r.unquoting.Add(-1)
-			r.longHold.clear()
-			r.wake()
-		}()
+		defer r.wake() // the units are back: a take may find room now
 		for _, g := range gs {
 			if !r.unquota(cost, g) {
 				return

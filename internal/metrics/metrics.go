@@ -13,7 +13,7 @@ import (
 // Metrics holds shaper's collectors. A nil *Metrics is valid and records
 // nothing, so library users need not register anything.
 type Metrics struct {
-	Releases, BucketFull, HoldGiveBacks, LateSkips, Recovered, FinishRetries, Pushbacks, AdaptiveDecreases, Deferrals, Enqueued *prometheus.CounterVec   // downstream
+	Releases, BucketFull, LateSkips, Recovered, FinishRetries, Pushbacks, AdaptiveDecreases, Deferrals, Enqueued *prometheus.CounterVec   // downstream
 	RateInForce, Paused, Held, LeasesInUse, ConcurrencyLimit, QuarantineLen                                                     *prometheus.GaugeVec     // downstream
 	SlotWait, Lateness                                                                                                          *prometheus.HistogramVec // downstream
 
@@ -61,7 +61,6 @@ func New(reg prometheus.Registerer) *Metrics {
 		Lateness: f.histogram("shaping", "lateness_seconds", "Release time minus the reserved slot's time.",
 			[]float64{.0005, .001, .002, .005, .01, .025, .05, .1, .5, 1}, "downstream"),
 		BucketFull:        f.counter("shaping", "bucket_full_total", "Lane reservation calls that found the bucket full (the lane then sleeps until room opens; waiting workers never call Redis).", "downstream"),
-		HoldGiveBacks:     f.counter("shaping", "hold_give_backs_total", "Times a lane found its next slot held past max_wait (a spent quota, an announced limit, a pushback) and gave its waiting tasks back to the queue, taking none until the hold is about to end.", "downstream"),
 		Recovered:         f.counter("shaping", "recovered_tasks_total", "Tasks a dead process held, returned to the front of their queue by another process (no attempt consumed).", "downstream"),
 		FinishRetries:     f.counter("shaping", "finish_retries_total", "Tries again of asynq's write that finishes a task (done, archived) after it failed on the network; without them the task would be delivered twice.", "downstream"),
 		LateSkips:         f.counter("shaping", "late_skips_total", "Slots wasted because the worker woke too far behind them (it queues again rather than bunch releases).", "downstream"),
