@@ -30,11 +30,10 @@ func withDeadline(ctx context.Context, d time.Time) context.Context {
 
 type takenKey struct{}
 
-// taken is where a task stands in the engine's takes, carried to the
-// lane: order queues FIFO waiters (take.Task.Order, with the priority in
-// its high bits), behind says how many tasks of the same take come right
-// after it (take.Task.Behind), so the lane reserves their slots in the
-// same call; slot is the slot the take reserved for it, if any
+// taken is where a task stands in the engine's takes, carried to its
+// release: order queues it in the lane should it wait there
+// (take.Task.Order, with the priority in its high bits), backlog is
+// take.Task.Backlog, slot the slot the take reserved for it, if any
 // (takeslot.go), and lease its place among the calls in flight, if the
 // take gave it one.
 type taken struct {

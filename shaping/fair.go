@@ -23,8 +23,7 @@ const MaxFairWeight = fairindex.MaxWeight
 func NewFairQueue(rdb redis.Scripter, prefix string) *FairQueue { return fairindex.New(rdb, prefix) }
 
 // fairFeed is how often a dispatcher feeds while tasks wait: due tasks
-// (a key's ceiling, a ProcessAt) join fair order within it, and the
-// lane's service per key is shared with the other processes as often.
+// (a key's ceiling, a ProcessAt) join fair order within it.
 const fairFeed = 100 * time.Millisecond
 
 // fairIdleFeed is how often a dispatcher looks for parked tasks when none
@@ -65,9 +64,9 @@ func (r *runner) feed() {
 		case st.Parked >= 0: // a feed (a tend that found tasks to move is one)
 			full, waiting = now, st.Parked+st.Later > 0
 			r.fairSeen(st)
-		default: // a tend: the keys waiting, for the lane's newcomers
-			// (a take may have moved a capped key's tasks to later since
-			// the last feed: they are due at its ceiling's pace)
+		default: // a tend: the keys waiting (a take may have moved a
+			// capped key's tasks to later since the last feed: they are
+			// due at its ceiling's pace)
 			waiting = waiting || st.Keys > 0
 			r.smu.Lock()
 			r.fairSt.Keys = st.Keys

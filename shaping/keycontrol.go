@@ -13,10 +13,10 @@ import (
 // pause for one admission key, in every process within a
 // Config.ControlInterval, kept in Redis (for StateTTL after the last
 // change). A key's rate and weight replace the configuration's
-// (fairness.key_rates, key_rate, weights) for the lanes at once and for
-// its tasks parked from then on; a pause keeps its waiting tasks out of
-// fair order (those already taken, at most the lanes' look-ahead, still
-// go) while the other keys keep the full rate.
+// (fairness.key_rates, key_rate, weights) at the next take and for its
+// tasks parked from then on; a pause keeps its waiting tasks out of fair
+// order (those already taken, at most the take's look-ahead, still go)
+// while the other keys keep the full rate.
 
 // SetKeyRate caps key of fair downstream ds at l in every process; the
 // zero Limit removes the cap (back to the configuration's). The Control of

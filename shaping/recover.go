@@ -154,7 +154,7 @@ func nextCheck(i int, staleIn time.Duration, fast bool) time.Duration {
 }
 
 // leave takes this process out of the live ones and says so, so the
-// others count again at once (their lanes' shares of the look-ahead grow).
+// others count again at once (the fleet's budget of tasks taken shrinks).
 func (v *liveness) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), v.timeout)
 	defer cancel()
@@ -174,7 +174,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // announce records this process as alive, removes (and counts) the
 // processes that have been silent for RecoverAfter, and notes how many
-// are alive (procs, for the lanes' share of the horizon). With join it
+// are alive (procs: the take's budget is workers × the live processes). With join it
 // also tells the others (ProcessesChannel), which then count again at once.
 //
 // staleIn is how long until the most silent other process has been silent
