@@ -39,9 +39,13 @@ type Shaping struct {
 	// override (and a slower adaptive rate) read from Redis replaces it,
 	// as in the dispatcher. A rate schedule is not followed.
 	Rate limiters.Limit
-	// MaxWait is the downstream's max_wait: how far ahead its bucket
-	// reserves (zero: 1s, the dispatcher's default).
+	// MaxWait is the downstream's max_wait: how far ahead a batch's
+	// bucket reserves (zero: 1s, the dispatcher's default).
 	MaxWait time.Duration
+	// Batch: asynq's server serves the downstream (batch), and its
+	// workers keep the bucket up to MaxWait ahead under a backlog. Other
+	// downstreams reserve at the take, only within its look-ahead.
+	Batch bool
 	// OnLate: LateArchive (the zero value) or LateReject.
 	OnLate OnLate
 	// HoldTimeout, when positive, is the attempt timeout of the
@@ -146,16 +150,18 @@ func (p *Producer) expectedStart(ctx context.Context, t Task, sh Shaping) (time.
 	}
 	pending, active := pendingCmd.Val(), activeCmd.Val()
 	iv, maxWait := rate.Interval(1), cmp.Or(sh.MaxWait, time.Second)
-	// Tasks taken wait for slots the lane may not have reserved yet (a take
-	// has just answered): each but one call in flight needs a slot ahead.
-	wait = max(wait, time.Duration(active-1)*iv)
 	ahead := time.Duration(pending)
-	if wait > 0 && wait >= maxWait-2*iv {
-		// A backlog being served: the lane keeps the bucket full (next_free
-		// max_wait ahead; between two of its calls, which are an interval
-		// or two apart, it dips by that much) and the workers hold one task
-		// more that waits for room.
-		wait, ahead = max(wait, maxWait), ahead+1
+	if sh.Batch {
+		// Tasks taken wait for slots the lane may not have reserved yet:
+		// each but one call in flight needs a slot ahead.
+		wait = max(wait, time.Duration(active-1)*iv)
+		if wait > 0 && wait >= maxWait-2*iv {
+			// A backlog being served: the lane keeps the bucket full
+			// (next_free max_wait ahead; between two of its calls, an
+			// interval or two apart, it dips by that much) and the
+			// workers hold one task more that waits for room.
+			wait, ahead = max(wait, maxWait), ahead+1
+		}
 	}
 	start := time.Now().Add(wait + ahead*iv)
 	if t.ProcessAt.After(start) {

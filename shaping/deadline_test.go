@@ -353,3 +353,44 @@ func matchInOrder(started, want map[string]time.Time) {
 		started[id] = starts[k]
 	}
 }
+
+// At a slow rate (2/s, an interval longer than the take's look-ahead) the
+// prediction of a task enqueued behind a backlog being served is within
+// one interval of its start: the take reserves a slot only within its
+// look-ahead, so nothing waits max_wait ahead in the bucket.
+func TestExpectedStartAtASlowRate(t *testing.T) {
+	redistest.TimingOnly(t, "TestExpectedStartMatchesASteadyBacklog (Receipt.ExpectedStart at enqueue)")
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	h := func(ctx context.Context, st *shaping.Task) error {
+		mu.Lock()
+		started[string(st.Payload)] = time.Now()
+		mu.Unlock()
+		return nil
+	}
+	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	rate := limiters.PerSecond(2)
+	must(t, d.Add(shaping.Downstream{Name: "api", Rate: rate, Handler: h}))
+	p := queue.NewProducer(rdb, queue.ProducerConfig{Prefix: prefix, Predict: true, Shaping: map[string]queue.Shaping{"api": {Rate: rate}}})
+	t.Cleanup(func() { p.Close() })
+	for i := range 4 {
+		_, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte(fmt.Sprint("q", i))})
+		must(t, err)
+	}
+	must(t, d.Start())
+	waitFor(t, 5*time.Second, "the backlog under way", func() bool { mu.Lock(); defer mu.Unlock(); return len(started) >= 2 })
+	rec, err := p.Enqueue(context.Background(), queue.Task{Downstream: "api", Payload: []byte("probe")})
+	must(t, err)
+	waitFor(t, 10*time.Second, "the probe's start", func() bool { mu.Lock(); defer mu.Unlock(); return !started["probe"].IsZero() })
+	mu.Lock()
+	e := started["probe"].Sub(rec.ExpectedStart)
+	mu.Unlock()
+	t.Logf("at 2/s behind a backlog: started %s from the prediction", e.Round(time.Millisecond))
+	if e.Abs() > 500*time.Millisecond {
+		t.Errorf("started %s from its predicted start, want within one interval (500ms)", e.Round(time.Millisecond))
+	}
+}

@@ -396,7 +396,7 @@ func cronJobs(cfg *config.Config) ([]queue.CronJob, error) {
 // producerShaping is what the producer needs of dc's shaping to predict a
 // task's start and apply its on_late.
 func producerShaping(dc config.Downstream, sd shaping.Downstream) queue.Shaping {
-	sh := queue.Shaping{Rate: dc.Limit(), MaxWait: sd.MaxWait}
+	sh := queue.Shaping{Rate: dc.Limit(), MaxWait: sd.MaxWait, Batch: sd.Batch != nil}
 	if dc.OnLate == config.LateReject {
 		sh.OnLate = queue.LateReject
 	}
