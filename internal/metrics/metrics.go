@@ -14,8 +14,8 @@ import (
 // nothing, so library users need not register anything.
 type Metrics struct {
 	Releases, BucketFull, LateSkips, Recovered, FinishRetries, Pushbacks, AdaptiveDecreases, Deferrals, Enqueued *prometheus.CounterVec   // downstream
-	RateInForce, Paused, Held, LeasesInUse, ConcurrencyLimit, QuarantineLen                                                     *prometheus.GaugeVec     // downstream
-	SlotWait, Lateness                                                                                                          *prometheus.HistogramVec // downstream
+	RateInForce, Paused, Held, LeasesInUse, ConcurrencyLimit, QuarantineLen                                      *prometheus.GaugeVec     // downstream
+	SlotWait, Lateness                                                                                           *prometheus.HistogramVec // downstream
 
 	Outcomes       *prometheus.CounterVec   // downstream, outcome
 	Cancelled      *prometheus.CounterVec   // downstream, when
