@@ -80,9 +80,4 @@ var ErrCancelled = take.ErrCancelled
 // head of its queue with no attempt consumed.
 var errGiveBack = errors.New("shaping: task given back")
 
-// errKeyPaused: serve ends without a call because the task's admission
-// key is paused (a fair downstream's key control); the task waits in its
-// key's held set until the key resumes (runner.keyHold).
-var errKeyPaused = errors.New("shaping: task's key paused")
-
 var errStopping = errors.New("shaping: stopping")

@@ -315,9 +315,6 @@ func (r *runner) serve(ctx context.Context, at *asynq.Task, id string, retried i
 		if errors.Is(err, ErrDeadlinePassed) {
 			return r.lateArchive(t)
 		}
-		if errors.Is(err, errKeyPaused) {
-			return r.keyHold(ctx, t)
-		}
 		if err != nil {
 			return r.giveBack(ctx)
 		}
