@@ -190,10 +190,28 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 	if errors.Is(err, errGiveBack) {
 		if errors.Is(context.Cause(ctx), ErrCancelled) {
 			r.cancelled("before_call")
+			return take.ErrRequeue
 		}
-		return take.ErrRequeue
+		return r.backInLine(t)
 	}
 	return err
+}
+
+// backInLine is where a task given back unsent goes: first in fair order
+// on a fair downstream (take.Hold, Again), where the next take reserves
+// its next slot under its key's ceiling and cap; else the head of its
+// queue. At pending's head, out of fair order, its key's ceiling (moved
+// on by the take that reserved the wasted slot) would hold the tail, and
+// every take would read it again until then.
+func (r *runner) backInLine(t *take.Task) error {
+	if r.ds.Fairness == nil {
+		return take.ErrRequeue
+	}
+	meta, err := envelope.Decode(t.Headers)
+	if err != nil || meta.Key == "" {
+		return take.ErrRequeue
+	}
+	return &take.Hold{Key: meta.Key, Cost: meta.Cost, Weight: r.ds.Fairness.Weight(meta.Key), Again: true}
 }
 
 // cancelled counts a task cancelled after it was taken: before_call

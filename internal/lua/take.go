@@ -507,17 +507,25 @@ type TakeHoldArgs struct {
 	Weight float64
 	// TTL is the fair keys' TTL.
 	TTL time.Duration
+	// Again: its slot was wasted, and it goes back to parked, first in
+	// fair order; else its key is paused, and it goes to held.
+	Again bool
 }
 
-// TakeHold moves a taken task of a paused key from active to the fair
-// index's held set, waiting in asynq's pending list as a parked task
-// does, no attempt consumed. It reports false when the task was not
-// active any more (nothing written).
+// TakeHold moves a taken task whose call never started from active back
+// to fair order (take_hold.lua): to the held set (its key paused) or,
+// with Again, first in parked (its slot wasted), waiting in asynq's
+// pending list as a parked task does, no attempt consumed. It reports
+// false when the task was not active any more (nothing written).
 func (s *Store) TakeHold(ctx context.Context, a TakeHoldArgs) (bool, error) {
 	q := a.Queue
-	ks := []string{q.Active(), q.Lease(), q.Pending(), q.TaskPrefix() + a.ID, a.Fair.State, a.Fair.Counts, a.Fair.Held, a.Fair.Pos}
+	dest, where := a.Fair.Held, "held"
+	if a.Again {
+		dest, where = a.Fair.Parked, "parked"
+	}
+	ks := []string{q.Active(), q.Lease(), q.Pending(), q.TaskPrefix() + a.ID, a.Fair.State, a.Fair.Counts, dest, a.Fair.Pos}
 	n, err := takeHold.Run(ctx, s.rdb, ks, a.ID, a.Key, max(a.Cost, 1), strconv.FormatFloat(a.Weight, 'g', -1, 64),
-		max(a.TTL.Milliseconds(), 1)).Int64()
+		max(a.TTL.Milliseconds(), 1), where).Int64()
 	if err != nil {
 		return false, fmt.Errorf("take: hold: %w", err)
 	}

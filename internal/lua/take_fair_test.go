@@ -451,3 +451,56 @@ func TestFairOrphanGoesWhenFairOrderIsEmpty(t *testing.T) {
 		t.Errorf("%d numbers left, want 0", n)
 	}
 }
+
+// A taken task whose slot was wasted (TakeHoldArgs.Again) goes back to
+// parked at V, numbered in pending, counted again, and the next take
+// takes it first, before the tasks parked behind it.
+func TestTakeHoldAgainParksFirstInLine(t *testing.T) {
+	ctx := context.Background()
+	rdb, _, sp, q, fk, fq, cl := fairRig(t)
+	f := &fairindex.Fairness{}
+	var ids []string
+	for _, key := range []string{"A", "B", "A"} {
+		info, err := cl.Enqueue(asynq.NewTask("job", []byte(key)), asynq.Queue(sp.Queue("d1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fq.Park(ctx, "d1", f, info.ID, key, 1, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	st := lua.New(rdb)
+	take := func() string {
+		rep, err := st.Take(ctx, lua.TakeArgs{Bucket: sp.Bucket("d1"), Queue: q, Slots: 1, Budget: 100,
+			Lease: 30 * time.Second, Maintained: sp.TakeMaintained("d1"), MaintainEvery: time.Hour,
+			Fair: &fk, FairTTL: fairindex.KeyTTL})
+		if err != nil || len(rep.Tasks) != 1 {
+			t.Fatalf("take: %v, %d tasks; want one", err, len(rep.Tasks))
+		}
+		return rep.Tasks[0].ID
+	}
+	// A0 (tag 0) and B0 (tag 0) go first; A0's slot is wasted
+	first := take()
+	if first != ids[0] {
+		t.Fatalf("took %s first, want A0 %s", first, ids[0])
+	}
+	a := lua.TakeHoldArgs{Queue: q, Fair: fk, ID: first, Key: "A", Cost: 1, Weight: 1, TTL: fairindex.KeyTTL, Again: true}
+	if ok, err := st.TakeHold(ctx, a); err != nil || !ok {
+		t.Fatalf("give back: %v %v, want parked", ok, err)
+	}
+	if n := rdb.LLen(ctx, q.Active()).Val() + rdb.ZCard(ctx, q.Lease()).Val() + rdb.ZCard(ctx, fk.Held).Val(); n != 0 {
+		t.Errorf("%d entries in active, lease and held, want 0", n)
+	}
+	if !rdb.HExists(ctx, fk.Pos, first).Val() || rdb.HGet(ctx, q.Task(first), "state").Val() != "pending" {
+		t.Errorf("given-back task not numbered in pending, or not pending")
+	}
+	if n := rdb.HGet(ctx, fk.Counts, "A").Val(); n != "2" {
+		t.Errorf("counts of A %q, want 2 (A0 again, and A1)", n)
+	}
+	// A0 is parked at V (0), first among the tasks of that tag (B0, a
+	// key that started there too, after it by key), then A1 (1)
+	if got := []string{take(), take(), take()}; fmt.Sprint(got) != fmt.Sprint([]string{ids[0], ids[1], ids[2]}) {
+		t.Errorf("took %v after the give-back, want A0, B0, A1 %v", got, ids)
+	}
+}

@@ -221,7 +221,7 @@ func (j *job) requeue() {
 // hold gives the task back to its fair order's held set (Hold).
 func (j *job) hold(h *Hold) {
 	a := lua.TakeHoldArgs{Queue: j.l.q, Fair: *j.l.args.Fair, ID: j.tt.ID, Key: h.Key, Cost: h.Cost, Weight: h.Weight,
-		TTL: j.l.args.FairTTL}
+		TTL: j.l.args.FairTTL, Again: h.Again}
 	j.settle("hold", &j.e.stats.requeued, func(ctx context.Context) (bool, error) { return j.e.store.TakeHold(ctx, a) })
 }
 

@@ -15,19 +15,28 @@ import (
 var ErrRequeue = errors.New("take: give the task back")
 
 // Hold, returned by a Handler (or wrapped), gives a task of a fair
-// downstream back to the fair order's held set instead of pending, no
-// attempt consumed: its admission key was paused before the call started
-// (the handler did not call the downstream), and the key's tasks wait
-// there until it resumes. Key, Cost and Weight are the task's admission
-// key, its cost and the key's weight. On a downstream without fair order
-// it is ErrRequeue.
+// downstream whose call never started back to fair order instead of the
+// head of pending, no attempt consumed: to the held set when its
+// admission key was paused (the key's tasks wait there until it
+// resumes), or with Again first in line (its slot was wasted). Key, Cost
+// and Weight are the task's admission key, its cost and the key's
+// weight. On a downstream without fair order it is ErrRequeue.
 type Hold struct {
 	Key    string
 	Cost   int64
 	Weight float64
+	// Again: the task's slot was wasted (its key is not paused), and it
+	// goes back to fair order first in line, for the next take to
+	// reserve its next slot.
+	Again bool
 }
 
-func (h *Hold) Error() string { return "take: hold the task of paused key " + strconv.Quote(h.Key) }
+func (h *Hold) Error() string {
+	if h.Again {
+		return "take: give the task of key " + strconv.Quote(h.Key) + " back to fair order"
+	}
+	return "take: hold the task of paused key " + strconv.Quote(h.Key)
+}
 
 // Handler calls the downstream for one task. nil finishes the task as
 // done; an error retries it with backoff, or archives it once its retries

@@ -1,0 +1,31 @@
+package shaping
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/limiters"
+	"github.com/shaper-io/shaper/shaping/take"
+)
+
+// A task given back unsent goes first in fair order on a fair downstream
+// (take.Hold with Again: its key, cost and weight), and to the head of
+// its queue otherwise, or when it has no key.
+func TestBackInLine(t *testing.T) {
+	now := time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC)
+	headers := envelope.Meta{Key: "acme", Cost: 3}.Headers()
+	fair, _ := testRunner(now, limiters.PerSecond(10), Downstream{Name: "api", Fairness: &Fairness{Weights: map[string]float64{"acme": 2}}})
+	var h *take.Hold
+	if err := fair.backInLine(&take.Task{Headers: headers}); !errors.As(err, &h) || !h.Again || h.Key != "acme" || h.Cost != 3 || h.Weight != 2 {
+		t.Errorf("fair downstream: %v (%+v), want a Hold again of acme, cost 3, weight 2", err, h)
+	}
+	if err := fair.backInLine(&take.Task{Headers: envelope.Meta{Cost: 1}.Headers()}); !errors.Is(err, take.ErrRequeue) {
+		t.Errorf("fair downstream, no key: %v, want ErrRequeue", err)
+	}
+	fifo, _ := testRunner(now, limiters.PerSecond(10), Downstream{Name: "api"})
+	if err := fifo.backInLine(&take.Task{Headers: headers}); !errors.Is(err, take.ErrRequeue) {
+		t.Errorf("first-in first-out downstream: %v, want ErrRequeue", err)
+	}
+}
