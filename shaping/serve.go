@@ -11,6 +11,7 @@ import (
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/lua"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping/take"
@@ -200,11 +201,12 @@ func (r *runner) serveTake(ctx context.Context, t *take.Task) error {
 // backInLine is where a task given back unsent goes: first in fair order
 // on a fair downstream (take.Hold, Again), where the next take reserves
 // its next slot under its key's ceiling and cap; else the head of its
-// queue. At pending's head, out of fair order, its key's ceiling (moved
-// on by the take that reserved the wasted slot) would hold the tail, and
-// every take would read it again until then.
+// queue (or of its priority list: fair order is priority 3's). At
+// pending's head, out of fair order, its key's ceiling (moved on by the
+// take that reserved the wasted slot) would hold the tail, and every
+// take would read it again until then.
 func (r *runner) backInLine(t *take.Task) error {
-	if r.ds.Fairness == nil {
+	if r.ds.Fairness == nil || t.Priority != priority.Default {
 		return take.ErrRequeue
 	}
 	meta, err := envelope.Decode(t.Headers)
