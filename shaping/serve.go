@@ -11,8 +11,8 @@ import (
 
 	"github.com/shaper-io/shaper/internal/control"
 	"github.com/shaper-io/shaper/internal/envelope"
-	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/internal/lua"
+	"github.com/shaper-io/shaper/internal/priority"
 	"github.com/shaper-io/shaper/limiters"
 	"github.com/shaper-io/shaper/shaping/take"
 )
