@@ -250,14 +250,7 @@ func TestExpectedStartMatchesASteadyBacklog(t *testing.T) {
 	redistest.TimingOnly(t, "TestDeadlineRejectRefusesTheTailAtEnqueue (Receipt.ExpectedStart at enqueue)")
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
-	var mu sync.Mutex
-	started := map[string]time.Time{}
-	h := func(ctx context.Context, st *shaping.Task) error {
-		mu.Lock()
-		started[string(st.Payload)] = time.Now()
-		mu.Unlock()
-		return nil
-	}
+	mu, started, h := startRecorder()
 	reg := prometheus.NewRegistry()
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Registerer: reg, PollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -323,6 +316,19 @@ func TestExpectedStartMatchesASteadyBacklog(t *testing.T) {
 	t.Logf("steady backlog: worst |actual-predicted| %s over 80 tasks, besides %d late-skipped tasks (late skips %v)", worst.Round(time.Millisecond), len(skipped), skips)
 }
 
+// startRecorder is a handler that records when each task's call started,
+// by payload, in started (read it under mu).
+func startRecorder() (*sync.Mutex, map[string]time.Time, func(context.Context, *shaping.Task) error) {
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	return &mu, started, func(ctx context.Context, st *shaping.Task) error {
+		mu.Lock()
+		started[string(st.Payload)] = time.Now()
+		mu.Unlock()
+		return nil
+	}
+}
+
 // lateSkipped appends id to skipped when its start error e is what late
 // skips give. A worker that wakes too far behind its slot (a starved CPU)
 // wastes it and queues again behind the bucket's reserved slots: that task
@@ -363,14 +369,7 @@ func TestExpectedStartAtASlowRate(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	prefix := redistest.Prefix(t)
-	var mu sync.Mutex
-	started := map[string]time.Time{}
-	h := func(ctx context.Context, st *shaping.Task) error {
-		mu.Lock()
-		started[string(st.Payload)] = time.Now()
-		mu.Unlock()
-		return nil
-	}
+	mu, started, h := startRecorder()
 	d := shaping.New(rdb, shaping.Config{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	rate := limiters.PerSecond(2)
