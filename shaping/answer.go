@@ -60,9 +60,9 @@ func (r *runner) answered(t *Task) {
 		}
 		r.limits.announced(*ann, rep.Left, effect, header)
 	}
-	if diff < 0 && r.reserving {
+	if diff < 0 {
 		// a refund moved the bucket's next slot back: the engine's next
-		// take was timed by the slots before it
+		// take was timed by the slots before it (a batch: no-op)
 		r.wakeTake()
 	}
 	m := r.d.m

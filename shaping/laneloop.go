@@ -35,10 +35,10 @@ func (l *lane) run() {
 		ask := n
 		if probe {
 			ask = 1 // a half-open probe
-		} else if !r.reserving && l.behindNow() {
-			// stock for workers still to come; an engine downstream's
-			// takes reserve their tasks' slots, and stock would only
-			// push later the slots of the next take
+		} else if r.srv != nil && l.behindNow() {
+			// a batch: stock for workers still to come (an engine
+			// downstream's takes reserve their tasks' slots, and stock
+			// would only push later the slots of the next take)
 			ask = min(n+min(r.ds.Workers, maxStock), maxSlotsPerCall)
 		}
 		if probe {

@@ -20,10 +20,7 @@ type runner struct {
 	ds       Downstream
 	handlers map[string]HandlerFunc
 	srv      *asynq.Server
-	// reserving: the engine serves r and its takes reserve r's slots
-	// (takeslot.go); false for a batch, which r.srv serves
-	reserving bool
-	rate      atomic.Pointer[limiters.Limit]
+	rate     atomic.Pointer[limiters.Limit]
 
 	pause pauseSwitch
 	gates gateChain // the take's gates (gates.go)

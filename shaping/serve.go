@@ -132,7 +132,6 @@ func (r *runner) takeDownstream(q *quarantine) take.Downstream {
 	// start within the engine's look-ahead, wherever they are
 	d.Reserve, d.Reserved, d.MaxUnits = r.takeReserve, r.takeReserved, r.ds.maxTakeUnits()
 	d.Pause = &lua.TakePause{Key: r.d.space.DownstreamState(r.ds.Name), Field: control.PausedField}
-	r.reserving = true
 	if r.ds.Priority != nil {
 		d.LookAhead = priorityLookAhead
 	}

@@ -36,13 +36,12 @@ func (r *runner) takeLeases() func() *lua.TakeLeases {
 }
 
 // releaseLease gives back a place among the calls in flight, whether
-// the take or the lease lane gave it; where the take decides the cap, the
-// engine looks at the queue again (the place may let the next task go).
+// the take or the lease lane gave it; under the engine, whose take
+// decides the cap, the engine looks at the queue again (the place may let
+// the next task go).
 func (r *runner) releaseLease(member string) {
 	r.leases.release(member)
-	if r.reserving {
-		r.freedTake()
-	}
+	r.freedTake()
 }
 
 // takeCeiling is the key ceilings of r's takes on a fair downstream, as
